@@ -1,0 +1,211 @@
+"""The command line. Parses flags into one options object per command; maps errors to exit codes in
+one place (`main`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from . import compat as compat_mod
+from . import matrix as matrix_mod
+from . import plan as plan_mod
+from .build import Builder, BuildOptions, run_meta
+from .engine import Engine
+from .errors import ImageBuilderError, InputError, RunFailed
+from .render import Renderer
+from .report import print_summary, write_json
+from .smoke_runner import run_smoke
+
+
+@dataclass
+class Context:
+    """Shared state of one invocation: consoles and a lazily connected engine."""
+
+    out: Console
+    err: Console
+    engine_url: str | None = None
+    _engine: Engine | None = None
+
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.connect(self.engine_url)
+        return self._engine
+
+    def base_python(self, image: str) -> str | None:
+        known = compat_mod.os_python(image)
+        if known:
+            return known
+        engine = self.engine()
+        if engine.image_id(image) is None:
+            return None
+        result = engine.run(image, ["sh", "-c", "python3 -c 'import sys;print(\"%d.%d\" % sys.version_info[:2])'"],
+                            timeout=60)
+        text = result.logs.strip().splitlines()[-1:] if result.exit_code == 0 else []
+        return text[0] if text else None
+
+
+def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
+              only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
+    table = compat_mod.CompatTable.load()
+    matrix = matrix_mod.load(matrix_file, table, registry=registry, base_python=ctx.base_python, strict=strict)
+    for warning in matrix.warnings:
+        ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
+    return matrix, plan
+
+
+matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
+                             show_default=True, help="The matrix file.")
+strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g. an exclude that matches "
+                             "nothing) as errors.")
+only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id matches (plus their parents), "
+                           "e.g. '2.6.0-cu124-*/task'.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--engine", "engine_url", envvar="DOCKER_HOST", help="Docker engine URL (default: DOCKER_HOST or "
+              "the local socket).")
+@click.pass_context
+def cli(click_ctx: click.Context, engine_url: str | None) -> None:
+    """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
+    click_ctx.obj = Context(out=Console(), err=Console(stderr=True), engine_url=engine_url)
+
+
+@cli.command()
+@matrix_option
+@strict_option
+@only_option
+@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON.")
+@click.pass_obj
+def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
+         as_json: bool) -> int:
+    """Print the build nodes (entry x layer) in build order."""
+    _matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    if as_json:
+        click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
+        return 0
+    for n in the_plan.nodes:
+        parent = n.parent or f"FROM {n.base_image}"
+        e = n.entry
+        extra = f"cuda {e.cuda} cudnn {e.cudnn} nccl {e.nccl}" if e.cuda else "cpu"
+        ctx.out.print(f"{n.status:7} {n.id:48} <- {parent}  [dim]{extra}[/]", highlight=False)
+        for tag in n.tags:
+            ctx.out.print(f"{'':7} [dim]tag {tag}[/]", highlight=False)
+    ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries", highlight=False)
+    return 0
+
+
+@cli.command()
+@matrix_option
+@strict_option
+@only_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Folder to write into.")
+@click.pass_obj
+def render(ctx: Context, matrix_file: Path, strict: bool, only: str | None, out_dir: Path) -> int:
+    """Write each node's Dockerfile and build context under OUT/<node id>/; build nothing."""
+    _, the_plan = load_plan(ctx, matrix_file, None, strict, only)
+    for n in the_plan.nodes:
+        folder = out_dir / n.id
+        if folder.exists():
+            shutil.rmtree(folder)
+        n.rendered.write(folder)
+        ctx.out.print(f"rendered {folder}", highlight=False)
+    return 0
+
+
+def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--expect {item!r} is not KEY=VALUE")
+        out.append((key.strip(), value.strip()))
+    return tuple(out)
+
+
+@cli.command()
+@matrix_option
+@strict_option
+@only_option
+@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@click.option("--push/--no-push", default=True, help="Push what passed (default) or only tag it locally.")
+@click.option("--smoke/--no-smoke", default=True, help="Run the smoke suite in each entry's leaf images.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("imagebuilder-report"),
+              show_default=True, help="Folder for report.json and per-node logs.")
+@click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Override an expected value in the smoke "
+              "suite (e.g. nccl=2.21.5).")
+@click.option("--quiet", is_flag=True, help="No live build log; summary only.")
+@click.pass_obj
+def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
+          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool) -> int:
+    """Render, build, smoke-test, tag and push the matrix."""
+    expected = parse_expect(expect)
+    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    engine = ctx.engine()
+    options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet)
+    builder = Builder(engine, the_plan, options, ctx.out)
+    results = builder.run()
+    write_json(results, report_dir / "report.json", run_meta(matrix_file))
+    print_summary(ctx.out, results)
+    ctx.out.print(f"report: {report_dir / 'report.json'}", highlight=False)
+    if not all(r.ok for r in results):
+        raise RunFailed(f"{sum(not r.ok for r in results)} of {len(results)} nodes did not pass")
+    return 0
+
+
+@cli.command()
+@click.argument("image")
+@click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Expected value, e.g. torch=2.6.0, cuda=12.4, "
+              "nccl=2.21.5, python=3.11, accelerator=cpu.")
+@click.option("--timeout", default=900, show_default=True, help="Seconds before the container is killed.")
+@click.option("--shm-size", default="2g", show_default=True)
+@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True)
+@click.pass_obj
+def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str) -> int:
+    """Run the smoke suite in an existing IMAGE and print its JSON report."""
+    expected: dict[str, Any] = dict(parse_expect(expect))
+    for key, value in list(expected.items()):
+        if value.lower() in ("none", "null"):
+            expected[key] = None
+    engine = ctx.engine()
+    if engine.image_id(image) is None:
+        raise InputError(f"image {image!r} is not present on the engine")
+    report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus)
+    click.echo(json.dumps({"image": image, **report.to_json()}, indent=2))
+    if not report.passed:
+        raise RunFailed("smoke failed: " + "; ".join(report.failures()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    err = Console(stderr=True)
+    try:
+        code = cli.main(args=argv, prog_name="imagebuilder", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except ImageBuilderError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The one seam to docker-py: streamed build, run, tag, push (errors checked), inspect.
+
+docker-py does not raise on errors reported inside a build or push stream; every stream here is
+read to the end and an `error`/`errorDetail` record fails the operation.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from .errors import EngineError, EngineUnavailable
+
+LineSink = Callable[[str], None]
+MANAGED_LABEL = "io.imagebuilder.managed"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None  # None: killed after the timeout
+    logs: str
+    files: dict[str, bytes]
+    duration: float
+
+
+class Engine:
+    """A connected Docker engine."""
+
+    def __init__(self, api: docker.APIClient) -> None:
+        self.api = api
+
+    @classmethod
+    def connect(cls, base_url: str | None = None, timeout: int = 600) -> Engine:
+        try:
+            if base_url:
+                api = docker.APIClient(base_url=base_url, timeout=timeout)
+            else:
+                api = docker.from_env(timeout=timeout).api
+            api.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise EngineUnavailable(
+                f"cannot reach a Docker engine ({_short(exc)})",
+                hint="start dockerd (`make engine` does it) or set DOCKER_HOST") from None
+        return cls(api)
+
+    # -- images -----------------------------------------------------------------------------
+    def image_id(self, ref: str) -> str | None:
+        try:
+            return str(self.api.inspect_image(ref)["Id"])
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404:
+                return None
+            raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        try:
+            return dict(self.api.inspect_image(ref))
+        except docker.errors.APIError as exc:
+            raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
+
+    def pull(self, ref: str, sink: LineSink | None = None) -> str:
+        repo, tag = _split_ref(ref)
+        try:
+            stream = self.api.pull(repo, tag=tag, stream=True, decode=True)
+            _drain(stream, sink, f"pull {ref}")
+        except docker.errors.APIError as exc:
+            raise EngineError(f"pull {ref}: {_short(exc)}") from None
+        image = self.image_id(ref)
+        if image is None:
+            raise EngineError(f"pull {ref}: finished but the image is not there")
+        return image
+
+    def build(self, context: bytes, *, labels: Mapping[str, str], network: str, sink: LineSink) -> str:
+        """Build from an in-memory tar context; returns the image ID."""
+        try:
+            stream = self.api.build(
+                fileobj=io.BytesIO(context), custom_context=True, rm=True, forcerm=True, pull=False,
+                decode=True, labels=dict(labels), network_mode=network,
+            )
+            records = _drain(stream, sink, "build")
+        except docker.errors.APIError as exc:
+            raise EngineError(f"build: {_short(exc)}") from None
+        image = None
+        for rec in records:
+            aux = rec.get("aux")
+            if isinstance(aux, dict) and "ID" in aux:
+                image = str(aux["ID"])
+        if image is None:
+            for rec in reversed(records):
+                text = str(rec.get("stream", ""))
+                if text.startswith("Successfully built "):
+                    image = self.image_id(text.split()[-1])
+                    break
+        if image is None:
+            raise EngineError("build finished without an image ID")
+        return image
+
+    def tag(self, image: str, ref: str) -> None:
+        repo, tag = _split_ref(ref)
+        try:
+            if not self.api.tag(image, repo, tag, force=True):
+                raise EngineError(f"tagging {image[:19]} as {ref} failed")
+        except docker.errors.APIError as exc:
+            raise EngineError(f"tag {ref}: {_short(exc)}") from None
+
+    def untag(self, ref: str) -> None:
+        with suppress(docker.errors.APIError):
+            self.api.remove_image(ref, noprune=True)
+
+    def remove_image(self, ref: str) -> None:
+        with suppress(docker.errors.APIError):
+            self.api.remove_image(ref, force=True)
+
+    def push(self, ref: str, sink: LineSink | None = None) -> str:
+        """Push one reference; returns the manifest digest the registry reported."""
+        repo, tag = _split_ref(ref)
+        try:
+            stream = self.api.push(repo, tag=tag, stream=True, decode=True)
+            records = _drain(stream, sink, f"push {ref}")
+        except docker.errors.APIError as exc:
+            raise EngineError(f"push {ref}: {_short(exc)}") from None
+        except requests.exceptions.RequestException as exc:
+            raise EngineError(f"push {ref}: {_short(exc)}") from None
+        for rec in records:
+            aux = rec.get("aux")
+            if isinstance(aux, dict) and "Digest" in aux:
+                return str(aux["Digest"])
+        raise EngineError(f"push {ref}: the registry reported no digest")
+
+    def registry_digest(self, ref: str) -> str:
+        """The manifest digest the registry holds for a reference (asked through the engine)."""
+        try:
+            info = self.api.inspect_distribution(ref)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"registry lookup {ref}: {_short(exc)}") from None
+        return str(info["Descriptor"]["digest"])
+
+    # -- containers -------------------------------------------------------------------------
+    @contextmanager
+    def container(self, image: str, command: list[str], **options: Any) -> Iterator[str]:
+        """Create a container and always remove it, whatever happens inside the block."""
+        host_config = self.api.create_host_config(**options.pop("host_config", {}))
+        labels = {MANAGED_LABEL: "1", **options.pop("labels", {})}
+        try:
+            cid = str(self.api.create_container(image, command, host_config=host_config, labels=labels,
+                                                **options)["Id"])
+        except docker.errors.APIError as exc:
+            raise EngineError(f"create container from {image[:19]}: {_short(exc)}") from None
+        try:
+            yield cid
+        finally:
+            with suppress(docker.errors.APIError):
+                self.api.remove_container(cid, force=True, v=True)
+
+    def run(self, image: str, command: list[str], *, files: Mapping[str, bytes] | None = None,
+            fetch: tuple[str, ...] = (), timeout: float = 600, env: Mapping[str, str] | None = None,
+            host_config: Mapping[str, Any] | None = None, user: str | None = None,
+            sink: LineSink | None = None) -> RunResult:
+        """Run a command in a fresh container: copy `files` in, wait (killing it after `timeout`),
+        collect logs and the `fetch` paths, and remove the container."""
+        start = time.monotonic()
+        opts: dict[str, Any] = {"host_config": dict(host_config or {}), "environment": dict(env or {})}
+        if user:
+            opts["user"] = user
+        with self.container(image, command, **opts) as cid:
+            if files:
+                self.api.put_archive(cid, "/", _tar(files))
+            self.api.start(cid)
+            follower = None
+            if sink is not None:
+                follower = threading.Thread(target=self._follow, args=(cid, sink), daemon=True)
+                follower.start()
+            exit_code: int | None
+            try:
+                exit_code = int(self.api.wait(cid, timeout=max(1.0, timeout))["StatusCode"])
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                exit_code = None
+                with suppress(docker.errors.APIError):
+                    self.api.kill(cid)
+            if follower is not None:
+                follower.join(timeout=10)
+            logs = self.api.logs(cid, stdout=True, stderr=True).decode(errors="replace")
+            got: dict[str, bytes] = {}
+            for path in fetch:
+                try:
+                    stream, _ = self.api.get_archive(cid, path)
+                    got[path] = _untar_one(b"".join(stream))
+                except docker.errors.APIError:
+                    pass
+        return RunResult(exit_code, logs, got, time.monotonic() - start)
+
+    def _follow(self, cid: str, sink: LineSink) -> None:
+        try:
+            for chunk in self.api.logs(cid, stream=True, follow=True):
+                for line in chunk.decode(errors="replace").splitlines():
+                    sink(line)
+        except (docker.errors.APIError, requests.exceptions.RequestException):
+            pass
+
+    def managed_containers(self) -> list[str]:
+        return [c["Id"] for c in self.api.containers(all=True, filters={"label": MANAGED_LABEL})]
+
+
+def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]]:
+    """Read a decoded JSON stream to its end; an error record raises EngineError with its message."""
+    records: list[dict[str, Any]] = []
+    for rec in stream:
+        if not isinstance(rec, dict):
+            continue
+        records.append(rec)
+        if "errorDetail" in rec or "error" in rec:
+            detail = rec.get("errorDetail") or {}
+            message = (detail.get("message") if isinstance(detail, dict) else None) or rec.get("error")
+            raise EngineError(f"{what}: {str(message).strip()}")
+        if sink is None:
+            continue
+        if "stream" in rec:
+            for line in str(rec["stream"]).splitlines():
+                if line.strip():
+                    sink(line)
+        elif "status" in rec and "progressDetail" not in rec:
+            sink(" ".join(str(rec.get(k, "")) for k in ("id", "status") if rec.get(k)))
+    return records
+
+
+def _split_ref(ref: str) -> tuple[str, str | None]:
+    if "@" in ref:
+        return ref, None
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon > slash:
+        return ref[:colon], ref[colon + 1:]
+    return ref, "latest"
+
+
+def _tar(files: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs: set[str] = set()
+        for path, data in sorted(files.items()):
+            parts = path.strip("/").split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(info)
+            info = tarfile.TarInfo(path.strip("/"))
+            info.size = len(data)
+            info.mode = 0o755 if path.endswith(".sh") else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _untar_one(data: bytes) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    return f.read()
+    return b""
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    with suppress(ValueError, AttributeError):
+        text = json.loads(text).get("message", text)
+    return " ".join(str(text).split())[:300]

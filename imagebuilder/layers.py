@@ -1,0 +1,119 @@
+"""Layer folders: where they are found (`layers_path`, then the project's `layers/`) and what they hold.
+
+A layer folder holds `Dockerfile.j2` (which begins with `FROM {{ parent_image }}`), an optional
+`layer.yaml` (description and the layer's own settings) and any files its Dockerfile COPYs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import source
+from .errors import InputError, Where, did_you_mean, unknown_key
+
+LAYER_KEYS = ("description", "packages", "pip", "vars", "smoke")
+NOT_CONTEXT = ("Dockerfile.j2", "layer.yaml", "README.md")
+
+
+def project_dir(name: str) -> Path:
+    """The project's shipped `templates/` or `layers/`: next to the package in a checkout, or inside it."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / name, here / "_data" / name):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"the imagebuilder installation has no {name}/ folder (looked beside {here})")
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    path: Path
+    description: str
+    packages: tuple[str, ...]
+    pip: tuple[str, ...]
+    vars: tuple[tuple[str, str], ...]
+
+    @property
+    def template(self) -> Path:
+        return self.path / "Dockerfile.j2"
+
+    def context_files(self) -> list[Path]:
+        """Files of the folder that go into the build context (everything but the template and metadata)."""
+        return sorted(
+            p for p in self.path.rglob("*")
+            if p.is_file() and p.relative_to(self.path).as_posix() not in NOT_CONTEXT
+            and "__pycache__" not in p.parts
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "packages": list(self.packages),
+            "pip": list(self.pip),
+            "vars": dict(self.vars),
+        }
+
+
+@dataclass(frozen=True)
+class LayerCatalog:
+    """Layer folders, searched in order: each `layers_path` folder, then the project's `layers/`."""
+
+    search_path: tuple[Path, ...]
+
+    @classmethod
+    def for_paths(cls, extra: tuple[Path, ...]) -> LayerCatalog:
+        return cls((*extra, project_dir("layers")))
+
+    def names(self) -> list[str]:
+        return sorted({p.name for d in self.search_path if d.is_dir() for p in d.iterdir()
+                       if (p / "Dockerfile.j2").is_file()})
+
+    def find(self, name: str, where: Where | None = None) -> Layer:
+        for folder in self.search_path:
+            path = folder / name
+            if (path / "Dockerfile.j2").is_file():
+                return _read_layer(name, path)
+            if path.is_dir():
+                raise InputError(f"layer folder {path} has no Dockerfile.j2", where=where)
+        searched = ", ".join(str(p) for p in self.search_path)
+        hint = did_you_mean(name, self.names()) or f"searched: {searched}"
+        raise InputError(f"unknown layer {name!r}", where=where, hint=hint)
+
+
+def _read_layer(name: str, path: Path) -> Layer:
+    meta_file = path / "layer.yaml"
+    meta: dict[str, Any] = {}
+    doc = None
+    if meta_file.is_file():
+        doc = source.load(meta_file)
+        if doc.value is not None:
+            if not isinstance(doc.value, dict):
+                raise InputError("layer.yaml must be a mapping", where=Where(str(meta_file), 1))
+            meta = doc.value
+    for key in meta:
+        assert doc is not None
+        if key not in LAYER_KEYS:
+            raise unknown_key(key, LAYER_KEYS, doc.where((key,)))
+
+    def strings(key: str) -> tuple[str, ...]:
+        value = meta.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            assert doc is not None
+            raise InputError(f"`{key}` must be a list of strings", where=doc.where((key,)))
+        return tuple(value)
+
+    raw_vars = meta.get("vars") or {}
+    if not isinstance(raw_vars, dict):
+        assert doc is not None
+        raise InputError("`vars` must be a mapping", where=doc.where(("vars",)))
+    return Layer(
+        name=name,
+        path=path,
+        description=str(meta.get("description") or ""),
+        packages=strings("packages"),
+        pip=strings("pip"),
+        vars=tuple(sorted((str(k), str(v)) for k, v in raw_vars.items())),
+    )

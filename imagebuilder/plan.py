@@ -1,0 +1,134 @@
+"""Entries x layer trees -> build nodes with parent, tags and status, in build order.
+
+Planning renders every node once (with the parent's tag standing in for its image ID), so a
+template error stops the run before anything slow starts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+from . import tags as tagging
+from .errors import InputError
+from .layers import Layer, LayerCatalog
+from .matrix import Entry, Matrix
+from .render import RenderedNode, Renderer
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    name: str
+    layer: Layer
+    entry: Entry
+    parent: str | None
+    base_image: str | None
+    tags: tuple[str, ...]
+    leaf: bool
+    rendered: RenderedNode
+    status: str = "build"
+
+    @property
+    def parent_ref(self) -> str:
+        """What the rendered (display) Dockerfile builds FROM."""
+        return self.base_image or ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "layer": self.layer.name,
+            "name": self.name,
+            "parent": self.parent,
+            "base_image": self.base_image,
+            "entry": {"id": self.entry.id, **self.entry.versions()},
+            "tags": list(self.tags),
+            "leaf": self.leaf,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: tuple[Node, ...]
+
+    def node(self, node_id: str) -> Node:
+        return next(n for n in self.nodes if n.id == node_id)
+
+    def children(self, node_id: str) -> list[Node]:
+        return [n for n in self.nodes if n.parent == node_id]
+
+    def ancestors(self, node: Node) -> list[Node]:
+        out = []
+        while node.parent is not None:
+            node = self.node(node.parent)
+            out.append(node)
+        return out
+
+    def entries(self) -> list[Entry]:
+        seen: dict[str, Entry] = {}
+        for n in self.nodes:
+            seen.setdefault(n.entry.id, n.entry)
+        return list(seen.values())
+
+    def only(self, pattern: str | None) -> Plan:
+        """Nodes whose id matches the glob, plus the ancestors they build on."""
+        if not pattern:
+            return self
+        chosen = {n.id for n in self.nodes if fnmatch.fnmatchcase(n.id, pattern)}
+        if not chosen:
+            sample = ", ".join(n.id for n in self.nodes[:3])
+            raise InputError(f"--only {pattern!r} selects no node", hint=f"node ids look like: {sample}")
+        for n in list(self.nodes):
+            if n.id in chosen:
+                chosen.update(a.id for a in self.ancestors(n))
+        kept = [n for n in self.nodes if n.id in chosen]
+        parents = {n.parent for n in kept}
+        return Plan(tuple(
+            n if (n.id not in parents) == n.leaf else _with_leaf(n, n.id not in parents) for n in kept
+        ))
+
+
+def _with_leaf(node: Node, leaf: bool) -> Node:
+    return Node(node.id, node.name, node.layer, node.entry, node.parent, node.base_image, node.tags, leaf,
+                node.rendered, node.status)
+
+
+def make(matrix: Matrix, renderer: Renderer) -> Plan:
+    nodes: list[Node] = []
+    owners: dict[str, str] = {}
+    catalogs: dict[tuple[Any, ...], LayerCatalog] = {}
+    for entry in matrix.entries:
+        catalog = catalogs.setdefault(entry.layers_path, LayerCatalog.for_paths(entry.layers_path))
+        leaves = {spec.name for spec in entry.leaves()}
+        refs: dict[str, str] = {}
+        for spec in entry.layers:
+            layer = catalog.find(spec.layer, where=entry.where)
+            node_id = f"{entry.id}/{spec.name}"
+            values = tagging.fields(entry.versions(), entry=entry.id, layer=spec.name, node=node_id)
+            refs_for_node = []
+            for template in entry.tags:
+                tag = tagging.render(template, values, where=entry.where)
+                ref = tagging.reference(entry.registry, entry.repository, tag)
+                if ref in owners:
+                    raise InputError(
+                        f"nodes {owners[ref]!r} and {node_id!r} would both be tagged {ref!r}",
+                        where=entry.where, hint="add fields to the tag templates that tell them apart")
+                owners[ref] = node_id
+                refs_for_node.append(ref)
+            refs[spec.name] = refs_for_node[0]
+            parent_image = entry.base_image if spec.parent is None else refs[spec.parent]
+            rendered = renderer.render(entry, layer, node_id, parent_image)
+            nodes.append(Node(
+                id=node_id,
+                name=spec.name,
+                layer=layer,
+                entry=entry,
+                parent=None if spec.parent is None else f"{entry.id}/{spec.parent}",
+                base_image=entry.base_image if spec.parent is None else None,
+                tags=tuple(refs_for_node),
+                leaf=spec.name in leaves,
+                rendered=rendered,
+            ))
+    return Plan(tuple(nodes))

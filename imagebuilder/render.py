@@ -1,0 +1,153 @@
+"""Jinja (StrictUndefined) -> a Dockerfile plus its build context, for one node.
+
+Templates see the resolved entry (both as `entry.X` and as bare names: `torch`, `cuda`, ...),
+`parent_image`, the build settings (`build`), the layer's own settings (`layer`) and the node.
+They can import macros from the project's `templates/` folder.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+import traceback
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from .errors import InputError, Where
+from .layers import Layer, project_dir
+from .matrix import Entry
+
+CONTEXT_DIR = "_imagebuilder"
+FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
+
+
+def wheelhouse_port(path: Path) -> int:
+    """A stable port for serving a wheelhouse, so rendered Dockerfiles (and Docker's cache) stay the same."""
+    return 20000 + zlib.crc32(str(path.resolve()).encode()) % 20000
+
+
+@dataclass(frozen=True)
+class RenderedNode:
+    dockerfile: str
+    files: tuple[tuple[str, bytes], ...] = field(default=())
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "Dockerfile").write_text(self.dockerfile, encoding="utf-8")
+        for rel, data in self.files:
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+    def tar(self) -> bytes:
+        """The build context as a deterministic tar (sorted, fixed mtimes and owners)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel, data in sorted((("Dockerfile", self.dockerfile.encode()), *self.files)):
+                info = tarfile.TarInfo(rel)
+                info.size = len(data)
+                info.mtime = 0
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+
+@dataclass
+class Renderer:
+    """Renders layer templates. Holds one Jinja environment per layer folder."""
+
+    wheelhouse_urls: dict[Path, str] = field(default_factory=dict)
+    _envs: dict[Path, jinja2.Environment] = field(default_factory=dict)
+
+    def env(self, layer: Layer) -> jinja2.Environment:
+        if layer.path not in self._envs:
+            loader = jinja2.ChoiceLoader([
+                jinja2.FileSystemLoader(str(layer.path)),
+                jinja2.FileSystemLoader(str(layer.path.parent.parent / "templates")),
+                jinja2.FileSystemLoader(str(project_dir("templates"))),
+            ])
+            self._envs[layer.path] = jinja2.Environment(
+                loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                trim_blocks=True, lstrip_blocks=True, autoescape=False,
+            )
+        return self._envs[layer.path]
+
+    def context(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> dict[str, Any]:
+        versions = entry.versions()
+        wheelhouse = entry.build.wheelhouse
+        build = {
+            "ca_bundle": f"{CONTEXT_DIR}/ca-bundle.pem" if entry.build.ca_bundle else None,
+            "find_links": (self.wheelhouse_urls.get(wheelhouse) or f"http://127.0.0.1:{wheelhouse_port(wheelhouse)}/")
+            if wheelhouse else None,
+            "torch_index_url": entry.build.torch_index_url,
+            "index_url": entry.build.index_url,
+            "constraints": f"{CONTEXT_DIR}/constraints.txt",
+        }
+        return {
+            **versions,
+            "entry": {**versions, "id": entry.id, "pins": dict(entry.pins), "vars": dict(entry.vars)},
+            "vars": dict(entry.vars),
+            "parent_image": parent_image,
+            "build": build,
+            "layer": layer.settings(),
+            "node": {"id": node_id, "layer": layer.name},
+        }
+
+    def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> RenderedNode:
+        env = self.env(layer)
+        try:
+            template = env.get_template("Dockerfile.j2")
+            text = template.render(self.context(entry, layer, node_id, parent_image))
+        except jinja2.TemplateSyntaxError as exc:
+            where = Where(exc.filename or str(layer.template), exc.lineno)
+            raise InputError(f"template syntax error: {exc.message}", where=where) from None
+        except jinja2.UndefinedError as exc:
+            raise InputError(f"template error: {exc.message}", where=_template_where(exc, layer)) from None
+        except jinja2.TemplateNotFound as exc:
+            raise InputError(f"template {exc.name!r} not found", where=_template_where(exc, layer)) from None
+        except jinja2.TemplateError as exc:
+            raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
+        check_first_from(text, parent_image, layer.template)
+        files = [(p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in layer.context_files()]
+        files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))
+        if entry.build.ca_bundle:
+            files.append((f"{CONTEXT_DIR}/ca-bundle.pem", entry.build.ca_bundle.read_bytes()))
+        return RenderedNode(text, tuple(files))
+
+
+def constraints(entry: Entry) -> str:
+    """pip constraints that pin exactly the planned versions (torch, its companions, the nvidia wheels)."""
+    lines = [f"torch=={entry.torch}"]
+    lines += [f"{name}=={ver}" for name, ver in (("torchvision", entry.torchvision),
+                                                  ("torchaudio", entry.torchaudio)) if ver]
+    lines += [f"{name}=={ver}" for name, ver in entry.pins]
+    return "\n".join(lines) + "\n"
+
+
+def check_first_from(text: str, parent_image: str, template: Path) -> None:
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.upper().startswith("ARG "):
+            continue
+        match = FIRST_FROM.match(stripped)
+        if match and match.group(1) == parent_image:
+            return
+        raise InputError(
+            f"the first instruction must be `FROM {{{{ parent_image }}}}`; found {stripped[:60]!r}",
+            where=Where(str(template), number))
+    raise InputError("the template renders no FROM line; it must begin with `FROM {{ parent_image }}`",
+                     where=Where(str(template), 1))
+
+
+def _template_where(exc: BaseException, layer: Layer) -> Where:
+    """The innermost template frame of a Jinja exception: file and line."""
+    best = Where(str(layer.template))
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.endswith((".j2", ".jinja", ".jinja2")) and frame.lineno:
+            best = Where(frame.filename, frame.lineno)
+    return best

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.compat import CompatTable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden from the current templates")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def _variant(cuda: str | None, cudnn: str | None, nccl: str | None, index: str) -> dict[str, object]:
+    pkgs = {}
+    if cudnn:
+        pkgs["nvidia-cudnn-cu12"] = cudnn
+    if nccl:
+        pkgs["nvidia-nccl-cu12"] = nccl
+    return {"cuda": cuda, "cudnn": cudnn, "nccl": nccl, "triton": "3.2.0" if cuda else None, "index": index,
+            "packages": pkgs, "verified": True}
+
+
+@pytest.fixture
+def table() -> CompatTable:
+    """A small, explicit table for unit tests (the packaged one is tested on its own)."""
+    return CompatTable.from_dict({
+        "schema": 1,
+        "driver_floor": {"12.4": {"toolkit": "550.54.14"}},
+        "releases": {
+            "2.6.0": {"requires_python": ">=3.9", "python": ["3.9", "3.10", "3.11", "3.12", "3.13"],
+                      "torchvision": "0.21.0", "torchaudio": "2.6.0",
+                      "variants": {"cu124": _variant("12.4", "9.1.0.70", "2.21.5", "pypi"),
+                                   "cpu": _variant(None, None, None, "pytorch")}},
+            "2.7.1": {"requires_python": ">=3.9", "python": ["3.9", "3.10", "3.11", "3.12", "3.13"],
+                      "torchvision": "0.22.1", "torchaudio": "2.7.1",
+                      "variants": {"cu126": _variant("12.6", "9.5.1.17", "2.26.2", "pypi"),
+                                   "cpu": _variant(None, None, None, "pytorch")}},
+            "2.9.0": {"requires_python": ">=3.10", "python": ["3.10", "3.11", "3.12", "3.13"],
+                      "torchvision": "0.24.0", "torchaudio": "2.9.0",
+                      "variants": {"cu128": _variant("12.8", "9.10.2.21", "2.27.5", "pypi"),
+                                   "cpu": _variant(None, None, None, "pytorch")}},
+        },
+    })
+
+
+MatrixWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def write_matrix(tmp_path: Path) -> MatrixWriter:
+    """Write a matrix file (dedented) into tmp_path and return its path."""
+    def write(text: str, name: str = "matrix.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return path
+    return write
+
+
+HEADER = """
+version: 1
+base_image: debian:bookworm
+registry: 127.0.0.1:5000/ml
+repository: pytorch
+layers: [base, business, task]
+"""
+
+
+@pytest.fixture
+def header() -> str:
+    return textwrap.dedent(HEADER).lstrip()

