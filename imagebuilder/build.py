@@ -218,7 +218,7 @@ class Builder:
             try:
                 report = run_smoke(self.engine, self.images[node.id], expectations(node.entry, self.options.expect),
                                    timeout=node.entry.smoke.timeout, shm_size=node.entry.smoke.shm_size,
-                                   gpus=node.entry.smoke.gpus)
+                                   gpus=node.entry.smoke.gpus, commands=self.layer_checks(node))
             except ImageBuilderError as exc:
                 result.smoke = Status.FAILED
                 result.error = f"smoke: {exc.message}"
@@ -237,6 +237,11 @@ class Builder:
             result.smoke = Status.FAILED
             result.error = "; ".join(report.failures())[:300] or "smoke failed"
             result.log_tail = report.log_tail or "\n".join(tail)
+
+    def layer_checks(self, node: Node) -> list[dict[str, str]]:
+        """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
+        chain = [*reversed(self.plan.ancestors(node)), node]
+        return [{"name": f"layer.{n.name}.{i}", "run": cmd} for n in chain for i, cmd in enumerate(n.layer.smoke)]
 
     def publish_entry(self, nodes: list[Node]) -> None:
         """Tag every node of a passing entry; push and verify each reference unless --no-push."""

@@ -13,6 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from . import compat as compat_mod
 from . import matrix as matrix_mod
@@ -93,13 +94,15 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if as_json:
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
         return 0
+    table = Table(box=None, pad_edge=False)
+    for col in ("status", "node", "from", "versions", "tags"):
+        table.add_column(col, overflow="fold")
     for n in the_plan.nodes:
-        parent = n.parent or f"FROM {n.base_image}"
         e = n.entry
-        extra = f"cuda {e.cuda} cudnn {e.cudnn} nccl {e.nccl}" if e.cuda else "cpu"
-        ctx.out.print(f"{n.status:7} {n.id:48} <- {parent}  [dim]{extra}[/]", highlight=False)
-        for tag in n.tags:
-            ctx.out.print(f"{'':7} [dim]tag {tag}[/]", highlight=False)
+        versions = f"cuda {e.cuda} · cudnn {e.cudnn} · nccl {e.nccl}" if e.cuda else "cpu"
+        table.add_row(n.status, n.id, n.parent or n.base_image or "", versions,
+                      "\n".join(t.rsplit("/", 1)[-1] for t in n.tags))
+    ctx.out.print(table)
     ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries", highlight=False)
     return 0
 

@@ -34,6 +34,7 @@ class Layer:
     packages: tuple[str, ...]
     pip: tuple[str, ...]
     vars: tuple[tuple[str, str], ...]
+    smoke: tuple[str, ...] = ()
 
     @property
     def template(self) -> Path:
@@ -116,4 +117,5 @@ def _read_layer(name: str, path: Path) -> Layer:
         packages=strings("packages"),
         pip=strings("pip"),
         vars=tuple(sorted((str(k), str(v)) for k, v in raw_vars.items())),
+        smoke=strings("smoke"),
     )

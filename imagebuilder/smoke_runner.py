@@ -52,10 +52,12 @@ def gpu_options(mode: str) -> dict[str, Any]:
 
 
 def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: float, shm_size: str,
-              gpus: str = "auto", sink: LineSink | None = None) -> SmokeReport:
+              gpus: str = "auto", commands: list[dict[str, str]] | None = None,
+              sink: LineSink | None = None) -> SmokeReport:
     host_config: dict[str, Any] = {"shm_size": shm_size, "network_mode": "none", **gpu_options(gpus)}
     command = ["sh", "-c", 'exec "$(command -v python || command -v python3)" "$@"', "smoke",
-               SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True), "--report", REPORT_PATH]
+               SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True),
+               "--commands", json.dumps(commands or []), "--report", REPORT_PATH]
     result = engine.run(image, command, files={SUITE_PATH: suite_source()}, fetch=(REPORT_PATH,),
                         timeout=timeout, host_config=host_config, sink=sink)
     tail = "\n".join(result.logs.strip().splitlines()[-30:])

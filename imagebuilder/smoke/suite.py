@@ -159,12 +159,33 @@ def check_gloo(world: int = 2, timeout: float = 120.0) -> list[Record]:
                    duration=duration, reason="" if ok else "all_reduce gave a wrong sum")]
 
 
-def run(expect: dict[str, Any]) -> dict[str, Any]:
+def check_commands(commands: list[dict[str, str]], timeout: float = 300.0) -> list[Record]:
+    """Checks that layers contribute (layer.yaml `smoke:`), inherited down the tree: each must exit 0."""
+    import subprocess
+
+    out: list[Record] = []
+    for cmd in commands:
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(["sh", "-c", cmd["run"]], capture_output=True, text=True, timeout=timeout)
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            ok = proc.returncode == 0
+            out.append(record(cmd["name"], "pass" if ok else "fail", value=proc.returncode, expected=0,
+                              duration=time.monotonic() - t0,
+                              reason="" if ok else f"`{cmd['run']}` exited {proc.returncode}: " + " | ".join(tail)))
+        except subprocess.TimeoutExpired:
+            out.append(record(cmd["name"], "fail", expected=0, duration=time.monotonic() - t0,
+                              reason=f"`{cmd['run']}` timed out after {timeout:.0f} s"))
+    return out
+
+
+def run(expect: dict[str, Any], commands: list[dict[str, str]] | None = None) -> dict[str, Any]:
     checks: list[Record] = []
     started = time.monotonic()
     steps: list[tuple[str, Callable[[], list[Record]]]] = [
         ("versions", lambda: check_versions(expect)),
         ("distributed", check_gloo),
+        ("layers", lambda: check_commands(commands or [])),
     ]
     for name, step in steps:
         t0 = time.monotonic()
@@ -192,9 +213,10 @@ def run(expect: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="imagebuilder-smoke")
     parser.add_argument("--expect", default="{}", help="JSON object of expected versions")
+    parser.add_argument("--commands", default="[]", help="JSON list of {name, run} shell checks from the layers")
     parser.add_argument("--report", default="", help="also write the JSON report here")
     args = parser.parse_args(argv)
-    report = run(json.loads(args.expect))
+    report = run(json.loads(args.expect), json.loads(args.commands))
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:

@@ -19,10 +19,14 @@ SAMPLE = "The quick brown fox jumps over the lazy dog. " * 16
 def load(args: argparse.Namespace) -> tuple[torch.nn.Module, list[int]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    text = open(args.text, encoding="utf-8").read() if args.text else SAMPLE
+    text = SAMPLE
+    if args.text:
+        with open(args.text, encoding="utf-8") as f:
+            text = f.read()
     if args.tiny or not args.model:
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=512))
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=512,
+                                                  bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM"))
         ids = list(text.encode("utf-8"))[:512]  # bytes as tokens: no tokenizer download needed
         return model, ids
     tok = AutoTokenizer.from_pretrained(args.model, local_files_only=True)

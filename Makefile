@@ -1,0 +1,61 @@
+# imagebuilder: set-up, demo and tests. Works on a fresh Debian machine as root, where no Docker
+# engine runs and no image can be pulled (see README.md).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+WHEELHOUSE := .wheelhouse
+REPORT ?= reports/demo
+PYTEST_ARGS ?=
+
+.PHONY: help venv engine registry base-image wheelhouse env demo test unit integration lint golden clean
+
+help:
+	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
+	@echo "make test   - set everything up, then lint (ruff, mypy --strict) and run all tests"
+	@echo "make unit   - unit tests only (no engine needed)"
+	@echo "make golden - rewrite tests/golden from the templates (review the diff)"
+
+$(BIN)/imagebuilder: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/imagebuilder
+
+engine:
+	bash .ci/engine.sh
+
+registry:
+	bash .ci/registry.sh
+
+base-image: engine
+	bash .ci/base-image.sh debian:bookworm
+
+wheelhouse:
+	bash .ci/wheelhouse.sh $(WHEELHOUSE) 2.13.0
+
+env: venv engine registry base-image wheelhouse
+
+demo: env
+	$(BIN)/imagebuilder build --matrix examples/demo.yaml --report $(REPORT)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: env
+	$(BIN)/python -m pytest tests/integration -v $(PYTEST_ARGS)
+
+test: env lint
+	$(BIN)/python -m pytest tests -v $(PYTEST_ARGS)
+
+golden: venv
+	$(BIN)/python -m pytest tests/unit/test_render.py -q --update-golden
+
+clean:
+	rm -rf $(VENV) reports imagebuilder-report .pytest_cache .mypy_cache .ruff_cache

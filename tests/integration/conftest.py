@@ -1,0 +1,132 @@
+"""Integration tests run on the real engine and the real registry that `make test` starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuilder.engine import Engine
+from imagebuilder.errors import EngineUnavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
+WHEELHOUSE = Path(os.environ.get("IMAGEBUILDER_TEST_WHEELHOUSE", ROOT / ".wheelhouse"))
+
+pytestmark = pytest.mark.integration
+
+
+def _need(what: str, how: str) -> None:
+    if os.environ.get("IMAGEBUILDER_SKIP_INTEGRATION"):
+        pytest.skip(f"{what} not available (IMAGEBUILDER_SKIP_INTEGRATION is set)")
+    pytest.fail(f"{what} is not available: {how}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def engine() -> Engine:
+    try:
+        return Engine.connect()
+    except EngineUnavailable:
+        _need("a Docker engine", "run `make engine`")
+        raise
+
+
+@pytest.fixture(scope="session")
+def registry(engine: Engine) -> str:
+    try:
+        urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5).close()
+    except OSError:
+        _need(f"a registry on {REGISTRY}", "run `make registry`")
+    return REGISTRY
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    if not list(WHEELHOUSE.glob("torch-*+cpu-*.whl")):
+        _need(f"torch's CPU wheel in {WHEELHOUSE}", "run `make wheelhouse`")
+    return WHEELHOUSE
+
+
+@pytest.fixture(scope="session")
+def base_image(engine: Engine) -> str:
+    if engine.image_id("debian:bookworm") is None:
+        _need("the base image debian:bookworm", "run `make base-image`")
+    return "debian:bookworm"
+
+
+def registry_tags(registry: str, repository: str) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list", timeout=10) as resp:
+            return sorted(json.load(resp).get("tags") or [])
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return []
+        raise
+
+
+@dataclass
+class CliRun:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 3000) -> CliRun:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "imagebuilder", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, env=env, timeout=timeout)
+    return CliRun(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli() -> Callable[..., CliRun]:
+    return run_cli
+
+
+@pytest.fixture
+def repository(engine: Engine) -> Iterator[str]:
+    """A repository name of this test's own; its local tags are removed afterwards (layers stay cached)."""
+    name = f"itest-{uuid.uuid4().hex[:8]}"
+    yield name
+    for image in engine.api.images(name=f"{REGISTRY}/itest/{name}"):
+        for ref in image.get("RepoTags") or []:
+            engine.untag(ref)
+
+
+def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "") -> Path:
+    path = tmp / "matrix.yaml"
+    path.write_text(textwrap.dedent(f"""
+        version: 1
+        base_image: debian:bookworm
+        registry: {REGISTRY}/itest
+        repository: {repository}
+        layers: {layers}
+        torch_extras: []
+        build:
+          wheelhouse: {wheelhouse}
+          pip_index_url: {{cpu: "https://pypi.org/simple"}}
+        matrix:
+          torch: ["2.13.0"]
+          accelerator: [cpu]
+          python: ["3.11"]
+        """).lstrip() + textwrap.dedent(extra), encoding="utf-8")
+    return path
+
+
+def report(folder: Path) -> dict[str, Any]:
+    return dict(json.loads((folder / "report.json").read_text()))

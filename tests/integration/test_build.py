@@ -1,0 +1,132 @@
+"""The build pipeline on the real engine and registry: build, smoke, tag, push, pull back."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuilder.engine import Engine
+
+from .conftest import CliRun, cpu_matrix, registry_tags, report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    assert run.code == 0, run.text[-3000:]
+    # Live log lines are prefixed by node id; the summary is printed at the end.
+    assert "2.13.0-cpu-py3.11-runtime/base │" in run.out
+    assert "imagebuilder summary" in run.out and "3/3 nodes ok" in run.out
+
+    nodes = {n["node"]: n for n in report(tmp_path / "report")["nodes"]}
+    assert [n["status"] for n in nodes.values()] == ["pushed"] * 3
+    assert nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke"] == "passed"
+    checks = {c["name"]: c for c in nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke_report"]["checks"]}
+    assert checks["versions.torch"]["value"] == "2.13.0"
+    assert checks["versions.python"]["value"] == "3.11"
+    assert checks["distributed.gloo_all_reduce"]["status"] == "pass"
+    assert checks["layer.task.0"]["status"] == "pass"  # the task layer's own check ran in the leaf
+    assert checks["layer.business.0"]["status"] == "pass"  # ...and so did its parent's, inherited
+    assert registry_tags(registry, f"itest/{repository}") == sorted(
+        f"2.13.0-cpu-py3.11-runtime-{layer}" for layer in ("base", "business", "task"))
+
+    # Each layer builds FROM its parent's image ID, and carries OCI and version labels.
+    base, business, task = (nodes[f"2.13.0-cpu-py3.11-runtime/{x}"] for x in ("base", "business", "task"))
+    labels = engine.inspect(task["image"])["Config"]["Labels"]
+    assert labels["org.opencontainers.image.base.digest"] == business["image"]
+    assert labels["io.imagebuilder.node"] == "2.13.0-cpu-py3.11-runtime/task"
+    assert labels["io.imagebuilder.version.torch"] == "2.13.0"
+    assert labels["io.imagebuilder.version.accelerator"] == "cpu"
+    assert engine.inspect(business["image"])["Config"]["Labels"]["org.opencontainers.image.base.digest"] \
+        == base["image"]
+
+    # Pull back by digest: the registry's manifest yields the very image that was built.
+    ref = task["tags"][0]
+    digest = task["digest"]
+    assert engine.registry_digest(ref) == digest
+    for tag in task["tags"]:
+        engine.untag(tag)
+    by_digest = f"{ref.rsplit(':', 1)[0]}@{digest}"
+    engine.remove_image(by_digest)
+    assert engine.pull(by_digest) == task["image"]
+
+    # No wheel, pip cache or apt lists left in any layer.
+    result = engine.run(task["image"], ["sh", "-c",
+                        "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip -o -path '/var/lib/apt/lists/*_*' "
+                        "\\) -print 2>/dev/null; echo END"], timeout=120)
+    assert result.logs.strip() == "END", result.logs
+
+
+def test_layer_outside_the_repo_via_layers_path(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    team = tmp_path / "team-repo" / "layers"
+    shutil.copytree(ROOT / "examples" / "team-layers" / "trainer", team / "trainer")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, trainer]",
+                        extra="layers_path: [team-repo/layers]\n")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    assert run.code == 0, run.text[-3000:]
+    nodes = {n["node"]: n for n in report(tmp_path / "report")["nodes"]}
+    trainer = nodes["2.13.0-cpu-py3.11-runtime/trainer"]
+    assert trainer["status"] == "pushed"
+    assert "2.13.0-cpu-py3.11-runtime-trainer" in registry_tags(registry, f"itest/{repository}")
+    checks = {c["name"]: c["status"] for c in trainer["smoke_report"]["checks"]}
+    assert checks["layer.trainer.0"] == "pass"
+
+
+def test_failing_smoke_check_pushes_nothing_for_that_entry(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "report"), "--expect", "torch=0.0.0")
+    assert run.code == 1, run.text[-3000:]
+    assert "versions.torch: got '2.13.0', expected '0.0.0'" in run.out
+    (node,) = report(tmp_path / "report")["nodes"]
+    assert (node["build"], node["smoke"], node["publish"]) == ("built", "failed", "held")
+    assert node["tags"] == []
+    assert registry_tags(registry, f"itest/{repository}") == []
+    # Not even a local tag was applied.
+    assert engine.image_id(f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-base") is None
+
+
+def test_smoke_command_reports_json(engine: Engine, wheelhouse: Path, base_image: str, repository: str,
+                                   tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
+    (node,) = report(tmp_path / "r")["nodes"]
+    assert node["publish"] == "tagged" and node["smoke"] == "skipped"
+    ok = cli("smoke", node["image"], "--expect", "torch=2.13.0", "--expect", "accelerator=cpu",
+             "--expect", "cuda=none")
+    assert ok.code == 0, ok.text
+    assert '"passed": true' in ok.out
+    bad = cli("smoke", node["image"], "--expect", "python=3.12")
+    assert bad.code == 1
+    assert "versions.python: got '3.11', expected '3.12'" in bad.text
+    assert engine.managed_containers() == []  # every smoke container was removed
+
+
+def test_build_error_fails_that_node_with_its_log(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    broken = tmp_path / "layers" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "Dockerfile.j2").write_text(textwrap.dedent("""
+        FROM {{ parent_image }}
+        RUN echo "about to fail" && exit 3
+        """).lstrip())
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[broken, base]", extra="layers_path: [layers]\n")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
+    assert run.code == 1
+    nodes = {n["node"]: n for n in report(tmp_path / "r")["nodes"]}
+    broken_node = nodes["2.13.0-cpu-py3.11-runtime/broken"]
+    assert broken_node["status"] == "failed"
+    assert "returned a non-zero code: 3" in broken_node["error"]
+    assert nodes["2.13.0-cpu-py3.11-runtime/base"]["status"] == "blocked"
+    assert "about to fail" in Path(broken_node["log"]).read_text()
+    assert "about to fail" in run.out  # the failing node's log tail is shown in the summary

@@ -1,0 +1,124 @@
+"""Rendering: golden Dockerfiles for the default matrix, and template errors that name file:line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import matrix as matrix_mod
+from imagebuilder import plan as plan_mod
+from imagebuilder.compat import CompatTable
+from imagebuilder.errors import InputError
+from imagebuilder.render import Renderer
+
+from ..conftest import MatrixWriter
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def default_plan() -> plan_mod.Plan:
+    m = matrix_mod.load(ROOT / "matrix.yaml", CompatTable.load(), env={})
+    return plan_mod.make(m, Renderer())
+
+
+def test_golden_dockerfiles_of_the_default_matrix(update_golden: bool) -> None:
+    """Every rendered Dockerfile of matrix.yaml equals tests/golden/<node id>/Dockerfile.
+    After an intended template change: pytest tests/unit/test_render.py --update-golden, and review the diff."""
+    nodes = default_plan().nodes
+    assert nodes, "the default matrix plans no nodes"
+    expected_files = {GOLDEN / n.id / "Dockerfile" for n in nodes}
+    if update_golden:
+        for f in GOLDEN.rglob("Dockerfile"):
+            if f not in expected_files:
+                f.unlink()
+        for n in nodes:
+            (GOLDEN / n.id).mkdir(parents=True, exist_ok=True)
+            (GOLDEN / n.id / "Dockerfile").write_text(n.rendered.dockerfile, encoding="utf-8")
+    stale = sorted(str(f.relative_to(GOLDEN)) for f in GOLDEN.rglob("Dockerfile") if f not in expected_files)
+    assert not stale, f"golden files for nodes the matrix no longer has: {stale}"
+    for n in nodes:
+        golden = GOLDEN / n.id / "Dockerfile"
+        assert golden.is_file(), f"no golden file for {n.id}; run with --update-golden"
+        assert n.rendered.dockerfile == golden.read_text(encoding="utf-8"), f"{n.id} differs from {golden}"
+
+
+def test_rendered_base_pins_exactly_the_planned_versions() -> None:
+    node = next(n for n in default_plan().nodes if n.id == "2.6.0-cu124-py3.11-runtime/base")
+    files = dict(node.rendered.files)
+    constraints = files["_imagebuilder/constraints.txt"].decode().splitlines()
+    assert "torch==2.6.0" in constraints
+    assert "nvidia-cudnn-cu12==9.1.0.70" in constraints
+    assert "nvidia-nccl-cu12==2.21.5" in constraints
+    assert "torchvision==0.21.0" in constraints
+    text = node.rendered.dockerfile
+    assert text.startswith("FROM debian:bookworm\n")
+    assert "torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0" in text
+    assert "--no-cache-dir --index-url https://pypi.org/simple" in text
+
+
+def test_children_render_from_their_parent() -> None:
+    node = next(n for n in default_plan().nodes if n.id == "2.6.0-cu124-py3.11-runtime/task")
+    assert node.rendered.dockerfile.startswith(
+        "FROM 127.0.0.1:5000/ml/pytorch:2.6.0-cu124-py3.11-runtime-business\n")
+    assert dict(node.rendered.files)["evaluate.py"].startswith(b'"""Example team tool')
+
+
+def test_the_devel_flavor_adds_a_toolchain() -> None:
+    plan = default_plan()
+    devel = plan.node("2.8.0-cu128-py3.11-devel/base").rendered.dockerfile
+    runtime = plan.node("2.8.0-cu128-py3.11-runtime/base").rendered.dockerfile
+    assert "build-essential python3-dev ninja-build" in devel
+    assert "build-essential" not in runtime
+
+
+def team_layer(tmp_path: Path, template: str) -> Path:
+    folder = tmp_path / "layers" / "team"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile.j2").write_text(textwrap.dedent(template).lstrip(), encoding="utf-8")
+    return folder / "Dockerfile.j2"
+
+
+def plan_with_team_layer(write_matrix: MatrixWriter, table: CompatTable, header: str) -> plan_mod.Plan:
+    path = write_matrix(header.replace("layers: [base, business, task]", "layers: [base, team]\nlayers_path: [layers]")
+                        + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    return plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+
+
+@pytest.mark.parametrize(("template", "message", "line"), [
+    ("FROM {{ parent_image }}\nRUN echo {{ torch }\n", "template syntax error", 2),
+    ("FROM {{ parent_image }}\n\nRUN echo {{ no_such_thing }}\n", "'no_such_thing' is undefined", 3),
+    ("FROM {{ parent_image }}\nRUN echo {{ layer.vars.missing }}\n", "has no attribute 'missing'", 2),
+    ("FROM debian:bookworm\nRUN true\n", "the first instruction must be `FROM {{ parent_image }}`", 1),
+    ("# only a comment\n", "renders no FROM line", 1),
+])
+def test_template_errors_name_file_and_line(write_matrix: MatrixWriter, table: CompatTable, header: str,
+                                            tmp_path: Path, template: str, message: str, line: int) -> None:
+    template_file = team_layer(tmp_path, template)
+    with pytest.raises(InputError, match=message) as err:
+        plan_with_team_layer(write_matrix, table, header)
+    assert err.value.where is not None
+    assert Path(err.value.where.file) == template_file
+    assert err.value.where.line == line
+
+
+def test_team_layers_can_use_the_shared_macros(write_matrix: MatrixWriter, table: CompatTable, header: str,
+                                               tmp_path: Path) -> None:
+    team_layer(tmp_path, """
+        FROM {{ parent_image }}
+        {% import "macros.j2" as m %}
+        {{ m.apt_install(["curl"]) }}
+        """)
+    node = plan_with_team_layer(write_matrix, table, header).node("2.6.0-cpu-py3.11-runtime/team")
+    assert "apt-get install -y --no-install-recommends curl" in node.rendered.dockerfile
+    assert "rm -rf /var/lib/apt/lists/*" in node.rendered.dockerfile
+
+
+def test_unknown_layer_suggests(write_matrix: MatrixWriter, table: CompatTable, header: str) -> None:
+    path = write_matrix(header.replace("[base, business, task]", "[base, busines]")
+                        + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    with pytest.raises(InputError, match="unknown layer 'busines'") as err:
+        plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+    assert err.value.hint == "did you mean 'business'?"
