@@ -37,6 +37,7 @@ class BuildOptions:
     report_dir: Path = Path("imagebuilder-report")
     expect: tuple[tuple[str, str], ...] = ()
     quiet: bool = False
+    no_cache: bool = False
 
 
 def labels(node: Node, parent_ref: str, parent_id: str) -> dict[str, str]:
@@ -192,7 +193,8 @@ class Builder:
         with log_path.open("w", encoding="utf-8") as log:
             try:
                 image = self.engine.build(rendered.tar(), labels=labels(node, parent_ref, parent_id),
-                                          network=node.entry.build.network, sink=self.sink(node, log, tail))
+                                          network=node.entry.build.network, sink=self.sink(node, log, tail),
+                                          nocache=self.options.no_cache)
             except ImageBuilderError as exc:
                 log.write(f"ERROR: {exc.message}\n")
                 result.build = Status.FAILED

@@ -147,14 +147,16 @@ def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Override an expected value in the smoke "
               "suite (e.g. nccl=2.21.5).")
 @click.option("--quiet", is_flag=True, help="No live build log; summary only.")
+@click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 @click.pass_obj
 def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
-          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool) -> int:
+          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool) -> int:
     """Render, build, smoke-test, tag and push the matrix."""
     expected = parse_expect(expect)
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     engine = ctx.engine()
-    options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet)
+    options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
+                           no_cache=no_cache)
     builder = Builder(engine, the_plan, options, ctx.out)
     results = builder.run()
     write_json(results, report_dir / "report.json", run_meta(matrix_file))

@@ -1,0 +1,87 @@
+"""The CLI as users meet it: exit codes, one clear message, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "imagebuilder", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=120)
+
+
+def test_plan_json_of_the_default_matrix() -> None:
+    proc = run("plan", "--matrix", "matrix.yaml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    nodes = json.loads(proc.stdout)
+    by_id = {n["id"]: n for n in nodes}
+    node = by_id["2.7.1-cu126-py3.11-runtime/business"]
+    assert node["parent"] == "2.7.1-cu126-py3.11-runtime/base"
+    assert node["entry"]["cudnn"] == "9.5.1.17" and node["entry"]["nccl"] == "2.26.2"
+    assert by_id["2.8.0-cu128-py3.11-runtime/base"]["entry"]["nccl"] == "2.27.3"
+    assert {n["entry"]["flavor"] for n in nodes} == {"runtime", "devel"}
+    assert all(n["tags"][0].startswith("127.0.0.1:5000/ml/pytorch:") for n in nodes)
+    # build order: every parent comes before its children
+    seen: set[str] = set()
+    for n in nodes:
+        assert n["parent"] is None or n["parent"] in seen
+        seen.add(n["id"])
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("matrix: {torch: [2.6.0], acclerator: [cpu]}\n", "unknown key 'acclerator'"),
+    ("matrix: {torch: [2.8.0], accelerator: [cu124], python: ['3.11']}\n",
+     "torch 2.8.0 publishes cpu, cu128; not cu124"),
+    ("matrix: {torch: [2.9.0], accelerator: [cpu], python: ['3.9']}\n", "supports Python"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]\n", "YAML syntax error"),
+])
+def test_input_errors_exit_2_without_traceback(tmp_path: Path, body: str, needle: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n" + body)
+    for command in ("plan", "render", "build"):
+        extra = ["--out", str(tmp_path / "out")] if command == "render" else []
+        proc = run(command, "--matrix", str(path), *extra, env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr + proc.stdout
+        assert needle in proc.stderr
+        assert str(path) in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) <= 3
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_engine_is_exit_2(tmp_path: Path) -> None:
+    proc = run("build", "--matrix", "examples/demo.yaml", "--report", str(tmp_path),
+               env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 2
+    assert "cannot reach a Docker engine" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_render_writes_dockerfile_and_context(tmp_path: Path) -> None:
+    proc = run("render", "--matrix", "matrix.yaml", "--out", str(tmp_path), "--only", "2.6.0-*/task")
+    assert proc.returncode == 0, proc.stderr
+    task = tmp_path / "2.6.0-cu124-py3.11-runtime" / "task"
+    assert (task / "Dockerfile").read_text().startswith("FROM ")
+    assert (task / "evaluate.py").is_file()
+    assert (tmp_path / "2.6.0-cu124-py3.11-runtime" / "base" / "_imagebuilder" / "constraints.txt").is_file()
+    assert not (tmp_path / "2.8.0-cu128-py3.11-runtime").exists()
+
+
+def test_only_that_selects_nothing_is_an_input_error() -> None:
+    proc = run("plan", "--matrix", "matrix.yaml", "--only", "9.9.9-*")
+    assert proc.returncode == 2
+    assert "selects no node" in proc.stderr
+
+
+def test_bad_expect_flag() -> None:
+    proc = run("smoke", "some-image", "--expect", "torch")
+    assert proc.returncode == 2
+    assert "is not KEY=VALUE" in proc.stderr
