@@ -6,6 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
 REPORT ?= reports/demo
+MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
 .PHONY: help venv engine registry base-image wheelhouse env demo test unit integration lint golden clean
@@ -30,16 +31,19 @@ engine:
 registry:
 	bash .ci/registry.sh
 
-base-image: engine
-	bash .ci/base-image.sh debian:bookworm
+# The base images the matrix names: pulled where a registry answers, else seeded from Debian's mirror.
+base-image: engine venv wheelhouse
+	@for image in $$($(BIN)/python -m imagebuilder plan --matrix $(MATRIX) --json | $(BIN)/python -c \
+	    'import json, sys; print(*sorted({n["base_image"] for n in json.load(sys.stdin) if n["base_image"]}))'); do \
+	  bash .ci/base-image.sh "$$image" || exit 1; done
 
 wheelhouse:
 	bash .ci/wheelhouse.sh $(WHEELHOUSE) 2.13.0
 
-env: venv engine registry base-image wheelhouse
+env: venv engine registry wheelhouse base-image
 
 demo: env
-	$(BIN)/imagebuilder build --matrix examples/demo.yaml --report $(REPORT)
+	$(BIN)/imagebuilder build --matrix $(MATRIX) --report $(REPORT)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, median, save  # noqa: E402
+from common import ROOT, median, save
 
 
 def build(matrix: str, report: Path, cold: bool) -> dict[str, Any]:

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import save  # noqa: E402
-
-import docker  # noqa: E402
+import docker
+from common import save
 
 LIST = "find / -xdev -type f -printf '%s\\t%T@\\t%p\\n' 2>/dev/null"
 

@@ -23,7 +23,7 @@ from .engine import Engine
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
 from .plan import Node, Plan
-from .render import Renderer, wheelhouse_port
+from .render import Renderer, wheelhouse_port, with_labels
 from .report import Result, Status
 from .smoke_runner import run_smoke
 
@@ -184,7 +184,8 @@ class Builder:
             assert node.parent is not None
             parent_ref = self.plan.node(node.parent).tags[0]
             parent_id = self.images[node.parent]
-        rendered = self.renderer.render(node.entry, node.layer, node.id, parent_id)
+        rendered = with_labels(self.renderer.render(node.entry, node.layer, node.id, parent_id),
+                               labels(node, parent_ref, parent_id))
         log_path = self.log_file(node)
         result.log = str(log_path)
         tail: list[str] = []
@@ -192,8 +193,8 @@ class Builder:
         self.say(f"[bold]▶ build {escape(node.id)}[/] [dim]FROM {escape(parent_ref)} ({parent_id[:19]})[/]")
         with log_path.open("w", encoding="utf-8") as log:
             try:
-                image = self.engine.build(rendered.tar(), labels=labels(node, parent_ref, parent_id),
-                                          network=node.entry.build.network, sink=self.sink(node, log, tail),
+                image = self.engine.build(rendered.tar(), network=node.entry.build.network,
+                                          sink=self.sink(node, log, tail),
                                           nocache=self.options.no_cache)
             except ImageBuilderError as exc:
                 log.write(f"ERROR: {exc.message}\n")

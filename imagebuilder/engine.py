@@ -83,13 +83,12 @@ class Engine:
             raise EngineError(f"pull {ref}: finished but the image is not there")
         return image
 
-    def build(self, context: bytes, *, labels: Mapping[str, str], network: str, sink: LineSink,
-              nocache: bool = False) -> str:
+    def build(self, context: bytes, *, network: str, sink: LineSink, nocache: bool = False) -> str:
         """Build from an in-memory tar context; returns the image ID."""
         try:
             stream = self.api.build(
                 fileobj=io.BytesIO(context), custom_context=True, rm=True, forcerm=True, pull=False,
-                decode=True, labels=dict(labels), network_mode=network, nocache=nocache,
+                decode=True, network_mode=network, nocache=nocache,
             )
             records = _drain(stream, sink, "build")
         except docker.errors.APIError as exc:

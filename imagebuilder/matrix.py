@@ -50,7 +50,7 @@ CASCADED_KEYS = (
 TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
 SMOKE_KEYS = ("timeout", "shm_size", "gpus")
-DEFAULT_TAGS = ("{torch}-{accelerator}-py{python}-{flavor}-{layer}",)
+DEFAULT_TAGS = ("{entry}-{layer}",)  # entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}]
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 

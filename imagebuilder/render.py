@@ -120,6 +120,16 @@ class Renderer:
         return RenderedNode(text, tuple(files))
 
 
+def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
+    """The same node with one final LABEL instruction (one step, not one per label as the legacy
+    builder does with the API's `labels`). Values are quoted; `$` and `\\` are escaped."""
+    def quote(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ") + '"'
+    body = " \\\n      ".join(f"{key}={quote(value)}" for key, value in sorted(labels.items()))
+    text = rendered.dockerfile.rstrip("\n") + f"\nLABEL {body}\n"
+    return RenderedNode(text, rendered.files)
+
+
 def constraints(entry: Entry) -> str:
     """pip constraints that pin exactly the planned versions (torch, its companions, the nvidia wheels)."""
     lines = [f"torch=={entry.torch}"]

@@ -130,3 +130,34 @@ def test_build_error_fails_that_node_with_its_log(
     assert nodes["2.13.0-cpu-py3.11-runtime/base"]["status"] == "blocked"
     assert "about to fail" in Path(broken_node["log"]).read_text()
     assert "about to fail" in run.out  # the failing node's log tail is shown in the summary
+
+
+def test_a_failing_entry_does_not_stop_an_independent_one(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    # Two entries that differ only by base image name (the same image under a second name, so the
+    # engine's cache is shared): the second one's first layer fails to build.
+    twin = f"itest/{repository}-debian:bookworm"
+    engine.tag(engine.image_id(base_image) or base_image, twin)
+    broken = tmp_path / "layers" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo 'step fails' && false\n")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]", extra=textwrap.dedent(f"""
+        layers_path: [layers]
+        include:
+          - {{base_image: "{twin}", layers: [broken, base]}}
+        """))
+    matrix.write_text(matrix.read_text().replace(
+        "matrix:\n", f"matrix:\n  base_image: [debian:bookworm, \"{twin}\"]\n", 1))
+    try:
+        run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+    finally:
+        engine.untag(twin)
+    assert run.code == 1
+    nodes = {n["node"]: n for n in report(tmp_path / "r")["nodes"]}
+    ok = nodes["2.13.0-cpu-py3.11-runtime-debian-bookworm/base"]
+    assert ok["status"] == "pushed", ok
+    failed = [n for k, n in nodes.items() if "itest" in k]
+    assert [n["status"] for n in failed] == ["failed", "blocked"]
+    assert "step fails" in run.out
+    assert registry_tags(registry, f"itest/{repository}") == ["2.13.0-cpu-py3.11-runtime-debian-bookworm-base"]

@@ -195,7 +195,7 @@ include:
   - {torch: 2.7.1, accelerator: cpu, python: "3.11"}
   - {torch: 2.7.1, accelerator: cpu, python: "3.11"}
 """)
-    with pytest.raises(InputError, match="duplicate entries '2.7.1-cpu-py3.11-runtime'"):
+    with pytest.raises(InputError, match=r"duplicate entries '2\.7\.1-cpu-py3\.11-runtime'"):
         load(path, table)
 
 

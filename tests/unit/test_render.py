@@ -122,3 +122,10 @@ def test_unknown_layer_suggests(write_matrix: MatrixWriter, table: CompatTable, 
     with pytest.raises(InputError, match="unknown layer 'busines'") as err:
         plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
     assert err.value.hint == "did you mean 'business'?"
+
+
+def test_labels_are_one_quoted_instruction() -> None:
+    from imagebuilder.render import RenderedNode, with_labels
+
+    out = with_labels(RenderedNode("FROM x\n"), {"b": 'say "hi" $HOME\\n', "a": "1"})
+    assert out.dockerfile == 'FROM x\nLABEL a="1" \\\n      b="say \\"hi\\" \\$HOME\\\\n"\n'
