@@ -5,7 +5,7 @@ For each node: `layer bytes` is what the node's own layers add (image size minus
 (regular files new or different in size/mtime relative to the parent). A ratio near 1.0 means the
 layer carries no waste: no deleted caches, wheels or package lists hiding in lower steps.
 
-    python benchmarks/image_sizes.py reports/demo/report.json [--name image_sizes]
+    python benchmarks/image_sizes.py reports/demo/report.json [MORE_REPORTS ...] [--name image_sizes]
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ def files(client: docker.DockerClient, image: str) -> dict[str, tuple[int, str]]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("report", type=Path)
+    parser.add_argument("reports", type=Path, nargs="+")
     parser.add_argument("--name", default="image_sizes")
     args = parser.parse_args()
-    report = json.loads(args.report.read_text())
+    nodes = [n for path in args.reports for n in json.loads(path.read_text())["nodes"]]
     client = docker.from_env(timeout=600)
     cache: dict[str, dict[str, tuple[int, str]]] = {}
     rows = []
-    for node in report["nodes"]:
+    for node in nodes:
         if not node.get("image"):
             continue
         image = client.images.get(node["image"])
@@ -57,8 +57,9 @@ def main() -> None:
     for r in rows:
         print(f"{r['node']:{width}}  {r['image_bytes'] / 1e6:9.1f} {r['layer_bytes'] / 1e6:9.1f} "
               f"{r['content_bytes'] / 1e6:10.1f} {r['ratio'] if r['ratio'] is not None else '-':>6}")
-    out = save(args.name, {"report": str(args.report), "nodes": rows},
-               f"python benchmarks/image_sizes.py {args.report} --name {args.name}")
+    reports = " ".join(str(p) for p in args.reports)
+    out = save(args.name, {"reports": reports, "nodes": rows},
+               f"python benchmarks/image_sizes.py {reports} --name {args.name}")
     print(f"wrote {out}")
 
 
