@@ -16,11 +16,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import compat as compat_mod
+from . import compat_refresh
 from . import matrix as matrix_mod
 from . import plan as plan_mod
 from .build import Builder, BuildOptions, run_meta
 from .engine import Engine
-from .errors import ImageBuilderError, InputError, RunFailed
+from .errors import ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
 from .render import Renderer
 from .report import print_summary, write_json
 from .smoke_runner import run_smoke
@@ -33,7 +34,24 @@ class Context:
     out: Console
     err: Console
     engine_url: str | None = None
+    compat_file: Path | None = None
+    check_index: bool = True
     _engine: Engine | None = None
+    _table: compat_mod.CompatTable | None = None
+
+    def table(self) -> compat_mod.CompatTable:
+        if self._table is None:
+            path = self.compat_file
+            if path is not None and not path.is_file():
+                raise InputError(f"compatibility table {path} does not exist")
+            try:
+                self._table = compat_mod.CompatTable.load(path)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"compatibility table {path or 'data/compat.json'} is unreadable: {exc}") from None
+        return self._table
+
+    def index_versions(self, index_url: str, project: str) -> list[str] | None:
+        return compat_refresh.project_versions(index_url, project, timeout=20)
 
     def engine(self) -> Engine:
         if self._engine is None:
@@ -55,8 +73,8 @@ class Context:
 
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
               only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
-    table = compat_mod.CompatTable.load()
-    matrix = matrix_mod.load(matrix_file, table, registry=registry, base_python=ctx.base_python, strict=strict)
+    matrix = matrix_mod.load(matrix_file, ctx.table(), registry=registry, base_python=ctx.base_python, strict=strict,
+                             index_versions=ctx.index_versions if ctx.check_index else None)
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
@@ -74,10 +92,15 @@ only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id m
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--engine", "engine_url", envvar="DOCKER_HOST", help="Docker engine URL (default: DOCKER_HOST or "
               "the local socket).")
+@click.option("--compat", "compat_file", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_COMPAT",
+              help="A compatibility table to use instead of the packaged one (see `compat refresh --out`).")
+@click.option("--offline", is_flag=True, envvar="IMAGEBUILDER_OFFLINE",
+              help="Do not ask package indexes whether nccl/cudnn overrides exist.")
 @click.pass_context
-def cli(click_ctx: click.Context, engine_url: str | None) -> None:
+def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
-    click_ctx.obj = Context(out=Console(), err=Console(stderr=True), engine_url=engine_url)
+    click_ctx.obj = Context(out=Console(), err=Console(stderr=True), engine_url=engine_url, compat_file=compat_file,
+                            check_index=not offline)
 
 
 @cli.command()
@@ -86,11 +109,14 @@ def cli(click_ctx: click.Context, engine_url: str | None) -> None:
 @only_option
 @click.option("--registry", help="Override the registry (host[:port][/namespace]).")
 @click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON.")
+@click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
 @click.pass_obj
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-         as_json: bool) -> int:
+         as_json: bool, explain: bool) -> int:
     """Print the build nodes (entry x layer) in build order."""
-    _matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    if explain:
+        explain_plan(ctx.err if as_json else ctx.out, matrix, ctx.table())
     if as_json:
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
         return 0
@@ -104,6 +130,106 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
                       "\n".join(t.rsplit("/", 1)[-1] for t in n.tags))
     ctx.out.print(table)
     ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries", highlight=False)
+    return 0
+
+
+def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.CompatTable) -> None:
+    console.print("[bold]entries[/]", highlight=False)
+    for e in matrix.entries:
+        release = table.release(e.torch)
+        variant = release.variant(e.accelerator) if release else None
+        source = "PyPI's default variant" if variant and variant.index == "pypi" else "PyTorch's per-accelerator index"
+        verified = "" if variant is None or variant.verified else " (variant not verified against its index)"
+        console.print(f"  {escape(e.id)}: torch {e.torch} {e.accelerator} from {source}{verified} "
+                      f"({escape(e.build.torch_index_url)}); Python {e.python} in "
+                      f"{', '.join(release.python) if release else '?'}", highlight=False)
+        if e.cuda:
+            floor = table.min_driver(e.cuda) or "unknown"
+            console.print(f"    cuda {e.cuda} (driver >= {floor}), cudnn {e.cudnn}, nccl {e.nccl}, triton {e.triton}",
+                          highlight=False)
+        for package, version in e.overrides:
+            pin = dict(e.pins).get(package)
+            console.print(f"    override: {package}=={version} instead of torch's pin {pin}", highlight=False)
+    console.print("[bold]excluded[/]" + ("" if matrix.excluded else ": none"), highlight=False)
+    for combo, why in matrix.excluded:
+        console.print(f"  {escape(combo)}  <- {escape(why)}", highlight=False)
+
+
+@cli.group()
+def compat() -> None:
+    """The torch / CUDA / cuDNN / NCCL / Python / driver compatibility table."""
+
+
+@compat.command("show")
+@click.option("--torch", "torch_version", help="Only this torch release.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
+    """Print the table: per release and accelerator, CUDA, cuDNN, NCCL, triton, Python and glibc."""
+    table = ctx.table()
+    releases = [r for r in table.releases if torch_version in (None, r.torch)]
+    if torch_version and not releases:
+        raise InputError(f"torch {torch_version} is not in the table",
+                         hint=did_you_mean(torch_version, [r.torch for r in table.releases]))
+    if as_json:
+        click.echo(json.dumps([{
+            "torch": r.torch, "python": list(r.python), "requires_python": r.requires_python, "glibc": r.glibc,
+            "torchvision": r.torchvision, "torchaudio": r.torchaudio,
+            "variants": {v.accelerator: {"cuda": v.cuda, "cudnn": v.cudnn, "nccl": v.nccl, "triton": v.triton,
+                                         "index": v.index, "verified": v.verified,
+                                         "min_driver": table.min_driver(v.cuda) if v.cuda else None,
+                                         "packages": dict(v.packages)} for v in r.variants},
+        } for r in releases], indent=2))
+        return 0
+    grid = Table(title=f"compatibility table ({table.source}, {table.generated})")
+    for col in ("torch", "variant", "cuda", "cudnn", "nccl", "triton", "driver ≥", "python", "glibc",
+                "vision", "audio", "index"):
+        grid.add_column(col)
+    for r in releases:
+        for v in r.variants:
+            grid.add_row(r.torch, v.accelerator, v.cuda or "-", v.cudnn or "-", v.nccl or "-", v.triton or "-",
+                         (table.min_driver(v.cuda) or "?") if v.cuda else "-",
+                         f"{r.python[0]}–{r.python[-1]}" if r.python else (r.requires_python or "?"),
+                         r.glibc or "?", r.torchvision or "-", r.torchaudio or "-",
+                         v.index + ("" if v.verified else "*"))
+    ctx.out.print(grid)
+    ctx.out.print("* not verified against its index", highlight=False)
+    return 0
+
+
+@compat.command("refresh")
+@click.option("--index", "index_url", default=compat_mod.PYPI_SIMPLE, show_default=True,
+              help="A PEP 691/503 simple index serving torch's wheels (and their PEP 658 metadata).")
+@click.option("--min-torch", default="2.4", show_default=True)
+@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Where to write the table "
+              "(default: the --compat file, else the packaged data/compat.json).")
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@click.pass_obj
+def compat_refresh_cmd(ctx: Context, index_url: str, min_torch: str, out_file: Path | None, dry_run: bool) -> int:
+    """Regenerate the table from the wheels' METADATA on an index and print what changed."""
+    out = out_file or ctx.compat_file or Path(compat_mod.__file__).resolve().parent / "data" / "compat.json"
+    try:
+        new = compat_refresh.fetch_table(index_url, min_torch=min_torch)
+    except compat_refresh.IndexUnreachable as exc:
+        raise IndexUnavailable(f"{exc}; the table at {out} is unchanged") from None
+    old: dict[str, object] = {}
+    if out.is_file():
+        try:
+            old = dict(json.loads(out.read_text(encoding="utf-8")))
+        except ValueError:
+            old = {}
+    changes = compat_refresh.diff_tables(old, new)
+    for line in changes:
+        ctx.out.print(escape(line), highlight=False)
+    releases = new.get("releases")
+    count = len(releases) if isinstance(releases, dict) else 0
+    if not changes:
+        ctx.out.print(f"no changes ({count} releases)", highlight=False)
+    if dry_run:
+        ctx.out.print(f"dry run: {out} not written", highlight=False)
+        return 0
+    compat_refresh.write_table(new, out)
+    ctx.out.print(f"wrote {out} ({count} releases from {index_url})", highlight=False)
     return 0
 
 

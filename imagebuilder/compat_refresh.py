@@ -907,6 +907,29 @@ def diff_tables(old: dict[str, object], new: dict[str, object]) -> list[str]:
     return lines
 
 
+def project_versions(
+    index_url: str, project: str, *, timeout: float = 30.0, cafile: str | None = None
+) -> list[str] | None:
+    """The release versions an index serves for ``project`` (from its files), or None if it has none.
+
+    Raises :class:`IndexUnreachable` when the index cannot be reached.
+    """
+    with _Http(timeout=timeout, cafile=_default_cafile(cafile)) as http:
+        files = _project_files(http, index_url, project, required=False)
+    if files is None:
+        return None
+    versions: set[Version] = set()
+    for f in files:
+        if f.yanked:
+            continue
+        try:
+            if f.filename.endswith(".whl"):
+                versions.add(parse_wheel_filename(f.filename)[1])
+        except InvalidWheelFilename:
+            continue
+    return [str(v) for v in sorted(versions)]
+
+
 # --------------------------------------------------------------------------- CLI
 
 

@@ -58,6 +58,12 @@ class EngineUnavailable(ImageBuilderError):
     exit_code = 2
 
 
+class IndexUnavailable(ImageBuilderError):
+    """A package index could not be reached (nothing was changed)."""
+
+    exit_code = 2
+
+
 class EngineError(ImageBuilderError):
     """The engine or registry refused an operation (build step, push, run)."""
 

@@ -40,13 +40,16 @@ PATTERNS: dict[str, str] = {
     "int": r"\d{1,7}",
     "network": r"host|bridge|none|default",
     "gpus": r"none|all|auto",
+    "libversion": r"\d+(?:\.\d+){1,3}",
 }
 AXES = ("torch", "accelerator", "python", "flavor", "base_image")
 TORCH_EXTRAS = ("torchvision", "torchaudio")
 ENTRY_ONLY_KEYS = ("name",)
 CASCADED_KEYS = (
     "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "vars", "torch_extras", "smoke",
+    "nccl", "cudnn", "allow_major_override",
 )
+OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
 TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
 SMOKE_KEYS = ("timeout", "shm_size", "gpus")
@@ -105,6 +108,7 @@ class Entry:
     tags: tuple[str, ...]
     vars: tuple[tuple[str, str], ...]
     where: Where
+    overrides: tuple[tuple[str, str], ...] = ()  # (wheel, version) installed over torch's own pin
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -135,6 +139,7 @@ class Matrix:
 
 
 BasePython = Callable[[str], "str | None"]
+IndexVersions = Callable[[str, str], "list[str] | None"]  # (index url, project) -> versions; None: no such project
 
 
 def load(
@@ -145,11 +150,15 @@ def load(
     registry: str | None = None,
     base_python: BasePython | None = None,
     strict: bool = False,
+    index_versions: IndexVersions | None = None,
 ) -> Matrix:
-    """Read, expand, validate and resolve a matrix file."""
+    """Read, expand, validate and resolve a matrix file. `index_versions`, when given, is asked whether
+    an overriding nccl/cudnn version exists on the entry's index."""
     doc = source.load(path)
-    return _Loader(doc, path.resolve().parent, compat, dict(env if env is not None else os.environ),
-                   registry, base_python or os_python, strict).run()
+    loader = _Loader(doc, path.resolve().parent, compat, dict(env if env is not None else os.environ),
+                     registry, base_python or os_python, strict)
+    loader.index_versions = index_versions
+    return loader.run()
 
 
 class _Loader:
@@ -163,6 +172,7 @@ class _Loader:
         self.base_python = base_python
         self.strict = strict
         self.warnings: list[str] = []
+        self.index_versions: IndexVersions | None = None
 
     # -- helpers ---------------------------------------------------------------------------
     def where(self, *path: str | int) -> Where:
@@ -356,6 +366,7 @@ class _Loader:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
                 raise self.fail(f"invalid variable name {k!r}", ("vars", k))
             var_pairs.append((k, self.scalar(v, "var", ("vars", k))))
+        overrides, resolved = self.overrides(top, combo, variant, label, where, build.torch_index_url)
         entry_id = combo.get("name")
         if entry_id is not None:
             entry_id = self.scalar(entry_id, "name", (*origin, "name"))
@@ -365,13 +376,50 @@ class _Loader:
                 entry_id += "-" + re.sub(r"[^a-z0-9.]+", "-", base_image.lower()).strip("-")
         return Entry(
             id=entry_id, torch=torch, accelerator=acc, python=python, flavor=flavor,
-            cuda=variant.cuda, cudnn=variant.cudnn, nccl=variant.nccl, triton=variant.triton,
+            cuda=variant.cuda, cudnn=resolved.get("cudnn", variant.cudnn), nccl=resolved.get("nccl", variant.nccl),
+            triton=variant.triton,
             torchvision=release.torchvision if "torchvision" in extras else None,
             torchaudio=release.torchaudio if "torchaudio" in extras else None,
             pins=variant.packages, base_image=base_image, registry=registry, repository=repository,
             layers=layers, layers_path=layers_path, build=build, smoke=smoke, tags=tags,
-            vars=tuple(var_pairs), where=where,
+            vars=tuple(var_pairs), where=where, overrides=overrides,
         )
+
+    def overrides(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant, label: str, where: Where,
+                  index_url: str) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+        """`nccl:`/`cudnn:` on an entry install that version of the nvidia wheel instead of torch's pin."""
+        allow_raw, allow_path = self.cascaded(top, combo, "allow_major_override")
+        if allow_raw is not None and not isinstance(allow_raw, bool):
+            raise self.fail(f"expected true or false, got {_describe(allow_raw)}", allow_path)
+        out: list[tuple[str, str]] = []
+        resolved: dict[str, str] = {}
+        for key, prefix in OVERRIDABLE.items():
+            raw, path = self.cascaded(top, combo, key)
+            if raw is None:
+                continue
+            version = self.scalar(raw, "libversion", path)
+            pinned = [(name, ver) for name, ver in variant.packages if name.startswith(prefix)]
+            if not pinned:
+                raise InputError(f"{label}: `{key}: {version}` overrides nothing; torch {variant.torch}/"
+                                 f"{variant.accelerator} installs no {prefix}* wheel", where=where)
+            package, pin = pinned[0]
+            if version.split(".")[0] != pin.split(".")[0] and allow_raw is not True:
+                raise InputError(
+                    f"{label}: {key} {version} crosses a major version from torch's pin {package}=={pin}",
+                    where=where, hint="set `allow_major_override: true` on the entry if you mean it")
+            if self.index_versions is not None:
+                try:
+                    known = self.index_versions(index_url, package)
+                except Exception as exc:  # noqa: BLE001 - an unreachable index only weakens the check
+                    self.warnings.append(f"{where}: could not check {package}=={version} on {index_url}: {exc}")
+                else:
+                    if known is None or version not in known:
+                        newest = ", ".join((known or [])[-4:]) or "none"
+                        raise InputError(f"{label}: {package}=={version} does not exist on {index_url}",
+                                         where=where, hint=f"newest there: {newest}")
+            out.append((package, version))
+            resolved[key] = version
+        return tuple(out), resolved
 
     def choice(self, value: Any, allowed: tuple[str, ...], path: tuple[str | int, ...]) -> str:
         if value not in allowed:

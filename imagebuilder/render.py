@@ -90,7 +90,9 @@ class Renderer:
         }
         return {
             **versions,
-            "entry": {**versions, "id": entry.id, "pins": dict(entry.pins), "vars": dict(entry.vars)},
+            "entry": {**versions, "id": entry.id, "pins": dict(entry.pins), "vars": dict(entry.vars),
+                      "overrides": dict(entry.overrides)},
+            "overrides": dict(entry.overrides),
             "vars": dict(entry.vars),
             "parent_image": parent_image,
             "build": build,
@@ -112,6 +114,7 @@ class Renderer:
             raise InputError(f"template {exc.name!r} not found", where=_template_where(exc, layer)) from None
         except jinja2.TemplateError as exc:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
+        text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
         check_first_from(text, parent_image, layer.template)
         files = [(p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in layer.context_files()]
         files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))

@@ -323,3 +323,40 @@ def test_missing_project_raises(tmp_path: Path) -> None:
     for url in _serve(tmp_path, _QuietHandler):
         with pytest.raises(IndexUnreachable, match="not found on the index"):
             fetch_table(url, timeout=5)
+
+
+# --------------------------------------------------------------------------- the CLI over a local index
+
+
+def test_cli_refresh_writes_the_table_and_prints_changes(index_url: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder.cli import main
+
+    out = tmp_path / "table.json"
+    assert main(["compat", "refresh", "--index", index_url, "--out", str(out), "--min-torch", "2.6"]) == 0
+    printed = capsys.readouterr().out
+    assert "2.6.0" in printed and f"wrote {out}" in printed
+    table = json.loads(out.read_text())
+    assert table["releases"]["2.6.0"]["variants"]["cu124"]["nccl"] == "2.21.5"
+    # A second refresh from the same index changes nothing.
+    assert main(["compat", "refresh", "--index", index_url, "--out", str(out), "--min-torch", "2.6"]) == 0
+    assert "no changes" in capsys.readouterr().out
+    # The refreshed table is what `compat show` and planning read.
+    assert main(["--compat", str(out), "compat", "show", "--torch", "2.6.0", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown[0]["variants"]["cu124"]["cudnn"] == "9.1.0.70"
+
+
+def test_cli_refresh_from_an_unreachable_index_leaves_the_table(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder.cli import main
+
+    out = tmp_path / "table.json"
+    out.write_text('{"old": true}\n')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once we leave: nothing listens there
+    assert main(["compat", "refresh", "--index", f"http://127.0.0.1:{port}/simple", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "unchanged" in err and "Traceback" not in err
+    assert out.read_text() == '{"old": true}\n'

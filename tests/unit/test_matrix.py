@@ -256,3 +256,55 @@ def test_unsupported_version(write_matrix: MatrixWriter, header: str, table: Com
     path = write_matrix(header.replace("version: 1", "version: 2") + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n")
     with pytest.raises(InputError, match="unsupported matrix version '2'"):
         load(path, table)
+
+
+def _index(versions: dict[str, list[str]]) -> matrix.IndexVersions:
+    def lookup(index_url: str, project: str) -> list[str] | None:
+        assert index_url == "https://pypi.org/simple"
+        return versions.get(project)
+    return lookup
+
+
+CUDA = "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11']}\n"
+
+
+def test_nccl_override_replaces_the_pin(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + CUDA + "include: [{accelerator: cu124, nccl: 2.23.4}]\n")
+    (e,) = load(path, table, index_versions=_index({"nvidia-nccl-cu12": ["2.21.5", "2.23.4"]})).entries
+    assert e.nccl == "2.23.4" and e.cudnn == "9.1.0.70"
+    assert e.overrides == (("nvidia-nccl-cu12", "2.23.4"),)
+    assert dict(e.pins)["nvidia-nccl-cu12"] == "2.21.5"  # torch's own pin still installs torch
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("include: [{accelerator: cu124, nccl: 2.99.1}]\n", r"nvidia-nccl-cu12==2\.99\.1 does not exist on"),
+    ("include: [{accelerator: cu124, cudnn: 8.9.7.29}]\n", "cudnn 8.9.7.29 crosses a major version"),
+    ("include: [{accelerator: cu124, nccl: '2.23.4; rm -rf /'}]\n", "invalid libversion"),
+    ("include: [{accelerator: cu124, nccl: 2.23.4, allow_major_override: 'yes'}]\n", "expected true or false"),
+])
+def test_override_errors(write_matrix: MatrixWriter, header: str, table: CompatTable, extra: str,
+                         message: str) -> None:
+    index = _index({"nvidia-nccl-cu12": ["2.21.5", "2.23.4"], "nvidia-cudnn-cu12": ["8.9.7.29", "9.1.0.70"]})
+    with pytest.raises(InputError, match=message):
+        load(write_matrix(header + CUDA + extra), table, index_versions=index)
+
+
+def test_major_override_when_allowed(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + CUDA + "include: [{accelerator: cu124, cudnn: 8.9.7.29, allow_major_override: true}]\n")
+    (e,) = load(path, table, index_versions=_index({"nvidia-cudnn-cu12": ["8.9.7.29"]})).entries
+    assert e.cudnn == "8.9.7.29"
+
+
+def test_cpu_has_nothing_to_override(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\nnccl: 2.23.4\n")
+    with pytest.raises(InputError, match="overrides nothing"):
+        load(path, table)
+
+
+def test_unreachable_index_only_warns(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    def down(index_url: str, project: str) -> list[str] | None:
+        raise OSError("connection refused")
+    path = write_matrix(header + CUDA + "include: [{accelerator: cu124, nccl: 2.23.4}]\n")
+    m = load(path, table, index_versions=down)
+    assert m.entries[0].nccl == "2.23.4"
+    assert "could not check nvidia-nccl-cu12==2.23.4" in m.warnings[0]
