@@ -82,13 +82,43 @@ def check_versions(expect: dict[str, Any]) -> list[Record]:
         except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
             out.append(record("versions.cudnn", "fail", expected=want, reason=f"cuDNN did not load: {exc}"))
     if expect.get("nccl"):
+        want = str(expect["nccl"])
         try:
+            runtime, path = runtime_nccl()
+            rec = compare("versions.nccl", runtime, want, what="NCCL loaded at run time")
             raw = torch.cuda.nccl.version()
-            got = ".".join(str(x) for x in raw) if isinstance(raw, tuple) else str(raw)
-            out.append(compare("versions.nccl", got, str(expect["nccl"]), what="NCCL loaded at run time"))
+            rec["compiled"] = ".".join(str(x) for x in raw) if isinstance(raw, tuple) else str(raw)
+            rec["library"] = path
+            out.append(rec)
         except Exception as exc:  # noqa: BLE001
-            out.append(record("versions.nccl", "fail", expected=expect["nccl"], reason=f"NCCL did not load: {exc}"))
+            out.append(record("versions.nccl", "fail", expected=want, reason=f"NCCL did not load: {exc}"))
     return out
+
+
+def runtime_nccl() -> tuple[str, str]:
+    """The version of the libnccl this process really uses (ncclGetVersion), and its path.
+    torch.cuda.nccl.version() is the version torch was compiled against, which an override changes not."""
+    import ctypes
+    import glob
+
+    import torch  # noqa: F401 - loads libtorch_cuda and, with it, the libnccl it links
+
+    path = None
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            if "libnccl.so" in line:
+                path = line.split()[-1]
+                break
+    if path is None:
+        found = sorted(p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*")))
+        path = found[0] if found else "libnccl.so.2"
+    lib = ctypes.CDLL(path)
+    code = ctypes.c_int()
+    if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+        raise RuntimeError(f"ncclGetVersion failed in {path}")
+    v = code.value
+    major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}", path
 
 
 def _cudnn_str(v: Any) -> str:

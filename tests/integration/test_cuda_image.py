@@ -12,7 +12,7 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, report
+from .conftest import REGISTRY, CliRun, registry_tags, report
 
 pytestmark = pytest.mark.cuda
 
@@ -51,3 +51,39 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
     out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^nvidia-(cudnn|nccl)-cu12=='; "
                      "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) -print 2>/dev/null"], timeout=120)
     assert sorted(out.logs.split()) == ["nvidia-cudnn-cu12==9.1.0.70", "nvidia-nccl-cu12==2.21.5"]
+
+
+def cuda_matrix(tmp_path: Path, repository: str, extra: str = "") -> Path:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(textwrap.dedent(f"""
+        version: 1
+        base_image: debian:bookworm
+        registry: {REGISTRY}/itest
+        repository: {repository}
+        layers: [base]
+        matrix:
+          torch: ["2.6.0"]
+          accelerator: [cu124]
+          python: ["3.11"]
+        """).lstrip() + textwrap.dedent(extra))
+    return matrix
+
+
+def test_nccl_override_is_installed_and_checked_at_run_time(
+        engine: Engine, registry: str, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    # torch 2.6.0 pins nvidia-nccl-cu12==2.21.5; the entry asks for 2.23.4 instead (same major).
+    matrix = cuda_matrix(tmp_path, repository, "include:\n  - {accelerator: cu124, nccl: \"2.23.4\"}\n")
+    planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
+    assert planned["nccl"] == "2.23.4"
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
+    assert run.code == 0, run.text[-4000:]
+    (node,) = report(tmp_path / "r")["nodes"]
+    checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
+    assert checks["versions.nccl"]["value"] == "2.23.4"  # the library loaded at run time is the override
+
+    # A wrong expectation fails the versions check, and nothing is pushed.
+    bad = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "bad"), "--expect", "nccl=2.0.0")
+    assert bad.code == 1
+    assert "versions.nccl: NCCL loaded at run time: got '2.23.4', expected '2.0.0'" in bad.out
+    assert registry_tags(registry, f"itest/{repository}") == []
