@@ -18,7 +18,6 @@ Only the standard library and ``packaging`` are used.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import html.parser
 import http.client
@@ -28,7 +27,6 @@ import json
 import os
 import re
 import ssl
-import sys
 import threading
 import time
 import urllib.error
@@ -61,7 +59,7 @@ __all__ = [
     "diff_tables",
     "driver_floor",
     "fetch_table",
-    "main",
+    "project_versions",
     "write_table",
 ]
 
@@ -928,49 +926,3 @@ def project_versions(
         except InvalidWheelFilename:
             continue
     return [str(v) for v in sorted(versions)]
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m imagebuilder.compat_refresh [--index URL] [--out FILE]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--index", default=DEFAULT_INDEX, help="simple index URL (default: %(default)s)")
-    parser.add_argument("--min-torch", default="2.4", help="oldest torch release to include (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
-    parser.add_argument("--cafile", default=None, help="CA bundle for TLS (default: $PIP_CERT etc.)")
-    parser.add_argument(
-        "--out",
-        default=str(Path(__file__).resolve().parent / "data" / "compat.json"),
-        help="where to write the table (default: %(default)s)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the diff, do not write")
-    args = parser.parse_args(argv)
-
-    started = time.monotonic()
-    try:
-        table = fetch_table(args.index, min_torch=args.min_torch, timeout=args.timeout, cafile=args.cafile)
-    except IndexUnreachable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    elapsed = time.monotonic() - started
-
-    out = Path(args.out)
-    old: dict[str, object] = {}
-    if out.is_file():
-        try:
-            old = _as_dict(json.loads(out.read_text(encoding="utf-8")))
-        except ValueError:
-            old = {}
-    for line in diff_tables(old, table):
-        print(line)
-    releases = _as_dict(table.get("releases"))
-    print(f"{len(releases)} releases from {args.index} in {elapsed:.1f}s", file=sys.stderr)
-    if not args.dry_run:
-        write_table(table, out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

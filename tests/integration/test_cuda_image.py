@@ -19,18 +19,7 @@ pytestmark = pytest.mark.cuda
 
 def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, repository: str, tmp_path: Path,
                                             cli: Callable[..., CliRun]) -> None:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(textwrap.dedent(f"""
-        version: 1
-        base_image: debian:bookworm
-        registry: {REGISTRY}/itest
-        repository: {repository}
-        layers: [base]
-        matrix:
-          torch: ["2.6.0"]
-          accelerator: [cu124]
-          python: ["3.11"]
-        """).lstrip())
+    matrix = cuda_matrix(tmp_path, repository)
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
     assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("12.4", "9.1.0.70", "2.21.5")
 

@@ -290,7 +290,8 @@ def test_override_errors(write_matrix: MatrixWriter, header: str, table: CompatT
 
 
 def test_major_override_when_allowed(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
-    path = write_matrix(header + CUDA + "include: [{accelerator: cu124, cudnn: 8.9.7.29, allow_major_override: true}]\n")
+    path = write_matrix(header + CUDA
+                        + "include: [{accelerator: cu124, cudnn: 8.9.7.29, allow_major_override: true}]\n")
     (e,) = load(path, table, index_versions=_index({"nvidia-cudnn-cu12": ["8.9.7.29"]})).entries
     assert e.cudnn == "8.9.7.29"
 
