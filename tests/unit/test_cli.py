@@ -85,3 +85,35 @@ def test_bad_expect_flag() -> None:
     proc = run("smoke", "some-image", "--expect", "torch")
     assert proc.returncode == 2
     assert "is not KEY=VALUE" in proc.stderr
+
+
+def test_explain_lists_resolution_and_exclusions(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
+                    "matrix: {torch: [2.6.0, 2.7.1], accelerator: [cpu], python: ['3.11']}\n"
+                    "exclude: [{torch: 2.6.0}]\n")
+    proc = run("plan", "--matrix", str(path), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    assert "torch=2.6.0, accelerator=cpu, python=3.11  <- exclude[0] torch=2.6.0" in proc.stdout
+    assert "2.7.1-cpu-py3.11-runtime: torch 2.7.1 cpu from PyTorch's per-accelerator index" in proc.stdout
+
+
+def test_the_packaged_table_pins_what_the_wheels_pin(tmp_path: Path) -> None:
+    """Acceptance values, read from the packaged table through plan/render."""
+    path = tmp_path / "m.yaml"
+    path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
+                    "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11']}\n"
+                    "include:\n"
+                    "  - {torch: 2.7.1, accelerator: cu126, python: '3.11'}\n"
+                    "  - {torch: 2.8.0, accelerator: cu128, python: '3.11'}\n"
+                    "  - {torch: 2.11.0, accelerator: cu130, python: '3.11'}\n")
+    nodes = json.loads(run("plan", "--matrix", str(path), "--json").stdout)
+    got = {n["entry"]["torch"]: (n["entry"]["cudnn"], n["entry"]["nccl"]) for n in nodes}
+    assert got["2.6.0"] == ("9.1.0.70", "2.21.5")
+    assert got["2.7.1"] == ("9.5.1.17", "2.26.2")
+    assert got["2.8.0"] == ("9.10.2.21", "2.27.3")
+    out = tmp_path / "out"
+    assert run("render", "--matrix", str(path), "--out", str(out), "--only", "2.11.0-*").returncode == 0
+    constraints = (out / "2.11.0-cu130-py3.11-runtime" / "base" / "_imagebuilder" / "constraints.txt").read_text()
+    assert "nvidia-nccl-cu13==" in constraints and "nvidia-cudnn-cu13==" in constraints
+    assert "-cu12" not in constraints
