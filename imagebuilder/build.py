@@ -38,6 +38,7 @@ class BuildOptions:
     expect: tuple[tuple[str, str], ...] = ()
     quiet: bool = False
     no_cache: bool = False
+    allow_untested_gpu: bool = False
 
 
 def labels(node: Node, parent_ref: str, parent_id: str) -> dict[str, str]:
@@ -61,7 +62,12 @@ def labels(node: Node, parent_ref: str, parent_id: str) -> dict[str, str]:
 
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """What the smoke suite checks in an entry's images: the resolved versions, floors, and overrides."""
     expect: dict[str, Any] = {k: v for k, v in entry.versions().items() if k != "flavor"}
+    expect.update(driver_floor=entry.driver_floor, throughput_floor=entry.smoke.throughput_floor,
+                  cpu_gflops_floor=entry.smoke.cpu_gflops_floor)
+    if any(name.startswith("nvidia-cudnn") for name, _ in entry.overrides):
+        expect["cudnn_override"] = True  # the loaded cuDNN is meant to differ from torch's build
     expect.update(dict(extra))
     return expect
 
@@ -146,6 +152,15 @@ class Builder:
                     self.results[node.id].smoke = Status.SKIPPED
         entry_ok = all(self.results[n.id].build == Status.BUILT for n in nodes) and all(
             self.results[n.id].smoke in (Status.PASSED, Status.SKIPPED) for n in nodes if n.leaf)
+        untested = [n for n in nodes if self.results[n.id].gpu_verified is False]
+        if entry_ok and untested and self.options.push and not self.options.allow_untested_gpu:
+            for node in nodes:
+                self.results[node.id].publish = Status.HELD
+                self.results[node.id].error = ("not GPU-verified: no GPU on this host "
+                                               "(--allow-untested-gpu pushes anyway)")
+            self.say(f"[yellow]{escape(entry.id)}: CUDA images not GPU-verified are not pushed; "
+                     "pass --allow-untested-gpu to push them anyway[/]")
+            return
         if not entry_ok:
             for node in nodes:
                 if self.results[node.id].build == Status.BUILT:
@@ -221,7 +236,9 @@ class Builder:
             try:
                 report = run_smoke(self.engine, self.images[node.id], expectations(node.entry, self.options.expect),
                                    timeout=node.entry.smoke.timeout, shm_size=node.entry.smoke.shm_size,
-                                   gpus=node.entry.smoke.gpus, commands=self.layer_checks(node))
+                                   gpus=node.entry.smoke.gpus, driver_dir=node.entry.smoke.driver_dir,
+                                   env=dict(node.entry.smoke.env),
+                                   commands=self.layer_checks(node))
             except ImageBuilderError as exc:
                 result.smoke = Status.FAILED
                 result.error = f"smoke: {exc.message}"
@@ -236,6 +253,9 @@ class Builder:
             self.say(f"  {mark} {escape(str(check.get('name')))}{reason}")
         if report.passed:
             result.smoke = Status.PASSED
+            if node.entry.cuda and not report.gpu_verified:
+                result.gpu_verified = False
+                self.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
         else:
             result.smoke = Status.FAILED
             result.error = "; ".join(report.failures())[:300] or "smoke failed"

@@ -274,15 +274,17 @@ def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
               "suite (e.g. nccl=2.21.5).")
 @click.option("--quiet", is_flag=True, help="No live build log; summary only.")
 @click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
+@click.option("--allow-untested-gpu", is_flag=True, help="Push CUDA images even when no GPU was there to test them.")
 @click.pass_obj
 def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
-          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool) -> int:
+          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool,
+          allow_untested_gpu: bool) -> int:
     """Render, build, smoke-test, tag and push the matrix."""
     expected = parse_expect(expect)
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     engine = ctx.engine()
     options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
-                           no_cache=no_cache)
+                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu)
     builder = Builder(engine, the_plan, options, ctx.out)
     results = builder.run()
     write_json(results, report_dir / "report.json", run_meta(matrix_file))
@@ -299,9 +301,13 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
               "nccl=2.21.5, python=3.11, accelerator=cpu.")
 @click.option("--timeout", default=900, show_default=True, help="Seconds before the container is killed.")
 @click.option("--shm-size", default="2g", show_default=True)
-@click.option("--gpus", type=click.Choice(["auto", "all", "none"]), default="auto", show_default=True)
+@click.option("--gpus", type=click.Choice(["auto", "all", "cdi", "devices", "none"]), default="auto",
+              show_default=True, help="auto: the NVIDIA toolkit if present, else raw /dev/nvidia* devices, else none.")
+@click.option("--driver-dir", default="/usr/local/nvidia", show_default=True,
+              help="With raw devices: the host's driver folder, mounted read-only and put on the library path.")
 @click.pass_obj
-def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str) -> int:
+def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str,
+          driver_dir: str) -> int:
     """Run the smoke suite in an existing IMAGE and print its JSON report."""
     expected: dict[str, Any] = dict(parse_expect(expect))
     for key, value in list(expected.items()):
@@ -310,7 +316,7 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     engine = ctx.engine()
     if engine.image_id(image) is None:
         raise InputError(f"image {image!r} is not present on the engine")
-    report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus)
+    report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir)
     click.echo(json.dumps({"image": image, **report.to_json()}, indent=2))
     if not report.passed:
         raise RunFailed("smoke failed: " + "; ".join(report.failures()))

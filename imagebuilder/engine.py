@@ -175,31 +175,38 @@ class Engine:
         opts: dict[str, Any] = {"host_config": dict(host_config or {}), "environment": dict(env or {})}
         if user:
             opts["user"] = user
-        with self.container(image, command, **opts) as cid:
-            if files:
-                self.api.put_archive(cid, "/", _tar(files))
-            self.api.start(cid)
-            follower = None
-            if sink is not None:
-                follower = threading.Thread(target=self._follow, args=(cid, sink), daemon=True)
-                follower.start()
-            exit_code: int | None
+        try:
+            with self.container(image, command, **opts) as cid:
+                return self._run_in(cid, files, fetch, timeout, sink, start)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"run in {image[:19]}: {_short(exc)}") from None
+
+    def _run_in(self, cid: str, files: Mapping[str, bytes] | None, fetch: tuple[str, ...], timeout: float,
+                sink: LineSink | None, start: float) -> RunResult:
+        if files:
+            self.api.put_archive(cid, "/", _tar(files))
+        self.api.start(cid)
+        follower = None
+        if sink is not None:
+            follower = threading.Thread(target=self._follow, args=(cid, sink), daemon=True)
+            follower.start()
+        exit_code: int | None
+        try:
+            exit_code = int(self.api.wait(cid, timeout=max(1.0, timeout))["StatusCode"])
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            exit_code = None
+            with suppress(docker.errors.APIError):
+                self.api.kill(cid)
+        if follower is not None:
+            follower.join(timeout=10)
+        logs = self.api.logs(cid, stdout=True, stderr=True).decode(errors="replace")
+        got: dict[str, bytes] = {}
+        for path in fetch:
             try:
-                exit_code = int(self.api.wait(cid, timeout=max(1.0, timeout))["StatusCode"])
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                exit_code = None
-                with suppress(docker.errors.APIError):
-                    self.api.kill(cid)
-            if follower is not None:
-                follower.join(timeout=10)
-            logs = self.api.logs(cid, stdout=True, stderr=True).decode(errors="replace")
-            got: dict[str, bytes] = {}
-            for path in fetch:
-                try:
-                    stream, _ = self.api.get_archive(cid, path)
-                    got[path] = _untar_one(b"".join(stream))
-                except docker.errors.APIError:
-                    pass
+                stream, _ = self.api.get_archive(cid, path)
+                got[path] = _untar_one(b"".join(stream))
+            except docker.errors.APIError:
+                pass
         return RunResult(exit_code, logs, got, time.monotonic() - start)
 
     def _follow(self, cid: str, sink: LineSink) -> None:
@@ -209,6 +216,13 @@ class Engine:
                     sink(line)
         except (docker.errors.APIError, requests.exceptions.RequestException):
             pass
+
+    def has_nvidia_runtime(self) -> bool:
+        """Whether the engine has the NVIDIA container toolkit's runtime (so `--gpus all` works)."""
+        try:
+            return "nvidia" in (self.api.info().get("Runtimes") or {})
+        except docker.errors.APIError:
+            return False
 
     def managed_containers(self) -> list[str]:
         return [c["Id"] for c in self.api.containers(all=True, filters={"label": MANAGED_LABEL})]

@@ -39,7 +39,10 @@ PATTERNS: dict[str, str] = {
     "size": r"\d+[bkmgBKMG]?",
     "int": r"\d{1,7}",
     "network": r"host|bridge|none|default",
-    "gpus": r"none|all|auto",
+    "gpus": r"none|all|auto|cdi|devices",
+    "fraction": r"0?\.\d+|1(?:\.0+)?",
+    "float": r"\d{1,6}(?:\.\d+)?",
+    "abspath": r"/[A-Za-z0-9._/-]*",
     "libversion": r"\d+(?:\.\d+){1,3}",
 }
 AXES = ("torch", "accelerator", "python", "flavor", "base_image")
@@ -52,7 +55,7 @@ CASCADED_KEYS = (
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
 TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
-SMOKE_KEYS = ("timeout", "shm_size", "gpus")
+SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
 DEFAULT_TAGS = ("{entry}-{layer}",)  # entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}]
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
@@ -79,7 +82,11 @@ class BuildSettings:
 class SmokeSettings:
     timeout: int
     shm_size: str
-    gpus: str
+    gpus: str  # auto | all (NVIDIA toolkit) | cdi | devices (raw /dev/nvidia* + driver_dir) | none
+    driver_dir: str = "/usr/local/nvidia"
+    throughput_floor: float = 0.6  # fraction of the GPU model's dense bf16 peak
+    cpu_gflops_floor: float = 5.0
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the smoke container
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class Entry:
     vars: tuple[tuple[str, str], ...]
     where: Where
     overrides: tuple[tuple[str, str], ...] = ()  # (wheel, version) installed over torch's own pin
+    driver_floor: str | None = None  # the minimum NVIDIA driver for this CUDA
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -383,6 +391,7 @@ class _Loader:
             pins=variant.packages, base_image=base_image, registry=registry, repository=repository,
             layers=layers, layers_path=layers_path, build=build, smoke=smoke, tags=tags,
             vars=tuple(var_pairs), where=where, overrides=overrides,
+            driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None,
         )
 
     def overrides(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant, label: str, where: Where,
@@ -522,7 +531,18 @@ class _Loader:
         timeout = int(self.scalar(merged.get("timeout", "900"), "int", ("smoke", "timeout")))
         shm = self.scalar(merged.get("shm_size", "2g"), "size", ("smoke", "shm_size"))
         gpus = self.scalar(merged.get("gpus", "auto"), "gpus", ("smoke", "gpus"))
-        return SmokeSettings(timeout, shm, gpus)
+        driver_dir = self.scalar(merged.get("driver_dir", "/usr/local/nvidia"), "abspath", ("smoke", "driver_dir"))
+        floor = float(self.scalar(merged.get("throughput_floor", "0.6"), "fraction", ("smoke", "throughput_floor")))
+        cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", "5"), "float", ("smoke", "cpu_gflops_floor")))
+        raw_env = merged.get("env") or {}
+        if not isinstance(raw_env, dict):
+            raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", ("smoke", "env"))
+        env = []
+        for k, v in sorted(raw_env.items()):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k):
+                raise self.fail(f"invalid variable name {k!r}", ("smoke", "env", k))
+            env.append((k, self.scalar(v, "var", ("smoke", "env", k))))
+        return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env))
 
     def tag_template(self, value: Any, path: tuple[str | int, ...]) -> str:
         if not isinstance(value, str) or not value:

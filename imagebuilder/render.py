@@ -8,6 +8,7 @@ They can import macros from the project's `templates/` folder.
 from __future__ import annotations
 
 import io
+import os
 import re
 import tarfile
 import traceback
@@ -35,6 +36,7 @@ def wheelhouse_port(path: Path) -> int:
 class RenderedNode:
     dockerfile: str
     files: tuple[tuple[str, bytes], ...] = field(default=())
+    executables: frozenset[str] = frozenset()  # context files that keep their executable bit
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -43,6 +45,8 @@ class RenderedNode:
             target = folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
+            if rel in self.executables:
+                target.chmod(0o755)
 
     def tar(self) -> bytes:
         """The build context as a deterministic tar (sorted, fixed mtimes and owners)."""
@@ -52,7 +56,7 @@ class RenderedNode:
                 info = tarfile.TarInfo(rel)
                 info.size = len(data)
                 info.mtime = 0
-                info.mode = 0o644
+                info.mode = 0o755 if rel in self.executables else 0o644
                 tar.addfile(info, io.BytesIO(data))
         return buf.getvalue()
 
@@ -116,11 +120,13 @@ class Renderer:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
         check_first_from(text, parent_image, layer.template)
-        files = [(p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in layer.context_files()]
+        sources = layer.context_files()
+        files = [(p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in sources]
+        executables = frozenset(p.relative_to(layer.path).as_posix() for p in sources if os.access(p, os.X_OK))
         files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", entry.build.ca_bundle.read_bytes()))
-        return RenderedNode(text, tuple(files))
+        return RenderedNode(text, tuple(files), executables)
 
 
 def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
@@ -130,7 +136,7 @@ def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ") + '"'
     body = " \\\n      ".join(f"{key}={quote(value)}" for key, value in sorted(labels.items()))
     text = rendered.dockerfile.rstrip("\n") + f"\nLABEL {body}\n"
-    return RenderedNode(text, rendered.files)
+    return RenderedNode(text, rendered.files, rendered.executables)
 
 
 def constraints(entry: Entry) -> str:

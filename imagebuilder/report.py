@@ -42,6 +42,7 @@ class Result:
     log_tail: str = ""
     durations: dict[str, float] = field(default_factory=dict)
     smoke_report: dict[str, Any] | None = None
+    gpu_verified: bool | None = None  # False: a CUDA image smoke-tested without a GPU
 
     @property
     def ok(self) -> bool:
@@ -64,7 +65,7 @@ class Result:
             "build": _v(self.build), "smoke": _v(self.smoke), "publish": _v(self.publish),
             "image": self.image, "digest": self.digest, "tags": self.tags, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
-            "smoke_report": self.smoke_report,
+            "gpu_verified": self.gpu_verified, "smoke_report": self.smoke_report,
         }
 
 
@@ -89,6 +90,8 @@ def summary_table(results: list[Result]) -> Table:
     for r in results:
         outcome = r.outcome()
         note = r.error or (r.tags[0] if r.tags and r.publish in (Status.PUSHED, Status.TAGGED) else "")
+        if r.gpu_verified is False and not r.error:
+            note = f"not GPU-verified · {note}"
         table.add_row(
             f"[{_STYLE.get(outcome, '')}]{r.node}[/]",
             _v(r.build) or "-", _v(r.smoke) or "-", _v(r.publish) or "-",

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import glob
 import json
+import os
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +15,7 @@ from .engine import Engine, LineSink
 from .smoke import suite_source
 
 SUITE_PATH = "/opt/imagebuilder-smoke/suite.py"
-REPORT_PATH = "/tmp/imagebuilder-smoke-report.json"
+REPORT_PATH = "/opt/imagebuilder-smoke/report.json"  # not under /tmp: that is a tmpfs, gone when the container stops
 
 
 @dataclass(frozen=True)
@@ -23,57 +26,137 @@ class SmokeReport:
     exit_code: int | None
     raw: dict[str, Any] = field(default_factory=dict)
     log_tail: str = ""
+    gpu_verified: bool = False
+    gpu_mode: str = "none"
 
     def failures(self) -> list[str]:
         return [f"{c['name']}: {c.get('reason') or 'failed'}" for c in self.checks if c.get("status") == "fail"]
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "duration": round(self.duration, 3), "exit_code": self.exit_code,
+                "gpu_mode": self.gpu_mode, "gpu_verified": self.gpu_verified, "gpus": self.raw.get("gpus"),
                 "checks": list(self.checks)}
 
 
-def gpu_options(mode: str) -> dict[str, Any]:
-    """How containers reach GPUs: none; the NVIDIA toolkit (`all`); or raw /dev/nvidia* devices plus the
-    driver folder (`auto` when such devices exist and no toolkit is asked for)."""
-    if mode == "none":
-        return {}
+def gpu_mode(requested: str, *, has_toolkit: bool, devices: list[str]) -> str:
+    """`auto`: the NVIDIA toolkit if the engine has it, else raw devices if /dev/nvidia0 exists, else none."""
+    if requested != "auto":
+        return requested
+    if has_toolkit:
+        return "all"
+    return "devices" if any(d.endswith("/nvidia0") for d in devices) else "none"
+
+
+def gpu_options(mode: str, devices: list[str], driver_dir: str,
+                image_env: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Host-config options and environment that give a container the GPUs:
+    `all` - docker's DeviceRequest (the NVIDIA container toolkit); `cdi` - CDI device names;
+    `devices` - every /dev/nvidia* character device plus the driver folder, read-only, on the library path."""
     if mode == "all":
         import docker.types
 
-        return {"device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]}
-    devices = sorted(glob.glob("/dev/nvidia*"))
-    devices = [d for d in devices if not d.endswith("caps")]
-    if not devices:
-        return {}
+        return {"device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]}, {}
+    if mode == "cdi":
+        import docker.types
+
+        return {"device_requests": [docker.types.DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=all"])]}, {}
+    if mode != "devices" or not devices:
+        return {}, {}
+    current = dict(item.split("=", 1) for item in image_env if "=" in item)
+    libs = [f"{driver_dir}/lib64", f"{driver_dir}/lib"]
+    path = [p for p in current.get("LD_LIBRARY_PATH", "").split(":") if p]
+    # Without the toolkit nothing puts the driver into the container's ld cache, and Triton looks for
+    # libcuda with `ldconfig -p`: point it at the mounted driver instead.
+    env = {"LD_LIBRARY_PATH": ":".join(path + [p for p in libs if p not in path]),
+           "TRITON_LIBCUDA_PATH": f"{driver_dir}/lib64"}
+    if f"{driver_dir}/bin" not in current.get("PATH", ""):
+        env["PATH"] = current.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") \
+            + f":{driver_dir}/bin"
     return {
         "devices": [f"{d}:{d}:rwm" for d in devices],
-        "binds": {"/usr/local/nvidia": {"bind": "/usr/local/nvidia", "mode": "ro"}},
-    }
+        "binds": {driver_dir: {"bind": driver_dir, "mode": "ro"}} if os.path.isdir(driver_dir) else {},
+    }, env
+
+
+def nvidia_devices() -> list[str]:
+    """Every /dev/nvidia* character device on this host (nvidia0.., nvidiactl, nvidia-uvm, ...)."""
+    found = []
+    for path in sorted(glob.glob("/dev/nvidia*")):
+        try:
+            if stat.S_ISCHR(os.stat(path).st_mode):
+                found.append(path)
+        except OSError:
+            continue
+    return found
+
+
+FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+
+
+def memlock_limit() -> int:
+    """As much locked memory as this host allows (-1: unlimited); NCCL over RDMA wants it unlimited, and an
+    engine cannot grant a container more than its own hard limit."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return -1 if hard == resource.RLIM_INFINITY else int(hard)
+
+
+def container_env(host_env: Mapping[str, str], configured: Mapping[str, str],
+                  gpu_env: Mapping[str, str]) -> dict[str, str]:
+    """The smoke container's environment: the host's NCCL/NVSHMEM/symmetric-memory settings (site tuning
+    and safety switches such as NCCL_NVLS_ENABLE=0 must reach the container), the matrix's `smoke.env`,
+    the GPU access variables; NCCL talks over loopback, since the container has no other network."""
+    env = {k: v for k, v in host_env.items() if k.startswith(FORWARDED_ENV)}
+    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    env.update(configured)
+    env.update(gpu_env)
+    return env
+
+
+def _report(file_text: bytes, logs: str) -> dict[str, Any]:
+    """The suite's JSON report: the file it wrote, else the JSON object it printed last."""
+    for text in (file_text.decode(errors="replace"), logs[logs.rfind('\n{\n  "checks"') + 1:] if logs else ""):
+        try:
+            raw = json.loads(text) if text.strip() else None
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            return raw
+    return {}
 
 
 def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: float, shm_size: str,
-              gpus: str = "auto", commands: list[dict[str, str]] | None = None,
-              sink: LineSink | None = None) -> SmokeReport:
-    host_config: dict[str, Any] = {"shm_size": shm_size, "network_mode": "none", **gpu_options(gpus)}
+              gpus: str = "auto", driver_dir: str = "/usr/local/nvidia", env: Mapping[str, str] | None = None,
+              commands: list[dict[str, str]] | None = None, sink: LineSink | None = None) -> SmokeReport:
+    import docker.types
+
+    devices = nvidia_devices()
+    mode = gpu_mode(gpus, has_toolkit=engine.has_nvidia_runtime(), devices=devices)
+    gpu_config, gpu_env = gpu_options(mode, devices, driver_dir, engine.inspect(image)["Config"].get("Env") or [])
+    host_config: dict[str, Any] = {
+        "shm_size": shm_size, "network_mode": "none",
+        # A fresh, executable /tmp: some images have none, and Inductor/Triton build and load code there.
+        "tmpfs": {"/tmp": "rw,exec,nosuid,nodev"},
+        "ulimits": [docker.types.Ulimit(name="memlock", soft=memlock_limit(), hard=memlock_limit())], **gpu_config,
+    }
     command = ["sh", "-c", 'exec "$(command -v python || command -v python3)" "$@"', "smoke",
                SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True),
                "--commands", json.dumps(commands or []), "--report", REPORT_PATH]
     result = engine.run(image, command, files={SUITE_PATH: suite_source()}, fetch=(REPORT_PATH,),
-                        timeout=timeout, host_config=host_config, sink=sink)
+                        timeout=timeout, host_config=host_config,
+                        env=container_env(os.environ, env or {}, gpu_env), sink=sink)
     tail = "\n".join(result.logs.strip().splitlines()[-30:])
     if result.exit_code is None:
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason":
                                     f"timed out after {timeout:.0f} s; the container was killed"},),
                            result.duration, None, log_tail=tail)
-    raw_text = result.files.get(REPORT_PATH, b"")
-    try:
-        raw = json.loads(raw_text) if raw_text else {}
-    except ValueError:
-        raw = {}
+    raw = _report(result.files.get(REPORT_PATH, b""), result.logs)
     if not raw.get("checks"):
         reason = f"the suite exited {result.exit_code} without a report"
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason": reason},),
                            result.duration, result.exit_code, log_tail=tail)
     checks = tuple(raw["checks"])
     passed = bool(raw.get("passed")) and result.exit_code == 0
-    return SmokeReport(passed, checks, result.duration, result.exit_code, raw, tail)
+    return SmokeReport(passed, checks, result.duration, result.exit_code, raw, tail,
+                       gpu_verified=bool(raw.get("gpu_verified")), gpu_mode=mode)

@@ -30,7 +30,10 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     checks = {c["name"]: c for c in nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke_report"]["checks"]}
     assert checks["versions.torch"]["value"] == "2.13.0"
     assert checks["versions.python"]["value"] == "3.11"
-    assert checks["distributed.gloo_all_reduce"]["status"] == "pass"
+    for name in ("distributed.all_reduce", "distributed.all_gather", "distributed.reduce_scatter",
+                 "fsdp.compiled_step_cpu", "throughput.cpu", "health.shm", "versions.library_path"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert checks["distributed.gloo_init"]["value"]["world_size"] == 2
     assert checks["layer.task.0"]["status"] == "pass"  # the task layer's own check ran in the leaf
     assert checks["layer.business.0"]["status"] == "pass"  # ...and so did its parent's, inherited
     assert registry_tags(registry, f"itest/{repository}") == sorted(

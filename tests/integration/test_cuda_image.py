@@ -76,3 +76,20 @@ def test_nccl_override_is_installed_and_checked_at_run_time(
     assert bad.code == 1
     assert "versions.nccl: NCCL loaded at run time: got '2.23.4', expected '2.0.0'" in bad.out
     assert registry_tags(registry, f"itest/{repository}") == []
+
+
+def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, base_image: str, repository: str,
+                                                tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    matrix = cuda_matrix(tmp_path, repository)
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+    assert run.code == 1, run.text[-3000:]
+    (node,) = report(tmp_path / "r")["nodes"]
+    assert (node["smoke"], node["publish"], node["gpu_verified"]) == ("passed", "held", False)
+    assert "not GPU-verified" in node["error"] and "--allow-untested-gpu" in node["error"]
+    checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
+    for name in ("distributed.nccl_init", "fsdp.compiled_step_cuda", "throughput.cuda"):
+        assert (checks[name]["status"], checks[name]["reason"]) == ("skip", "no GPU visible in this container")
+    # What needs no GPU still ran: the versions, and the CPU paths of the same torch build.
+    assert checks["versions.nccl"]["status"] == "pass"
+    assert checks["fsdp.compiled_step_cpu"]["status"] == "pass"
+    assert registry_tags(registry, f"itest/{repository}") == []

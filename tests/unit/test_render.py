@@ -70,7 +70,7 @@ def test_the_devel_flavor_adds_a_toolchain() -> None:
     plan = default_plan()
     devel = plan.node("2.8.0-cu128-py3.11-devel/base").rendered.dockerfile
     runtime = plan.node("2.8.0-cu128-py3.11-runtime/base").rendered.dockerfile
-    assert "build-essential python3-dev ninja-build" in devel
+    assert "g++ python3-dev build-essential ninja-build" in devel
     assert "build-essential" not in runtime
 
 

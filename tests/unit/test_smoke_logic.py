@@ -1,0 +1,109 @@
+"""The smoke suite's decision logic, without a GPU (and without torch: the suite imports it lazily)."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagebuilder.smoke import suite
+from imagebuilder.smoke_runner import gpu_mode, gpu_options
+
+
+@pytest.mark.parametrize(("cap", "arch", "ok", "how"), [
+    ((9, 0), ["sm_80", "sm_90"], True, "sm_90"),
+    ((9, 0), ["sm_80", "sm_90a"], True, "sm_90"),
+    ((9, 0), ["sm_80", "compute_80"], True, "PTX compute_80"),
+    ((8, 6), ["sm_80", "sm_90"], False, ""),
+    ((10, 0), ["sm_90", "compute_90"], True, "PTX compute_90"),
+    ((7, 5), ["sm_80", "compute_80"], False, ""),
+])
+def test_arch_coverage(cap: tuple[int, int], arch: list[str], ok: bool, how: str) -> None:
+    assert suite.arch_covered(cap, arch) == (ok, how)
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA H100 80GB HBM3", 989.4),
+    ("NVIDIA H100 PCIe", 756.5),
+    ("NVIDIA H100 NVL", 835.0),
+    ("NVIDIA H200", 989.4),
+    ("NVIDIA GH200 480GB", 989.4),
+    ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA L40S", 362.1),
+    ("NVIDIA L40", 181.0),
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA GeForce RTX 3090", None),
+])
+def test_peak_table(name: str, peak: float | None) -> None:
+    assert suite.gpu_peak(name) == peak
+
+
+def test_throughput_verdicts() -> None:
+    ok = suite.throughput_verdict("NVIDIA H200", 785.0, 0.6)
+    assert ok["status"] == "pass" and ok["fraction_of_peak"] == round(785 / 989.4, 3)
+    slow = suite.throughput_verdict("NVIDIA H200", 500.0, 0.6)
+    assert slow["status"] == "fail" and "below the floor 593.6" in slow["reason"]
+    unknown = suite.throughput_verdict("Mystery GPU 9000", 100.0, 0.6)
+    assert unknown["status"] == "skip" and "unknown GPU model 'Mystery GPU 9000'" in unknown["reason"]
+
+
+@pytest.mark.parametrize(("driver", "floor", "ok"), [
+    ("580.65.06", "580.65.06", True), ("580.82.07", "580.65.06", True), ("550.54.14", "570.26", False),
+    ("570.26", "570.26.01", False), ("575.51.03", "570.26", True),
+])
+def test_driver_floor(driver: str, floor: str, ok: bool) -> None:
+    assert suite.at_least(driver, floor) is ok
+
+
+def test_library_path_keeps_only_the_driver() -> None:
+    listing = {"/usr/local/nvidia/lib64": ["libcuda.so.1", "libnvidia-ml.so.1"],
+               "/usr/local/cuda/lib64": ["libcudart.so.12", "libcudnn.so.9"],
+               "/opt/other": ["libfoo.so"]}
+
+    def listdir(path: str) -> list[str]:
+        if path not in listing:
+            raise FileNotFoundError(path)
+        return listing[path]
+    kept, dropped = suite.clean_library_path("/usr/local/cuda/lib64:/usr/local/nvidia/lib64:/opt/other:/gone",
+                                             listdir)
+    assert kept == "/usr/local/nvidia/lib64"
+    assert dropped == ["/usr/local/cuda/lib64", "/opt/other", "/gone"]
+
+
+def test_collective_values() -> None:
+    want = suite.collectives_expected(2)
+    assert want["all_reduce"] == [3.0] * 4
+    assert want["all_gather"] == [0.0, 0.0, 1.0, 1.0]
+    assert (want["reduce_scatter.0"], want["reduce_scatter.1"]) == ([1.0, 3.0], [5.0, 7.0])
+    assert suite.collectives_expected(1)["reduce_scatter.0"] == [0.0, 1.0]
+
+
+def test_fsdp_verdicts() -> None:
+    assert suite.fsdp_verdict([1.0, 0.9], [1.0, 0.91], 4, 4, 0.05) == ("pass", "")
+    assert suite.fsdp_verdict([1.0, float("nan")], [1.0, 0.9], 4, 4, 0.05)[0] == "fail"
+    assert "only 3 of 4 parameters changed" in suite.fsdp_verdict([1.0], [1.0], 3, 4, 0.05)[1]
+    assert "differ from the unsharded reference" in suite.fsdp_verdict([1.0, 0.5], [1.0, 0.9], 4, 4, 0.05)[1]
+
+
+def test_gpu_mode_auto() -> None:
+    assert gpu_mode("auto", has_toolkit=True, devices=["/dev/nvidia0"]) == "all"
+    assert gpu_mode("auto", has_toolkit=False, devices=["/dev/nvidiactl", "/dev/nvidia0"]) == "devices"
+    assert gpu_mode("auto", has_toolkit=False, devices=[]) == "none"
+    assert gpu_mode("none", has_toolkit=True, devices=["/dev/nvidia0"]) == "none"
+
+
+def test_raw_device_options_keep_the_images_library_path(tmp_path: object) -> None:
+    config, env = gpu_options("devices", ["/dev/nvidia0", "/dev/nvidiactl"], "/drv",
+                              ["PATH=/opt/venv/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib"])
+    assert config["devices"] == ["/dev/nvidia0:/dev/nvidia0:rwm", "/dev/nvidiactl:/dev/nvidiactl:rwm"]
+    assert env["LD_LIBRARY_PATH"] == "/opt/lib:/drv/lib64:/drv/lib"
+    assert env["PATH"] == "/opt/venv/bin:/usr/bin:/drv/bin"
+    assert env["TRITON_LIBCUDA_PATH"] == "/drv/lib64"
+    assert gpu_options("none", ["/dev/nvidia0"], "/drv", []) == ({}, {})
+
+
+def test_container_env_forwards_nccl_settings() -> None:
+    from imagebuilder.smoke_runner import container_env
+
+    env = container_env({"NCCL_NVLS_ENABLE": "0", "HOME": "/root", "NVSHMEM_DISABLE_NVLS": "1"},
+                        {"NCCL_DEBUG": "WARN"}, {"LD_LIBRARY_PATH": "/drv/lib64"})
+    assert env == {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "NCCL_SOCKET_IFNAME": "lo",
+                   "NCCL_DEBUG": "WARN", "LD_LIBRARY_PATH": "/drv/lib64"}
