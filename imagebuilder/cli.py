@@ -198,20 +198,29 @@ def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
 
 
 @compat.command("refresh")
-@click.option("--index", "index_url", default=compat_mod.PYPI_SIMPLE, show_default=True,
-              help="A PEP 691/503 simple index serving torch's wheels (and their PEP 658 metadata).")
+@click.option("--index", "index_urls", multiple=True, metavar="URL",
+              help="A PEP 691/503 simple index serving torch's wheels (and their PEP 658 metadata). Repeat it to "
+                   "merge PyPI with PyTorch's per-accelerator indexes, e.g. --index https://pypi.org/simple "
+                   "--index https://download.pytorch.org/whl/cu126 (PyPI first: it wins conflicts). "
+                   "Default: PyPI.")
 @click.option("--min-torch", default="2.4", show_default=True)
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Where to write the table "
               "(default: the --compat file, else the packaged data/compat.json).")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
 @click.pass_obj
-def compat_refresh_cmd(ctx: Context, index_url: str, min_torch: str, out_file: Path | None, dry_run: bool) -> int:
-    """Regenerate the table from the wheels' METADATA on an index and print what changed."""
+def compat_refresh_cmd(ctx: Context, index_urls: tuple[str, ...], min_torch: str, out_file: Path | None,
+                       dry_run: bool) -> int:
+    """Regenerate the table from the wheels' METADATA on one or more indexes and print what changed."""
     out = out_file or ctx.compat_file or Path(compat_mod.__file__).resolve().parent / "data" / "compat.json"
+    urls = index_urls or (compat_mod.PYPI_SIMPLE,)
     try:
-        new = compat_refresh.fetch_table(index_url, min_torch=min_torch)
+        tables = [compat_refresh.fetch_table(url, min_torch=min_torch) for url in urls]
     except compat_refresh.IndexUnreachable as exc:
         raise IndexUnavailable(f"{exc}; the table at {out} is unchanged") from None
+    new = tables[0] if len(tables) == 1 else compat_refresh.merge_tables(tables)
+    conflicts = new.get("conflicts")
+    for conflict in conflicts if isinstance(conflicts, list) else []:
+        ctx.err.print(f"[yellow]conflict:[/] {escape(json.dumps(conflict))}", highlight=False)
     old: dict[str, object] = {}
     if out.is_file():
         try:
@@ -229,7 +238,7 @@ def compat_refresh_cmd(ctx: Context, index_url: str, min_torch: str, out_file: P
         ctx.out.print(f"dry run: {out} not written", highlight=False)
         return 0
     compat_refresh.write_table(new, out)
-    ctx.out.print(f"wrote {out} ({count} releases from {index_url})", highlight=False)
+    ctx.out.print(f"wrote {out} ({count} releases from {', '.join(urls)})", highlight=False)
     return 0
 
 

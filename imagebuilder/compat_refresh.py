@@ -6,6 +6,13 @@ runtime the default (PyPI) Linux x86_64 wheel is built against, the exact
 and glibc floor of its wheels, and the ``torchvision`` / ``torchaudio`` releases
 that pin it.
 
+Two kinds of index are understood (see :func:`index_kind`): PyPI, whose one
+Linux wheel per release is the default CUDA build, and PyTorch's
+per-accelerator indexes (``https://download.pytorch.org/whl/cu126``,
+``.../cpu``), whose wheels carry a local version label naming their
+accelerator (``torch-2.6.0+cu126-...whl``).  Tables built from several indexes
+are combined with :func:`merge_tables`.
+
 Everything is read from a PEP 691 JSON simple index (or a PEP 503 HTML one,
 such as ``python -m http.server`` serving a folder) plus the PEP 658
 ``<wheel url>.metadata`` files next to each wheel.  When an index serves no
@@ -18,6 +25,7 @@ Only the standard library and ``packaging`` are used.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import html.parser
 import http.client
@@ -39,7 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
@@ -59,12 +67,17 @@ __all__ = [
     "diff_tables",
     "driver_floor",
     "fetch_table",
+    "index_kind",
+    "merge_tables",
     "project_versions",
     "write_table",
 ]
 
 SCHEMA_VERSION = 1
 DEFAULT_INDEX = "https://pypi.org/simple"
+IndexKind = Literal["pypi", "pytorch"]
+_KINDS: tuple[IndexKind, ...] = ("pypi", "pytorch")
+_PYPI_HOSTS = frozenset({"pypi.org", "www.pypi.org"})
 _WORKERS = 8
 _JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 _ACCEPT = f"{_JSON_ACCEPT}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
@@ -80,6 +93,7 @@ _MANYLINUX_LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2
 _MANYLINUX_PEP600 = re.compile(r"^manylinux_(\d+)_(\d+)_(.+)$")
 _MANYLINUX_LEGACY_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014)_(.+)$")
 _CPYTHON = re.compile(r"^cp(\d)(\d+)$")
+_CUDA_LABEL = re.compile(r"^cu(\d+)(\d)$")  # cu126 -> CUDA 12.6, cu118 -> 11.8, cu130 -> 13.0
 
 
 class IndexUnreachable(Exception):
@@ -414,8 +428,13 @@ def _python_of(tag: Tag) -> str | None:
     return f"{m.group(1)}.{m.group(2)}"
 
 
-def _wheels(files: Iterable[_File], project: str) -> dict[Version, list[_Wheel]]:
-    """Stable, non-yanked, public-version manylinux x86_64 wheels, by release."""
+def _wheels(files: Iterable[_File], project: str, *, local: bool = False) -> dict[Version, list[_Wheel]]:
+    """Stable, non-yanked manylinux x86_64 wheels, by release (public version).
+
+    Wheels with a local version label (``2.6.0+cu126``) are skipped unless
+    ``local``; then they are kept (``_Wheel.version`` keeps the label) and
+    grouped under their public version (``2.6.0``).
+    """
     out: dict[Version, list[_Wheel]] = {}
     want = canonicalize_name(project)
     for f in files:
@@ -425,12 +444,44 @@ def _wheels(files: Iterable[_File], project: str) -> dict[Version, list[_Wheel]]
             name, version, build, tags = parse_wheel_filename(f.filename)
         except (InvalidWheelFilename, InvalidVersion):
             continue
-        if name != want or version.is_prerelease or version.local is not None:
+        if name != want or version.is_prerelease or (version.local is not None and not local):
             continue
         wheel = _Wheel(f, version, build, tags)
         if wheel.linux_x86_64:
-            out.setdefault(version, []).append(wheel)
+            out.setdefault(Version(version.public), []).append(wheel)
     return out
+
+
+def _local_label(filename: str) -> str | None:
+    """The local version label of a wheel file name (``cu126``), None without one or for a non-wheel."""
+    if not filename.endswith(".whl"):
+        return None
+    try:
+        return parse_wheel_filename(filename)[1].local
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
+
+
+def _is_pypi_url(index_url: str) -> bool:
+    parts = urllib.parse.urlsplit(index_url.strip())
+    return (
+        parts.scheme in ("https", "http")
+        and (parts.hostname or "").lower() in _PYPI_HOSTS
+        and parts.path.rstrip("/") == "/simple"
+    )
+
+
+def index_kind(index_url: str, wheel_filenames: Iterable[str] = ()) -> IndexKind:
+    """Which kind of index ``index_url`` is, given the file names its ``torch`` page lists.
+
+    ``"pypi"`` when ``index_url`` is PyPI's simple index (``https://pypi.org/simple``,
+    with or without a trailing slash) or when none of ``wheel_filenames`` carries a
+    local version label; ``"pytorch"`` (a PyTorch-style per-accelerator index) when
+    any of them does (``torch-2.6.0+cu126-cp311-cp311-manylinux_2_28_x86_64.whl``).
+    """
+    if _is_pypi_url(index_url):
+        return "pypi"
+    return "pytorch" if any(_local_label(name) for name in wheel_filenames) else "pypi"
 
 
 def _preference(wheel: _Wheel) -> tuple[object, ...]:
@@ -614,7 +665,10 @@ def _major_minor(version: str) -> str:
     return f"{parts[0]}.{parts[1] if len(parts) > 1 else 0}"
 
 
-def _pypi_variant(meta: _Metadata, pythons: Sequence[str], release: str) -> tuple[str, dict[str, object]]:
+def _derive_variant(
+    meta: _Metadata, pythons: Sequence[str], release: str, index: IndexKind
+) -> tuple[str, dict[str, object]]:
+    """(accelerator, variant) of a wheel from its METADATA pins: the CUDA runtime (or cuda-toolkit) pin names it."""
     packages: dict[str, str] = {}
     constraints: dict[str, str] = {}
     for req in meta.requirements:
@@ -643,7 +697,7 @@ def _pypi_variant(meta: _Metadata, pythons: Sequence[str], release: str) -> tupl
             cuda, accelerator = None, "cpu"
     variant: dict[str, object] = {
         "cuda": cuda,
-        "index": "pypi",
+        "index": index,
         "cudnn": _first(packages, "nvidia-cudnn", suffixed="nvidia-cudnn"),
         "nccl": _first(packages, "nvidia-nccl", suffixed="nvidia-nccl"),
         "triton": _first(packages, "triton", "pytorch-triton"),
@@ -652,6 +706,34 @@ def _pypi_variant(meta: _Metadata, pythons: Sequence[str], release: str) -> tupl
         "verified": True,
     }
     return accelerator, variant
+
+
+def _labelled_variant(
+    meta: _Metadata, pythons: Sequence[str], release: str, label: str
+) -> tuple[str, dict[str, object]] | None:
+    """The variant of a PyTorch-index wheel whose local label is ``label`` (``cpu``, ``cu126``).
+
+    The variant is derived from the METADATA pins exactly as for PyPI, then
+    checked against the label; a wheel that pins no CUDA runtime under a
+    ``cuNNN`` label bundles its CUDA, whose version the label gives.  A label
+    that contradicts the pins yields None (with a warning): the table's key for
+    a PyTorch variant is the name of the index that serves it.
+    """
+    accelerator, variant = _derive_variant(meta, pythons, release, "pytorch")
+    if accelerator == label:
+        return accelerator, variant
+    m = _CUDA_LABEL.match(label)
+    cuda = variant["cuda"]
+    if m is not None:
+        label_cuda = f"{int(m.group(1))}.{m.group(2)}"
+        if cuda is None or (isinstance(cuda, str) and "." not in cuda and label_cuda.startswith(f"{cuda}.")):
+            variant["cuda"] = label_cuda  # no runtime pin (bundled CUDA, or only a -cuNN suffix): trust the label
+            return label, variant
+    warnings.warn(
+        f"torch {release}+{label}: its METADATA pins {accelerator} (CUDA {_fmt(cuda)}), not {label}; variant omitted",
+        stacklevel=2,
+    )
+    return None
 
 
 def _cpu_variant() -> dict[str, object]:
@@ -671,6 +753,7 @@ def _cpu_variant() -> dict[str, object]:
 
 
 def _torch_pin(meta_text: str | None, pythons: Sequence[str]) -> Version | None:
+    """The public version of the torch release ``meta_text`` pins exactly (``==2.6.0+cu126`` -> 2.6.0)."""
     if meta_text is None:
         return None
     for req in _parse_metadata(meta_text).requirements:
@@ -678,7 +761,7 @@ def _torch_pin(meta_text: str | None, pythons: Sequence[str]) -> Version | None:
             pin = _exact_pin(req)
             if pin is not None:
                 try:
-                    return Version(pin)
+                    return Version(Version(pin).public)
                 except InvalidVersion:
                     return None
     return None
@@ -691,15 +774,20 @@ def _companion_map(
     project: str,
     wanted: set[Version],
     min_torch: Version,
+    *,
+    local: bool = False,
 ) -> dict[Version, Version]:
     """torch release -> newest ``project`` release whose METADATA pins it exactly.
 
+    Releases on both sides are public versions: with ``local``, companion wheels
+    with local labels count too, and ``torchvision 0.21.0+cu126`` pinning
+    ``torch==2.6.0+cu126`` maps torch 2.6.0 to torchvision 0.21.0.
     Companion releases are read newest first, in batches of the pool size;
     the scan stops once a whole batch pins torch below ``min_torch``.
     """
     if not files:
         return {}
-    releases = _wheels(files, project)
+    releases = _wheels(files, project, local=local)
     order = sorted(releases, reverse=True)
     found: dict[Version, Version] = {}
     for start in range(0, len(order), _WORKERS):
@@ -707,8 +795,7 @@ def _companion_map(
         futures = {v: pool.submit(_fetch_metadata, http, releases[v], project) for v in batch}
         pins: list[Version | None] = []
         for v in batch:
-            pythons = sorted({p for w in releases[v] for t in w.tags if (p := _python_of(t))}, key=_pyver_key)
-            pin = _torch_pin(futures[v].result(), pythons)
+            pin = _torch_pin(futures[v].result(), _pythons(releases[v]))
             pins.append(pin)
             if pin is not None and pin in wanted and pin not in found:
                 found[pin] = v  # newest first, so the first hit wins
@@ -728,11 +815,34 @@ def fetch_table(
     min_torch: str = "2.4",
     timeout: float = 60.0,
     cafile: str | None = None,
+    kind: IndexKind | None = None,
 ) -> dict[str, object]:
     """Build the compatibility table from ``index_url`` (a PEP 503/691 simple index).
 
-    Raises :class:`IndexUnreachable` when the index or its files cannot be fetched.
+    ``kind`` says how the index lays out its wheels; None (the default) decides
+    with :func:`index_kind`: ``"pypi"`` for ``https://pypi.org/simple`` or an
+    index whose ``torch`` wheels carry no local version label, else ``"pytorch"``.
+
+    * ``"pypi"``: one default wheel build per release; wheels with a local label
+      are ignored.  Its variant (named by the CUDA runtime / cuda-toolkit pin)
+      gets ``"index": "pypi"``, and each release also gets an unverified ``cpu``
+      placeholder (``"index": "pytorch", "verified": false``) unless the default
+      build is itself the CPU one.
+    * ``"pytorch"``: a PyTorch-style index (``https://download.pytorch.org/whl/cu126``)
+      whose wheels carry local labels (``torch-2.6.0+cu126``).  Wheels are grouped
+      by public version (release ``"2.6.0"``), then by label; each ``cpu`` or
+      ``cuNNN`` label gives one verified variant (``"index": "pytorch"``) derived
+      from that label's own wheels' METADATA only, named by the label.  Other
+      labels (``rocm6.2``, ``cpu.cxx11.abi``, ...) and unlabelled wheels give no
+      variant, but still count for the release's python / glibc / companions, so a
+      release that only exists with such labels is still listed.  No placeholder
+      is added.  torchvision / torchaudio are matched on public versions too.
+
+    Raises :class:`IndexUnreachable` when the index or its files cannot be fetched,
+    :class:`ValueError` for an unknown ``kind``.
     """
+    if kind is not None and kind not in _KINDS:
+        raise ValueError(f"unknown index kind {kind!r}: expected one of {', '.join(_KINDS)}")
     floor = Version(min_torch)
     with (
         _Http(timeout=timeout, cafile=_default_cafile(cafile)) as http,
@@ -744,23 +854,39 @@ def fetch_table(
         }
         torch_files = pages["torch"].result()
         assert torch_files is not None  # required=True never returns None
-        releases = {v: ws for v, ws in _wheels(torch_files, "torch").items() if v >= floor}
-        meta_futures: dict[Version, Future[str | None]] = {
-            v: pool.submit(_fetch_metadata, http, ws, "torch") for v, ws in releases.items()
+        resolved: IndexKind = kind or index_kind(index_url, (f.filename for f in torch_files))
+        local = resolved == "pytorch"
+        releases = {v: ws for v, ws in _wheels(torch_files, "torch", local=local).items() if v >= floor}
+        groups = {v: _variant_groups(ws, local=local) for v, ws in releases.items()}
+        meta_futures: dict[tuple[Version, str | None], Future[str | None]] = {
+            (v, label): pool.submit(_fetch_metadata, http, ws, "torch")
+            for v, by_label in groups.items()
+            for label, ws in by_label.items()
         }
         wanted = set(releases)
         # The two companion scans submit batches to ``pool`` and wait on them; run them side by side.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="compat-scan") as scans:
             scan_futures = {
-                p: scans.submit(_companion_map, pool, http, pages[p].result(), p, wanted, floor)
+                p: scans.submit(_companion_map, pool, http, pages[p].result(), p, wanted, floor, local=local)
                 for p in ("torchvision", "torchaudio")
             }
             companions = {p: fut.result() for p, fut in scan_futures.items()}
-        metas = {v: fut.result() for v, fut in meta_futures.items()}
+        metas = {key: fut.result() for key, fut in meta_futures.items()}
 
+    if local:
+        ignored = sorted(
+            {w.version.local or "(none)" for ws in releases.values() for w in ws if not _variant_label(w.version.local)}
+        )
+        if ignored:
+            warnings.warn(
+                f"torch wheels on {index_url} with local labels {', '.join(ignored)} give no variant", stacklevel=2
+            )
     table_releases: dict[str, object] = {}
     for version in sorted(releases):
-        table_releases[str(version)] = _release_entry(str(version), releases[version], metas[version], companions)
+        release_metas = {label: metas[(version, label)] for label in groups[version]}
+        table_releases[str(version)] = _release_entry(
+            str(version), releases[version], groups[version], release_metas, companions, resolved
+        )
     return {
         "schema": SCHEMA_VERSION,
         "generated": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
@@ -770,29 +896,65 @@ def fetch_table(
     }
 
 
+def _variant_label(label: str | None) -> bool:
+    return label == "cpu" or (label is not None and _CUDA_LABEL.match(label) is not None)
+
+
+def _variant_groups(wheels: Sequence[_Wheel], *, local: bool) -> dict[str | None, list[_Wheel]]:
+    """The wheels each variant is read from: all of them (key None) unless ``local``, else by cpu/cuNNN label."""
+    if not local:
+        return {None: list(wheels)}
+    groups: dict[str | None, list[_Wheel]] = {}
+    for wheel in wheels:
+        label = wheel.version.local
+        if _variant_label(label):
+            groups.setdefault(label, []).append(wheel)
+    return dict(sorted(groups.items(), key=lambda kv: kv[0] or ""))
+
+
+def _pythons(wheels: Iterable[_Wheel]) -> list[str]:
+    return sorted({p for w in wheels for t in w.tags if (p := _python_of(t))}, key=_pyver_key)
+
+
 def _release_entry(
     release: str,
     wheels: Sequence[_Wheel],
-    meta_text: str | None,
+    groups: Mapping[str | None, Sequence[_Wheel]],
+    metas: Mapping[str | None, str | None],
     companions: Mapping[str, Mapping[Version, Version]],
+    kind: IndexKind,
 ) -> dict[str, object]:
-    pythons = sorted({p for w in wheels for t in w.tags if (p := _python_of(t))}, key=_pyver_key)
+    pythons = _pythons(wheels)
     floors = [f for w in wheels for t in w.tags if (f := _glibc_floor(t.platform)) is not None]
     glibc = "{}.{}".format(*min(floors)) if floors else None
     variants: dict[str, object] = {}
-    if meta_text is None:
-        warnings.warn(f"torch {release}: no METADATA available; PyPI variant omitted", stacklevel=2)
-        index_rp = sorted({w.file.requires_python for w in wheels if w.file.requires_python})
-        requires_python = index_rp[0] if index_rp else None
-    else:
+    parsed: list[_Metadata] = []
+    for label, meta_text in metas.items():
+        if meta_text is None:
+            what = "PyPI variant" if label is None else f"{label} variant"
+            warnings.warn(f"torch {release}: no METADATA available; {what} omitted", stacklevel=2)
+            continue
         meta = _parse_metadata(meta_text)
-        requires_python = meta.requires_python
-        accelerator, variant = _pypi_variant(meta, pythons, release)
+        parsed.append(meta)
+        group_pythons = _pythons(groups[label])
+        found: tuple[str, dict[str, object]] | None
+        if label is None:
+            found = _derive_variant(meta, group_pythons, release, kind)
+        else:
+            found = _labelled_variant(meta, group_pythons, release, label)
+        if found is None:
+            continue
+        accelerator, variant = found
         variants[accelerator] = variant
         cuda = variant["cuda"]
         if isinstance(cuda, str) and "." in cuda and cuda not in driver_floor():
             warnings.warn(f"torch {release}: CUDA {cuda} has no driver_floor entry", stacklevel=2)
-    if "cpu" not in variants:
+    if parsed:
+        requires_python = parsed[0].requires_python
+    else:
+        index_rp = sorted({w.file.requires_python for w in wheels if w.file.requires_python})
+        requires_python = index_rp[0] if index_rp else None
+    if kind == "pypi" and "cpu" not in variants:
         variants["cpu"] = _cpu_variant()
     version = Version(release)
     tv = companions.get("torchvision", {}).get(version)
@@ -903,6 +1065,105 @@ def diff_tables(old: dict[str, object], new: dict[str, object]) -> list[str]:
                 where, _as_dict(ova.get("constraints")), _as_dict(nva.get("constraints")), "constraint"
             )
     return lines
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _verified(variant: Mapping[str, object]) -> bool:
+    return bool(variant.get("verified", True))  # what compat.CompatTable assumes for a missing flag
+
+
+def _merge_release(merged: dict[str, object], entry: Mapping[str, object]) -> None:
+    """Fold the release-level fields of ``entry`` into ``merged`` (variants aside)."""
+    for key, value in entry.items():
+        if key == "variants":
+            continue
+        current = merged.get(key)
+        if key == "python":
+            merged[key] = _version_sort({str(p) for seq in (current, value) if isinstance(seq, list) for p in seq})
+        elif key == "glibc":
+            floors = {str(g) for g in (current, value) if g is not None}
+            merged[key] = _version_sort(floors)[0] if floors else None
+        elif current is None:
+            merged[key] = copy.deepcopy(value)
+
+
+def merge_tables(tables: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """Merge tables built from several indexes (PyPI's first, then PyTorch's) into one.
+
+    * releases: the union; per release, the variants' union.  A verified variant
+      replaces an unverified one of the same accelerator (PyPI's ``cpu``
+      placeholder gives way to a verified ``cpu`` from PyTorch's index); of two
+      verified ones the earlier table's wins.  When those disagree on anything
+      but ``index`` (the same build served by two indexes is no conflict), a
+      record ``{"release", "accelerator", "kept", "dropped", "fields"}`` (the
+      sources of the kept and dropped variant, and the keys they differ on) is
+      appended to the result's ``"conflicts"`` list; the key is left out when
+      there are none.  Conflicts recorded in the input tables are carried over.
+    * per release: ``python`` is the union sorted by version, ``glibc`` the lowest
+      floor, every other field (``torchvision``, ``torchaudio``,
+      ``requires_python``) the first non-null value.
+    * ``source``: the tables' distinct sources joined by ``", "``; ``generated``
+      and ``driver_floor`` come from the first table; ``schema`` is 1.
+
+    The input tables are not modified.  Raises :class:`ValueError` for no tables.
+    """
+    if not tables:
+        raise ValueError("merge_tables needs at least one table")
+    releases: dict[str, dict[str, object]] = {}
+    variants: dict[str, dict[str, dict[str, object]]] = {}
+    owner: dict[tuple[str, str], str] = {}  # (release, accelerator) -> source of the variant kept
+    conflicts: list[object] = []
+    sources: list[str] = []
+    for table in tables:
+        source = str(table.get("source") or "")
+        if source and source not in sources:
+            sources.append(source)
+        previous = table.get("conflicts")
+        if isinstance(previous, list):
+            conflicts.extend(copy.deepcopy(previous))
+        for release, raw in _as_dict(table.get("releases")).items():
+            entry = _as_dict(raw)
+            if release not in releases:
+                releases[release] = {}
+                variants[release] = {}
+            _merge_release(releases[release], entry)
+            kept = variants[release]
+            for accel, raw_variant in _as_dict(entry.get("variants")).items():
+                new = copy.deepcopy(_as_dict(raw_variant))
+                old = kept.get(accel)
+                if old is None or (_verified(new) and not _verified(old)):
+                    kept[accel] = new
+                    owner[(release, accel)] = source
+                elif _verified(new) and _verified(old):
+                    differ = sorted(k for k in (old.keys() | new.keys()) - {"index"} if old.get(k) != new.get(k))
+                    if differ:
+                        conflicts.append(
+                            {
+                                "release": release,
+                                "accelerator": accel,
+                                "kept": owner[(release, accel)],
+                                "dropped": source,
+                                "fields": differ,
+                            }
+                        )
+    merged_releases: dict[str, object] = {}
+    for release in _version_sort(releases):
+        entry = releases[release]
+        entry["variants"] = dict(sorted(variants[release].items()))
+        merged_releases[release] = entry
+    first = tables[0]
+    merged: dict[str, object] = {
+        "schema": SCHEMA_VERSION,
+        "generated": first.get("generated"),
+        "source": ", ".join(sources),
+        "driver_floor": copy.deepcopy(first.get("driver_floor")),
+        "releases": merged_releases,
+    }
+    if conflicts:
+        merged["conflicts"] = conflicts
+    return merged
 
 
 def project_versions(

@@ -164,3 +164,21 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
     assert [n["status"] for n in failed] == ["failed", "blocked"]
     assert "step fails" in run.out
     assert registry_tags(registry, f"itest/{repository}") == ["2.13.0-cpu-py3.11-runtime-debian-bookworm-base"]
+
+
+def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    hang = tmp_path / "layers" / "hang"
+    hang.mkdir(parents=True)
+    (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
+    (hang / "layer.yaml").write_text("smoke: ['sleep 900']\n")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]",
+                        extra="layers_path: [layers]\nsmoke: {timeout: 75}\n")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
+    assert run.code == 1, run.text[-2000:]
+    node = next(n for n in report(tmp_path / "r")["nodes"] if n["layer"] == "hang")
+    assert node["smoke"] == "failed"
+    assert "timed out after 75 s; the container was killed" in node["error"]
+    assert node["durations"]["smoke"] < 150
+    assert engine.managed_containers() == []  # killed and removed

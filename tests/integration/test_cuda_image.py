@@ -27,7 +27,7 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
     assert run.code == 0, run.text[-4000:]
     (node,) = report(tmp_path / "r")["nodes"]
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
-    assert all(c["status"] == "pass" for c in checks.values()), checks
+    assert not [c for c in checks.values() if c["status"] == "fail"], checks
     assert checks["versions.cuda"]["value"] == planned["cuda"]
     assert checks["versions.cudnn"]["value"] == "9.1.0"  # the runtime reports major.minor.patch
     assert planned["cudnn"].startswith(checks["versions.cudnn"]["value"] + ".")
@@ -89,7 +89,10 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     for name in ("distributed.nccl_init", "fsdp.compiled_step_cuda", "throughput.cuda"):
         assert (checks[name]["status"], checks[name]["reason"]) == ("skip", "no GPU visible in this container")
-    # What needs no GPU still ran: the versions, and the CPU paths of the same torch build.
+    # What needs no GPU still ran: the versions, and the CPU paths of the same torch build (torch 2.6's
+    # FSDP2 cannot run on CPU, which the suite says instead of failing).
     assert checks["versions.nccl"]["status"] == "pass"
-    assert checks["fsdp.compiled_step_cpu"]["status"] == "pass"
+    assert checks["distributed.all_reduce"]["status"] == "pass"
+    assert checks["fsdp.compiled_step_cpu"]["status"] == "skip"
+    assert "FSDP2 does not run on CPU in torch 2.6.0" in checks["fsdp.compiled_step_cpu"]["reason"]
     assert registry_tags(registry, f"itest/{repository}") == []

@@ -10,13 +10,22 @@ import json
 import re
 import socket
 import threading
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from imagebuilder.compat_refresh import IndexUnreachable, diff_tables, driver_floor, fetch_table, write_table
+from imagebuilder.compat_refresh import (
+    IndexUnreachable,
+    diff_tables,
+    driver_floor,
+    fetch_table,
+    index_kind,
+    merge_tables,
+    write_table,
+)
 
 LINUX = '; platform_system == "Linux" and platform_machine == "x86_64"'
 
@@ -360,3 +369,303 @@ def test_cli_refresh_from_an_unreachable_index_leaves_the_table(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "unchanged" in err and "Traceback" not in err
     assert out.read_text() == '{"old": true}\n'
+
+
+# --------------------------------------------------------------------------- a PyTorch-style index (local labels)
+
+CU126_PINS = {
+    "nvidia-cuda-runtime-cu12": "12.6.77",
+    "nvidia-cudnn-cu12": "9.5.1.17",
+    "nvidia-nccl-cu12": "2.26.2",
+}
+
+
+def _torch_metadata(version: str, pins: dict[str, str]) -> str:
+    lines = [f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\nRequires-Python: >=3.9.0\n",
+             "Requires-Dist: filelock\n", "Requires-Dist: sympy==1.13.1\n"]
+    lines += [f"Requires-Dist: {name}=={pin}; platform_system == \"Linux\"\n" for name, pin in pins.items()]
+    return "".join(lines) + "\n"
+
+
+def _build_pytorch_index(root: Path) -> None:
+    """Like download.pytorch.org/whl: wheels with local labels, companions pinning labelled torch."""
+    files = root / "files"
+    files.mkdir(parents=True)
+    metadata = {  # wheel -> its .metadata file (None: the index serves none)
+        "torch-2.5.1+cu124-cp311-cp311-manylinux_2_28_x86_64.whl": _torch_metadata(  # below min_torch
+            "2.5.1+cu124", {"nvidia-cuda-runtime-cu12": "12.4.127"}
+        ),
+        "torch-2.6.0+cu126-cp311-cp311-manylinux_2_28_x86_64.whl": _torch_metadata("2.6.0+cu126", CU126_PINS),
+        "torch-2.6.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl": None,  # tried first, no .metadata
+        "torch-2.6.0+cpu-cp313-cp313-manylinux_2_28_x86_64.whl": None,  # not a readable wheel either
+        "torch-2.6.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": None,  # METADATA only inside the wheel
+        "torch-2.6.0+cpu.cxx11.abi-cp311-cp311-manylinux_2_28_x86_64.whl": _torch_metadata("2.6.0+cpu.cxx11.abi", {}),
+        # Labelled cu128, but pins CUDA 12.6: contradicts its label, so no variant.
+        "torch-2.6.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl": _torch_metadata("2.6.0+cu128", CU126_PINS),
+        "torch-2.6.0-cp311-cp311-manylinux_2_28_aarch64.whl": _torch_metadata("2.6.0", {}),  # not x86_64
+        "torch-2.7.0+rocm6.3-cp312-cp312-manylinux_2_28_x86_64.whl": None,  # only a label with no variant
+        # No CUDA pins under a cuNNN label: CUDA bundled in the wheel, its version from the label.
+        "torch-2.8.0+cu118-cp312-cp312-manylinux_2_28_x86_64.whl": _torch_metadata("2.8.0+cu118", {}),
+    }
+    for name, text in metadata.items():
+        (files / name).write_bytes(b"not a real wheel")
+        if text is not None:
+            (files / f"{name}.metadata").write_text(text, encoding="utf-8")
+    _write_wheel(
+        files / "torch-2.6.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torch-2.6.0+cpu.dist-info",
+        _torch_metadata("2.6.0+cpu", {}),
+    )
+    companions = {
+        "torchvision": {"0.21.0+cu126": "torch==2.6.0+cu126", "0.21.0+cpu": "torch==2.6.0+cpu",
+                        "0.22.0+rocm6.3": "torch==2.7.0+rocm6.3"},
+        "torchaudio": {"2.6.0+cu126": "torch==2.6.0+cu126"},
+    }
+    pages: dict[str, list[str]] = {
+        "torch": [_anchor(n, ' data-requires-python="&gt;=3.9"' if "rocm" in n else "") for n in metadata]
+    }
+    for project, pins in companions.items():
+        for version, req in pins.items():
+            name = f"{project}-{version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+            (files / name).write_bytes(b"")
+            meta = _vision_metadata(version, req).replace("torchvision", project)
+            (files / f"{name}.metadata").write_text(meta, encoding="utf-8")
+            pages.setdefault(project, []).append(_anchor(name))
+    for project, anchors in pages.items():
+        page = root / "simple" / project
+        page.mkdir(parents=True)
+        (page / "index.html").write_text(_page(project, anchors), encoding="utf-8")
+
+
+@pytest.fixture
+def pytorch_index_url(tmp_path: Path) -> Iterator[str]:
+    root = tmp_path / "pytorch"
+    _build_pytorch_index(root)
+    yield from _serve(root, _QuietHandler)
+
+
+def _pytorch_table(url: str) -> dict[str, object]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fetch_table(url, min_torch="2.6", timeout=10)
+
+
+CU126_VARIANT: dict[str, object] = {
+    "cuda": "12.6",
+    "index": "pytorch",
+    "cudnn": "9.5.1.17",
+    "nccl": "2.26.2",
+    "triton": None,
+    "packages": CU126_PINS,
+    "constraints": {},
+    "verified": True,
+}
+CPU_VERIFIED: dict[str, object] = {
+    "cuda": None,
+    "index": "pytorch",
+    "cudnn": None,
+    "nccl": None,
+    "triton": None,
+    "packages": {},
+    "constraints": {},
+    "verified": True,
+}
+
+
+def test_fetch_table_from_pytorch_style_index(pytorch_index_url: str) -> None:
+    with pytest.warns(UserWarning) as caught:
+        table = fetch_table(pytorch_index_url, min_torch="2.6", timeout=10)
+
+    messages = sorted(str(w.message) for w in caught)
+    assert messages == [
+        "torch 2.6.0+cu128: its METADATA pins cu126 (CUDA 12.6), not cu128; variant omitted",
+        f"torch wheels on {pytorch_index_url} with local labels cpu.cxx11.abi, rocm6.3 give no variant",
+    ]
+    assert table["source"] == pytorch_index_url
+    assert table["schema"] == 1
+    assert table["releases"] == {
+        "2.6.0": {
+            "requires_python": ">=3.9.0",
+            "python": ["3.11", "3.12", "3.13"],
+            "glibc": "2.28",
+            "torchvision": "0.21.0",
+            "torchaudio": "2.6.0",
+            "variants": {"cpu": CPU_VERIFIED, "cu126": CU126_VARIANT},  # no unverified placeholder
+        },
+        "2.7.0": {  # only a rocm wheel: listed, with no variant
+            "requires_python": ">=3.9",
+            "python": ["3.12"],
+            "glibc": "2.28",
+            "torchvision": "0.22.0",
+            "torchaudio": None,
+            "variants": {},
+        },
+        "2.8.0": {
+            "requires_python": ">=3.9.0",
+            "python": ["3.12"],
+            "glibc": "2.28",
+            "torchvision": None,
+            "torchaudio": None,
+            "variants": {"cu118": {**CPU_VERIFIED, "cuda": "11.8"}},
+        },
+    }
+
+
+def test_index_kind() -> None:
+    labelled = ["torch-2.6.0+cu126-cp311-cp311-manylinux_2_28_x86_64.whl", "torch-2.6.0.tar.gz"]
+    plain = ["torch-2.6.0-cp311-cp311-manylinux_2_28_x86_64.whl", "torch-2.6.0.tar.gz", "not-a-wheel.whl"]
+    assert index_kind("https://pypi.org/simple") == "pypi"
+    assert index_kind("https://pypi.org/simple/", labelled) == "pypi"  # PyPI's URL decides, trailing slash or not
+    assert index_kind("https://download.pytorch.org/whl/cu126", labelled) == "pytorch"
+    assert index_kind("https://download.pytorch.org/whl/cu126", plain) == "pypi"
+    assert index_kind("https://test.pypi.org/simple", labelled) == "pytorch"
+    assert index_kind("http://127.0.0.1:8080/simple", plain) == "pypi"
+
+
+def test_fetch_table_explicit_kind(index_url: str, pytorch_index_url: str) -> None:
+    # Forced to "pypi", a PyTorch-style index's labelled wheels are all ignored.
+    assert fetch_table(pytorch_index_url, min_torch="2.6", timeout=10, kind="pypi")["releases"] == {}
+    # Forced to "pytorch", unlabelled wheels give no variant, and no placeholder is added.
+    with pytest.warns(UserWarning, match=r"with local labels \(none\) give no variant"):
+        table = fetch_table(index_url, min_torch="2.6", timeout=10, kind="pytorch")
+    releases = table["releases"]
+    assert isinstance(releases, dict)
+    assert list(releases) == ["2.6.0", "2.11.0"]
+    assert releases["2.6.0"]["variants"] == {}
+    assert releases["2.6.0"]["python"] == ["3.11", "3.12"]
+    assert releases["2.6.0"]["torchvision"] == "0.21.0"
+    with pytest.raises(ValueError, match="unknown index kind 'conda'"):
+        fetch_table(index_url, kind="conda")  # type: ignore[arg-type]
+
+
+def test_merge_pypi_and_pytorch_tables(index_url: str, pytorch_index_url: str) -> None:
+    pypi = fetch_table(index_url, min_torch="2.6", timeout=10)
+    pytorch = _pytorch_table(pytorch_index_url)
+    pypi_before, pytorch_before = copy.deepcopy(pypi), copy.deepcopy(pytorch)
+
+    merged = merge_tables([pypi, pytorch])
+
+    assert (pypi, pytorch) == (pypi_before, pytorch_before)  # inputs untouched
+    assert merged["schema"] == 1
+    assert merged["source"] == f"{index_url}, {pytorch_index_url}"
+    assert merged["generated"] == pypi["generated"]
+    assert merged["driver_floor"] == driver_floor()
+    assert "conflicts" not in merged
+    releases = merged["releases"]
+    assert isinstance(releases, dict)
+    assert list(releases) == ["2.6.0", "2.7.0", "2.8.0", "2.11.0"]
+    pypi_rel, pytorch_rel = pypi["releases"], pytorch["releases"]
+    assert isinstance(pypi_rel, dict) and isinstance(pytorch_rel, dict)
+    assert releases["2.11.0"] == pypi_rel["2.11.0"]  # only on PyPI: unverified cpu placeholder kept
+    assert releases["2.11.0"]["variants"]["cpu"]["verified"] is False
+    assert releases["2.7.0"] == pytorch_rel["2.7.0"]
+
+    r260 = releases["2.6.0"]
+    assert list(r260["variants"]) == ["cpu", "cu124", "cu126"]
+    assert r260["variants"]["cu124"] == pypi_rel["2.6.0"]["variants"]["cu124"]
+    assert r260["variants"]["cu124"]["index"] == "pypi"
+    assert r260["variants"]["cu126"] == CU126_VARIANT
+    assert r260["variants"]["cpu"] == CPU_VERIFIED  # the verified one replaced PyPI's placeholder
+    assert {k: v for k, v in r260.items() if k != "variants"} == {
+        "requires_python": ">=3.9.0",
+        "python": ["3.11", "3.12", "3.13"],  # union, in version order
+        "glibc": "2.5",  # the lower floor (PyPI's manylinux1 wheel), not the string-wise lower "2.28"
+        "torchvision": "0.21.0",
+        "torchaudio": "2.6.0",  # PyPI's is null: the first non-null one
+    }
+
+    # PyTorch's table first: its verified cpu still beats PyPI's later placeholder.
+    reverse = merge_tables([pytorch, pypi])
+    assert reverse["source"] == f"{pytorch_index_url}, {index_url}"
+    assert reverse["releases"]["2.6.0"]["variants"]["cpu"] == CPU_VERIFIED  # type: ignore[index]
+
+    # A third index whose verified cu126 disagrees: the earlier table wins, the clash is recorded.
+    mirror = "https://mirror.example/whl/cu126"
+    other = copy.deepcopy(pytorch)
+    other["source"] = mirror
+    cu126 = other["releases"]["2.6.0"]["variants"]["cu126"]  # type: ignore[index]
+    cu126["nccl"] = "2.27.3"
+    cu126["packages"]["nvidia-nccl-cu12"] = "2.27.3"
+    with_conflict = merge_tables([pypi, pytorch, other])
+    assert with_conflict["releases"]["2.6.0"]["variants"]["cu126"] == CU126_VARIANT  # type: ignore[index]
+    assert with_conflict["conflicts"] == [
+        {"release": "2.6.0", "accelerator": "cu126", "kept": pytorch_index_url, "dropped": mirror,
+         "fields": ["nccl", "packages"]},
+    ]
+    assert with_conflict["source"] == f"{index_url}, {pytorch_index_url}, {mirror}"
+
+
+def test_merge_tables_rules() -> None:
+    pypi = _table()
+    pytorch = copy.deepcopy(pypi)
+    pytorch["source"] = "https://download.pytorch.org/whl/cu124"
+    pytorch["generated"] = "2025-03-01"
+    pytorch["driver_floor"] = {}
+    rel = pytorch["releases"]
+    assert isinstance(rel, dict)
+    rel["2.6.0"]["variants"]["cu124"]["index"] = "pytorch"  # the same build on another index: no conflict
+    rel["2.5.1"]["variants"]["cu124"]["cudnn"] = "9.1.0.99"  # a verified disagreement
+    rel["2.6.0"]["variants"]["cu118"] = {"cuda": "11.8", "verified": False}
+    rel["2.6.0"]["python"] = ["3.13", "3.9"]
+    rel["2.6.0"]["glibc"] = "2.17"
+    rel["2.6.0"]["torchvision"] = "0.21.1"
+    unverified = copy.deepcopy(pypi)
+    unverified["source"] = "https://pypi.org/simple"  # a repeated source is listed once
+    unverified_rel = unverified["releases"]
+    assert isinstance(unverified_rel, dict)
+    unverified_rel["2.6.0"]["variants"]["cu124"] = {"cuda": "12.4", "cudnn": "0", "verified": False}
+    unverified_rel["2.6.0"]["variants"]["cu118"] = {"cuda": "11.8", "cudnn": "8", "verified": False}
+
+    merged = merge_tables([pypi, pytorch, unverified])
+
+    assert merged["source"] == "https://pypi.org/simple, https://download.pytorch.org/whl/cu124"
+    assert (merged["generated"], merged["driver_floor"]) == ("2025-01-01", driver_floor())
+    assert merged["conflicts"] == [
+        {"release": "2.5.1", "accelerator": "cu124", "kept": "https://pypi.org/simple",
+         "dropped": "https://download.pytorch.org/whl/cu124", "fields": ["cudnn"]},
+    ]
+    releases = merged["releases"]
+    assert isinstance(releases, dict)
+    original = pypi["releases"]
+    assert isinstance(original, dict)
+    assert releases["2.5.1"] == original["2.5.1"]
+    r260 = releases["2.6.0"]
+    assert r260["variants"] == {
+        "cu118": {"cuda": "11.8", "verified": False},  # unverified: the first one stays
+        "cu124": original["2.6.0"]["variants"]["cu124"],
+    }
+    assert (r260["python"], r260["glibc"], r260["torchvision"]) == (["3.9", "3.11", "3.12", "3.13"], "2.5", "0.21.0")
+
+    # Conflicts already recorded in an input are carried over; no tables at all is an error.
+    again = merge_tables([merged, pypi])
+    assert again["conflicts"] == merged["conflicts"]
+    assert "conflicts" not in merge_tables([pypi])
+    with pytest.raises(ValueError, match="at least one table"):
+        merge_tables([])
+
+    # The merged table shares nothing with its inputs.
+    r260["variants"]["cu124"]["packages"]["nvidia-nccl-cu12"] = "0"
+    assert original["2.6.0"]["variants"]["cu124"]["packages"]["nvidia-nccl-cu12"] == "2.21.5"
+
+
+def test_cli_refresh_merges_pypi_and_pytorch_indexes(index_url: str, pytorch_index_url: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder.cli import main
+
+    out = tmp_path / "merged.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = main(["compat", "refresh", "--index", index_url, "--index", pytorch_index_url, "--out", str(out),
+                     "--min-torch", "2.6"])
+    assert code == 0, capsys.readouterr()
+    variants = json.loads(out.read_text())["releases"]["2.6.0"]["variants"]
+    assert variants["cu124"]["index"] == "pypi" and variants["cu126"]["index"] == "pytorch"
+    assert variants["cpu"]["verified"] is True
+    # Planning against the merged table now accepts torch 2.6.0 on cu126 (PyTorch's index), pinned.
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
+                      "matrix: {torch: [2.6.0], accelerator: [cu126], python: ['3.11']}\n")
+    capsys.readouterr()
+    assert main(["--compat", str(out), "plan", "--matrix", str(matrix), "--json"]) == 0
+    (node,) = json.loads(capsys.readouterr().out)
+    assert (node["entry"]["cudnn"], node["entry"]["nccl"]) == ("9.5.1.17", "2.26.2")
