@@ -528,22 +528,20 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str) -
         gen = torch.Generator().manual_seed(1)
         batches = [(torch.randn(16, dim, generator=gen).to(device), torch.randn(16, dim, generator=gen).to(device))
                    for _ in range(steps)]  # the same data on every rank: FSDP must then equal one model
+        def step(net: Any, optim: Any, x: Any, y: Any, autocast: bool) -> float:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                loss = torch.nn.functional.mse_loss(net(x).float(), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            optim.step()
+            optim.zero_grad()
+            return float(loss.item())
+
         losses, ref_losses = [], []
         t0 = time.monotonic()
         for x, y in batches:
-            loss = torch.nn.functional.mse_loss(model(x).float(), y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            losses.append(float(loss.item()))
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=gpu):
-                ref_loss = torch.nn.functional.mse_loss(reference(x).float(), y)
-            ref_loss.backward()
-            torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
-            ref_opt.step()
-            ref_opt.zero_grad()
-            ref_losses.append(float(ref_loss.item()))
+            losses.append(step(model, opt, x, y, autocast=False))  # FSDP's MixedPrecisionPolicy casts itself
+            ref_losses.append(step(reference, ref_opt, x, y, autocast=gpu))
         out["step_s"] = round(time.monotonic() - t0, 3)
         after = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
         out["changed"] = sum(int(not torch.equal(a.detach().float().cpu(), b.float().cpu()))
