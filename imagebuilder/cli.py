@@ -99,7 +99,9 @@ only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id m
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
-    click_ctx.obj = Context(out=Console(), err=Console(stderr=True), engine_url=engine_url, compat_file=compat_file,
+    wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
+    click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
+                            compat_file=compat_file,
                             check_index=not offline)
 
 

@@ -85,11 +85,13 @@ _STYLE = {"pushed": "green", "tagged": "green", "passed": "green", "built": "cya
 
 def summary_table(results: list[Result]) -> Table:
     table = Table(title="imagebuilder summary", show_lines=False)
-    for col in ("node", "build", "smoke", "publish", "time", "note"):
+    table.add_column("node", no_wrap=True)
+    for col in ("build", "smoke", "publish", "time", "note"):
         table.add_column(col, overflow="fold")
     for r in results:
         outcome = r.outcome()
-        note = r.error or (r.tags[0] if r.tags and r.publish in (Status.PUSHED, Status.TAGGED) else "")
+        note = r.error or (r.tags[0].rsplit("/", 1)[-1] if r.tags and r.publish in (Status.PUSHED, Status.TAGGED)
+                           else "")
         if r.gpu_verified is False and not r.error:
             note = f"not GPU-verified · {note}"
         table.add_row(
