@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from .engine import Engine
+from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
 from .plan import Node, Plan
@@ -142,13 +142,11 @@ class Builder:
         nodes = [n for n in self.plan.nodes if n.entry.id == entry.id]
         for node in nodes:
             self.build_node(node)
-        if self.options.smoke:
-            for node in nodes:
-                if node.leaf and self.results[node.id].build == Status.BUILT:
+        for node in nodes:
+            if node.leaf and self.results[node.id].build == Status.BUILT:
+                if self.options.smoke:
                     self.smoke_node(node)
-        else:
-            for node in nodes:
-                if node.leaf and self.results[node.id].build == Status.BUILT:
+                else:
                     self.results[node.id].smoke = Status.SKIPPED
         entry_ok = all(self.results[n.id].build == Status.BUILT for n in nodes) and all(
             self.results[n.id].smoke in (Status.PASSED, Status.SKIPPED) for n in nodes if n.leaf)
@@ -174,7 +172,7 @@ class Builder:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def sink(self, node: Node, log: TextIO, tail: list[str]) -> Any:
+    def sink(self, node: Node, log: TextIO, tail: list[str]) -> LineSink:
         prefix = f"[dim]{escape(node.id)}[/] │ "
 
         def emit(line: str) -> None:
@@ -230,22 +228,23 @@ class Builder:
         start = time.monotonic()
         self.say(f"[bold]▶ smoke {escape(node.id)}[/]")
         assert result.log is not None
-        tail: list[str] = []
         with open(result.log, "a", encoding="utf-8") as log:
             log.write("---- smoke ----\n")
+
+            def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
+                log.write(line + "\n")
             try:
                 report = run_smoke(self.engine, self.images[node.id], expectations(node.entry, self.options.expect),
                                    timeout=node.entry.smoke.timeout, shm_size=node.entry.smoke.shm_size,
                                    gpus=node.entry.smoke.gpus, driver_dir=node.entry.smoke.driver_dir,
                                    env=dict(node.entry.smoke.env),
-                                   commands=self.layer_checks(node))
+                                   commands=self.layer_checks(node), sink=to_log)
             except ImageBuilderError as exc:
                 result.smoke = Status.FAILED
                 result.error = f"smoke: {exc.message}"
                 return
             finally:
                 result.durations["smoke"] = time.monotonic() - start
-            log.write(report.log_tail + "\n")
         result.smoke_report = report.to_json()
         for check in report.checks:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
@@ -259,7 +258,7 @@ class Builder:
         else:
             result.smoke = Status.FAILED
             result.error = "; ".join(report.failures())[:300] or "smoke failed"
-            result.log_tail = report.log_tail or "\n".join(tail)
+            result.log_tail = report.log_tail
 
     def layer_checks(self, node: Node) -> list[dict[str, str]]:
         """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""

@@ -30,11 +30,6 @@ class Node:
     rendered: RenderedNode
     status: str = "build"
 
-    @property
-    def parent_ref(self) -> str:
-        """What the rendered (display) Dockerfile builds FROM."""
-        return self.base_image or ""
-
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -55,9 +50,6 @@ class Plan:
 
     def node(self, node_id: str) -> Node:
         return next(n for n in self.nodes if n.id == node_id)
-
-    def children(self, node_id: str) -> list[Node]:
-        return [n for n in self.nodes if n.parent == node_id]
 
     def ancestors(self, node: Node) -> list[Node]:
         out = []
