@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        err.print("aborted")
+        err.print("interrupted: containers were removed, nothing more was tagged or pushed")
         return 130
     except click.ClickException as exc:
         exc.show()

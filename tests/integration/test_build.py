@@ -182,3 +182,29 @@ def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
     assert "timed out after 75 s; the container was killed" in node["error"]
     assert node["durations"]["smoke"] < 150
     assert engine.managed_containers() == []  # killed and removed
+
+
+def test_ctrl_c_during_smoke_removes_the_container(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
+    (node,) = report(tmp_path / "r")["nodes"]
+    proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", "smoke", node["image"]], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    deadline = time.monotonic() + 60
+    while not engine.managed_containers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert engine.managed_containers(), "the smoke container never started"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert engine.managed_containers() == []

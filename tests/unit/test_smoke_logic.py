@@ -107,3 +107,26 @@ def test_container_env_forwards_nccl_settings() -> None:
                         {"NCCL_DEBUG": "WARN"}, {"LD_LIBRARY_PATH": "/drv/lib64"})
     assert env == {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "NCCL_SOCKET_IFNAME": "lo",
                    "NCCL_DEBUG": "WARN", "LD_LIBRARY_PATH": "/drv/lib64"}
+
+
+def test_a_failed_nccl_check_is_rerun_with_nccl_debug_and_the_log_attached(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_child(kind: str, payload: dict[str, object], timeout: float,
+                   env: dict[str, str] | None = None) -> tuple[list[dict[str, object]], str]:
+        calls.append((kind, (env or {}).get("NCCL_DEBUG")))
+        if kind == "distributed":
+            log = "NCCL INFO Bootstrap : Using lo\nNCCL WARN connect failed" if env and env.get("NCCL_DEBUG") else ""
+            return [suite.record("distributed.nccl_init", "fail", reason="init timed out")], log
+        return [suite.record(kind, "pass")], ""
+
+    monkeypatch.setattr(suite, "probe_gpus", lambda: 2)
+    monkeypatch.setattr(suite, "_child", fake_child)
+    report = suite.run({"accelerator": "cu130"}, [])
+    assert ("distributed", None) in calls and ("distributed", "INFO") in calls
+    nccl = next(c for c in report["checks"] if c["name"] == "distributed.nccl_init")
+    assert nccl["rerun_with_nccl_debug"] is True
+    assert nccl["log"] == ["NCCL INFO Bootstrap : Using lo", "NCCL WARN connect failed"]
+    assert report["passed"] is False and report["gpu_verified"] is True
+    assert ("versions", None) in calls and ("throughput", None) in calls  # versions/throughput are not re-run
+    assert calls.count(("versions", None)) == 1
