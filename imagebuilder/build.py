@@ -279,7 +279,7 @@ class Builder:
                     continue
                 for ref in node.tags:
                     self.say(f"[bold]▶ push {escape(ref)}[/]")
-                    digest = self.engine.push(ref)
+                    digest = self.engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"))
                     held = self.engine.registry_digest(ref)
                     if held != digest:
                         raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")

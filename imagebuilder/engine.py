@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
+import tenacity
 
 from .errors import EngineError, EngineUnavailable
 
@@ -124,8 +126,24 @@ class Engine:
         with suppress(docker.errors.APIError):
             self.api.remove_image(ref, force=True)
 
-    def push(self, ref: str, sink: LineSink | None = None) -> str:
-        """Push one reference; returns the manifest digest the registry reported."""
+    def push(self, ref: str, sink: LineSink | None = None, *, attempts: int = 4, wait_max: float = 30.0) -> str:
+        """Push one reference; returns the manifest digest the registry reported. Transient failures
+        (connection reset/refused, timeouts, 5xx) are retried with exponential backoff; others are not."""
+        def notice(state: tenacity.RetryCallState) -> None:
+            if sink is not None:
+                why = state.outcome.exception() if state.outcome else ""
+                sink(f"retrying push {ref} (attempt {state.attempt_number + 1} of {attempts}) after: {why}")
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, EngineError) and transient(exc.message)),
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_exponential(multiplier=1, min=1, max=wait_max),
+            before_sleep=notice,
+            reraise=True,
+        )
+        return str(retrying(self._push_once, ref, None))
+
+    def _push_once(self, ref: str, sink: LineSink | None) -> str:
         repo, tag = _split_ref(ref)
         try:
             stream = self.api.push(repo, tag=tag, stream=True, decode=True)
@@ -226,6 +244,18 @@ class Engine:
 
     def managed_containers(self) -> list[str]:
         return [c["Id"] for c in self.api.containers(all=True, filters={"label": MANAGED_LABEL})]
+
+
+_TRANSIENT = re.compile(
+    r"connection (reset|refused|aborted)|broken pipe|timed? ?out|timeout|temporar|unexpected eof|\beof\b|"
+    r"\b50[0234]\b|bad gateway|service unavailable|gateway time|too many requests|\b429\b|i/o timeout",
+    re.IGNORECASE,
+)
+
+
+def transient(message: str) -> bool:
+    """Whether a registry/engine error message describes a failure worth retrying."""
+    return bool(_TRANSIENT.search(message))
 
 
 def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]]:

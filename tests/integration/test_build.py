@@ -208,3 +208,17 @@ def test_ctrl_c_during_smoke_removes_the_container(
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert engine.managed_containers() == []
+
+
+def test_an_unreachable_registry_is_retried_then_fails_cleanly(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
+              "--registry", "127.0.0.1:5999/itest")  # nothing listens there
+    assert run.code == 1
+    assert run.text.count("retrying push 127.0.0.1:5999/itest/") == 3  # 4 attempts, backoff in between
+    (node,) = report(tmp_path / "r")["nodes"]
+    assert node["publish"] == "failed" and "connection refused" in node["error"]
+    assert node["digest"] is None
+    assert "Traceback" not in run.text

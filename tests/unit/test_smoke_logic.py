@@ -130,3 +130,18 @@ def test_a_failed_nccl_check_is_rerun_with_nccl_debug_and_the_log_attached(monke
     assert report["passed"] is False and report["gpu_verified"] is True
     assert ("versions", None) in calls and ("throughput", None) in calls  # versions/throughput are not re-run
     assert calls.count(("versions", None)) == 1
+
+
+@pytest.mark.parametrize(("message", "retry"), [
+    ("push r:5000/p:t: Put \"http://r:5000/v2/p/blobs/uploads/\": read tcp: connection reset by peer", True),
+    ("received unexpected HTTP status: 503 Service Unavailable", True),
+    ("dial tcp 127.0.0.1:5000: connect: connection refused", True),
+    ("net/http: request canceled (Client.Timeout exceeded while awaiting headers)", True),
+    ("unauthorized: authentication required", False),
+    ("denied: requested access to the resource is denied", False),
+    ("manifest invalid: manifest invalid", False),
+])
+def test_transient_push_errors(message: str, retry: bool) -> None:
+    from imagebuilder.engine import transient
+
+    assert transient(message) is retry
