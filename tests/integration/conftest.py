@@ -108,7 +108,8 @@ def repository(engine: Engine) -> Iterator[str]:
             engine.untag(ref)
 
 
-def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "") -> Path:
+def itest_matrix(tmp: Path, repository: str, *, layers: str, body: str, extra: str = "") -> Path:
+    """A matrix file pushing to this test's own repository under the test registry."""
     path = tmp / "matrix.yaml"
     path.write_text(textwrap.dedent(f"""
         version: 1
@@ -116,6 +117,13 @@ def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, ext
         registry: {REGISTRY}/itest
         repository: {repository}
         layers: {layers}
+        """).lstrip() + textwrap.dedent(body).lstrip() + textwrap.dedent(extra), encoding="utf-8")
+    return path
+
+
+def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "") -> Path:
+    """torch 2.13.0 for the CPU, from the wheelhouse (its dependencies from PyPI)."""
+    return itest_matrix(tmp, repository, layers=layers, extra=extra, body=f"""
         torch_extras: []
         build:
           wheelhouse: {wheelhouse}
@@ -124,8 +132,7 @@ def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, ext
           torch: ["2.13.0"]
           accelerator: [cpu]
           python: ["3.11"]
-        """).lstrip() + textwrap.dedent(extra), encoding="utf-8")
-    return path
+        """)
 
 
 def report(folder: Path) -> dict[str, Any]:

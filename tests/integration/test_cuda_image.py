@@ -4,7 +4,6 @@ libraries still load, so the versions inside the image are checked against the p
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, registry_tags, report
+from .conftest import CliRun, itest_matrix, registry_tags, report
 
 pytestmark = pytest.mark.cuda
 
@@ -43,19 +42,13 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
 
 
 def cuda_matrix(tmp_path: Path, repository: str, extra: str = "") -> Path:
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(textwrap.dedent(f"""
-        version: 1
-        base_image: debian:bookworm
-        registry: {REGISTRY}/itest
-        repository: {repository}
-        layers: [base]
+    """torch 2.6.0 with PyPI's CUDA 12.4 wheels, base layer only."""
+    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra, body="""
         matrix:
           torch: ["2.6.0"]
           accelerator: [cu124]
           python: ["3.11"]
-        """).lstrip() + textwrap.dedent(extra))
-    return matrix
+        """)
 
 
 def test_nccl_override_is_installed_and_checked_at_run_time(
