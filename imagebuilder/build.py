@@ -1,5 +1,7 @@
-"""Walks the plan: build each node FROM its parent's image ID, smoke the leaves, then tag and push
-the entries whose every leaf passed. One `Result` per node; one failure does not stop the others."""
+"""Runs a decided plan: build each node that is not cached FROM its parent's image, smoke the leaves
+(unless a passing result for the same leaf key is cached), then tag and push the entries whose every
+leaf passed. Independent nodes run in parallel (`jobs`); one failure blocks only its descendants.
+One `Result` per node."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import contextlib
 import datetime
 import functools
 import http.server
+import json
 import re
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,16 +22,22 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from . import keys, schedule
+from .cache import Cache, Hit, SmokeCache, cache_ref
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
 from .plan import Node, Plan
+from .registry import split_reference
 from .render import Renderer, wheelhouse_port, with_labels
 from .report import Result, Status
 from .smoke_runner import run_smoke
 
-LABEL_PREFIX = "io.imagebuilder"
+LABEL_PREFIX = keys.LABEL_PREFIX
+RUN_LABEL = f"{LABEL_PREFIX}.run"
+LOG_MODES = ("stream", "tail", "none")
 
 
 @dataclass(frozen=True)
@@ -39,25 +49,22 @@ class BuildOptions:
     quiet: bool = False
     no_cache: bool = False
     allow_untested_gpu: bool = False
+    jobs: int = 1
+    fail_fast: bool = False
+    resmoke: bool = False
+    logs: str = "stream"  # stream: every log line, prefixed by node id; tail: the progress rows only
+    cache_dir: Path = Path(".imagebuilder-cache")
 
 
-def labels(node: Node, parent_ref: str, parent_id: str) -> dict[str, str]:
-    entry = node.entry
-    out = {
-        "org.opencontainers.image.title": f"{entry.repository} {node.name}",
-        "org.opencontainers.image.description": node.layer.description or f"imagebuilder layer {node.layer.name}",
-        "org.opencontainers.image.version": node.tags[0].rsplit(":", 1)[-1],
-        "org.opencontainers.image.ref.name": node.tags[0],
-        "org.opencontainers.image.base.name": parent_ref,
-        "org.opencontainers.image.base.digest": parent_id,
-        "org.opencontainers.image.vendor": "imagebuilder",
-        f"{LABEL_PREFIX}.node": node.id,
-        f"{LABEL_PREFIX}.entry": entry.id,
-        f"{LABEL_PREFIX}.layer": node.layer.name,
-    }
-    for key, value in entry.versions().items():
-        if value is not None:
-            out[f"{LABEL_PREFIX}.version.{key}"] = value
+def labels(node: Node, parent_id: str) -> dict[str, str]:
+    """Everything the image carries: its content labels (part of the key), the key, the inputs the key
+    was made of (so a later run can say what changed) and the parent it was built on."""
+    out = keys.content_labels(node)
+    out[keys.KEY_LABEL] = node.key
+    out[keys.INPUTS_LABEL] = json.dumps(dict(node.inputs), sort_keys=True, separators=(",", ":"))
+    out["org.opencontainers.image.base.digest"] = parent_id
+    if node.base_image:
+        out["org.opencontainers.image.base.name"] = node.base_image
     return out
 
 
@@ -100,198 +107,434 @@ def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
             server.server_close()
 
 
+def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
+    """Every base image must be there (or pullable) before anything builds."""
+    for base in sorted({n.base_image for n in plan.nodes if n.base_image}):
+        if engine.image_id(base) is not None:
+            continue
+        say(f"[dim]pulling base image {escape(base)}[/]")
+        try:
+            engine.pull(base)
+        except EngineError as exc:
+            entry = next(n.entry for n in plan.nodes if n.base_image == base)
+            raise InputError(f"base image {base!r} is not present and cannot be pulled ({exc.message})",
+                             where=entry.where, hint="pull or import it first (`make base-image` seeds "
+                             "debian:bookworm from Debian's mirror)") from None
+
+
+class _Display:
+    """The terminal side of a run: a rich progress display over the nodes (on a terminal), one row per
+    running step with its latest log line, and, in `stream` mode, every log line prefixed by node id."""
+
+    def __init__(self, console: Console, total: int, mode: str) -> None:
+        self.console = console
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.counts = {"built": 0, "cached": 0, "failed": 0}
+        self.progress: Progress | None = None
+        self.rows: dict[str, TaskID] = {}
+        if mode != "none" and console.is_terminal:
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                     MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=False)
+            self.overall = self.progress.add_task(self._summary(), total=total)
+
+    def _summary(self) -> str:
+        c = self.counts
+        return f"nodes: {c['built']} built · {c['cached']} cached · {c['failed']} failed"
+
+    def __enter__(self) -> _Display:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def say(self, text: str) -> None:
+        if self.mode != "none":
+            self.console.print(text, highlight=False, soft_wrap=True)
+
+    def line(self, step: str, node_id: str, line: str) -> None:
+        if self.mode == "stream":
+            self.console.print(f"[dim]{escape(node_id)}[/] │ " + escape(line), highlight=False, soft_wrap=True)
+        if self.progress is not None and step in self.rows:
+            self.progress.update(self.rows[step], description=f"{escape(step)} [dim]│ {escape(line[:100])}[/]")
+
+    def start(self, step: str) -> None:
+        if self.progress is not None:
+            with self.lock:
+                self.rows[step] = self.progress.add_task(escape(step), total=None)
+
+    def stop(self, step: str) -> None:
+        if self.progress is not None:
+            with self.lock:
+                row = self.rows.pop(step, None)
+                if row is not None:
+                    self.progress.remove_task(row)
+
+    def node_done(self, outcome: str) -> None:
+        with self.lock:
+            if outcome in self.counts:
+                self.counts[outcome] += 1
+            if self.progress is not None:
+                self.progress.update(self.overall, advance=1, description=self._summary())
+
+
 @dataclass
 class Builder:
     engine: Engine
     plan: Plan
     options: BuildOptions
     console: Console
+    hits: dict[str, Hit] = field(default_factory=dict)
+    cache: Cache | None = None
     renderer: Renderer = field(default_factory=Renderer)
     results: dict[str, Result] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    _local: threading.local = field(default_factory=threading.local)
+    _pull_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _display: _Display | None = None
 
     def run(self) -> list[Result]:
-        self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf) for n in self.plan.nodes}
-        self.check_bases()
+        self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
+                        for n in self.plan.nodes}
+        self._pull_locks = {n.id: threading.Lock() for n in self.plan.nodes}
+        self.engine.run_labels[RUN_LABEL] = self.run_id
+        if self.cache is None:
+            self.cache = Cache(self.engine)
         wheelhouses = {e.build.wheelhouse for e in self.plan.entries() if e.build.wheelhouse}
-        with serve_wheelhouses(wheelhouses) as urls:
+        mode = "none" if self.options.quiet else self.options.logs
+        with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
+            self._display = display
             self.renderer = Renderer(wheelhouse_urls=urls)
-            for entry in self.plan.entries():
-                self.run_entry(entry)
+            try:
+                outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
+            except KeyboardInterrupt:
+                self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
+                raise
+            finally:
+                self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
+        if outcome.error is not None:
+            raise outcome.error
+        for task_id in outcome.not_started:
+            kind, _, name = task_id.partition(":")
+            for result in self.results.values():
+                if (kind == "build" and result.node == name and result.build is None) or \
+                        (kind == "publish" and result.entry == name and result.publish is None and result.build):
+                    result.error = result.error or "not started: --fail-fast stopped the run after a failure"
+                    if kind == "build":
+                        result.build = Status.CANCELLED
         return list(self.results.values())
 
-    def check_bases(self) -> None:
-        """Every base image must be there (or pullable) before anything builds."""
-        for base in sorted({n.base_image for n in self.plan.nodes if n.base_image}):
-            if self.engine.image_id(base) is not None:
-                continue
-            self.say(f"[dim]pulling base image {escape(base)}[/]")
-            try:
-                self.engine.pull(base)
-            except EngineError as exc:
-                entry = next(n.entry for n in self.plan.nodes if n.base_image == base)
-                raise InputError(f"base image {base!r} is not present and cannot be pulled ({exc.message})",
-                                 where=entry.where, hint="pull or import it first (`make base-image` seeds "
-                                 "debian:bookworm from Debian's mirror)") from None
+    def tasks(self) -> list[schedule.Task]:
+        """build:<node> after its parent's build; smoke:<leaf> after its build (one smoke at a time: they
+        share the GPUs and measure throughput); publish:<entry> after all of the entry's steps."""
+        out = []
+        for entry in self.plan.entries():
+            nodes = [n for n in self.plan.nodes if n.entry.id == entry.id]
+            steps = []
+            for node in nodes:
+                deps = (f"build:{node.parent}",) if node.parent else ()
+                out.append(schedule.Task(f"build:{node.id}", functools.partial(self.build_node, node), deps))
+                steps.append(f"build:{node.id}")
+                if node.leaf:
+                    out.append(schedule.Task(f"smoke:{node.id}", functools.partial(self.smoke_node, node),
+                                             (f"build:{node.id}",), exclusive="smoke"))
+                    steps.append(f"smoke:{node.id}")
+            out.append(schedule.Task(f"publish:{entry.id}", functools.partial(self.run_publish, entry, nodes),
+                                     tuple(steps)))
+        return out
+
+    # -- shared helpers ------------------------------------------------------------------------------
+    @property
+    def display(self) -> _Display:
+        assert self._display is not None
+        return self._display
 
     def say(self, text: str) -> None:
-        if not self.options.quiet:
-            self.console.print(text, highlight=False)
+        self.display.say(text)
 
-    def run_entry(self, entry: Entry) -> None:
-        nodes = [n for n in self.plan.nodes if n.entry.id == entry.id]
-        for node in nodes:
-            self.build_node(node)
-        for node in nodes:
-            if node.leaf and self.results[node.id].build == Status.BUILT:
-                if self.options.smoke:
-                    self.smoke_node(node)
-                else:
-                    self.results[node.id].smoke = Status.SKIPPED
-        entry_ok = all(self.results[n.id].build == Status.BUILT for n in nodes) and all(
-            self.results[n.id].smoke in (Status.PASSED, Status.SKIPPED) for n in nodes if n.leaf)
-        untested = [n for n in nodes if self.results[n.id].gpu_verified is False]
-        if entry_ok and untested and self.options.push and not self.options.allow_untested_gpu:
-            for node in nodes:
-                self.results[node.id].publish = Status.HELD
-                self.results[node.id].error = ("not GPU-verified: no GPU on this host "
-                                               "(--allow-untested-gpu pushes anyway)")
-            self.say(f"[yellow]{escape(entry.id)}: CUDA images not GPU-verified are not pushed; "
-                     "pass --allow-untested-gpu to push them anyway[/]")
-            return
-        if not entry_ok:
-            for node in nodes:
-                if self.results[node.id].build == Status.BUILT:
-                    self.results[node.id].publish = Status.HELD
-            self.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or pushed[/]")
-            return
-        self.publish_entry(nodes)
+    def worker_engine(self) -> Engine:
+        """This thread's own connection to the engine."""
+        engine = getattr(self._local, "engine", None)
+        if engine is None:
+            engine = self._local.engine = self.engine.clone()
+        assert isinstance(engine, Engine)
+        return engine
 
     def log_file(self, node: Node) -> Path:
         path = self.options.report_dir / "logs" / (re.sub(r"[^A-Za-z0-9._-]+", "_", node.id) + ".log")
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def sink(self, node: Node, log: TextIO, tail: list[str]) -> LineSink:
-        prefix = f"[dim]{escape(node.id)}[/] │ "
-
+    def sink(self, step: str, node: Node, log: TextIO, tail: list[str]) -> LineSink:
         def emit(line: str) -> None:
             log.write(line + "\n")
             log.flush()
             tail.append(line)
             del tail[:-40]
-            if not self.options.quiet:
-                self.console.print(prefix + escape(line), highlight=False, soft_wrap=True)
+            self.display.line(step, node.id, line)
         return emit
 
-    def build_node(self, node: Node) -> None:
+    def show_log(self, result: Result) -> None:
+        """On a failure in `tail` mode the terminal has not seen the log: show it now (its last 200 lines)."""
+        if self.display.mode != "tail" or not result.log:
+            return
+        lines = Path(result.log).read_text(encoding="utf-8", errors="replace").splitlines()
+        self.console.rule(f"[red]{escape(result.node)}: log ({len(lines)} lines, {result.log})")
+        self.console.print("\n".join(lines[-200:]), markup=False, highlight=False)
+
+    def local_image(self, node: Node) -> str:
+        """The node's image on this engine, pulled from its key tag when it is only in the registry."""
+        with self._pull_locks[node.id]:
+            if node.id not in self.images:
+                hit = self.hits[node.id]
+                assert hit.ref is not None
+                self.say(f"[dim]pulling {escape(hit.ref)} (cached {escape(node.id)})[/]")
+                self.images[node.id] = self.worker_engine().pull(hit.ref)
+                self.results[node.id].image = self.images[node.id]
+            return self.images[node.id]
+
+    # -- build -------------------------------------------------------------------------------------------
+    def build_node(self, node: Node) -> bool:
         result = self.results[node.id]
-        if node.parent is not None and self.results[node.parent].build != Status.BUILT:
+        try:
+            return self._build(node, result)
+        finally:
+            self.display.node_done({Status.BUILT: "built", Status.CACHED: "cached"}.get(result.build, "failed")
+                                   if result.build else "failed")
+
+    def _build(self, node: Node, result: Result) -> bool:
+        if node.parent is not None and self.results[node.parent].build not in (Status.BUILT, Status.CACHED):
             result.build = Status.BLOCKED
             result.error = f"parent {node.parent} did not build"
-            return
+            return False
+        hit = self.hits.get(node.id)
+        if node.status == "cached" and hit is not None:
+            result.build = Status.CACHED
+            result.cache = hit.where
+            if hit.image:
+                self.images[node.id] = result.image = hit.image
+            self.say(f"[cyan]● cached {escape(node.id)}[/] [dim]{escape(node.reason)}[/]")
+            return True
+        engine = self.worker_engine()
         if node.base_image is not None:
             parent_ref = node.base_image
-            parent_id = self.engine.image_id(node.base_image) or node.base_image
+            parent_id = engine.image_id(node.base_image) or node.base_image
         else:
             assert node.parent is not None
-            parent_ref = self.plan.node(node.parent).tags[0]
-            parent_id = self.images[node.parent]
+            parent_ref = node.parent
+            try:
+                parent_id = self.local_image(self.plan.node(node.parent))
+            except ImageBuilderError as exc:
+                result.build = Status.FAILED
+                result.error = f"cannot get the cached parent: {exc.message}"
+                return False
         rendered = with_labels(self.renderer.render(node.entry, node.layer, node.id, parent_id),
-                               labels(node, parent_ref, parent_id))
+                               labels(node, parent_id))
         log_path = self.log_file(node)
         result.log = str(log_path)
         tail: list[str] = []
+        step = f"build {node.id}"
         start = time.monotonic()
-        self.say(f"[bold]▶ build {escape(node.id)}[/] [dim]FROM {escape(parent_ref)} ({parent_id[:19]})[/]")
-        with log_path.open("w", encoding="utf-8") as log:
-            try:
-                image = self.engine.build(rendered.tar(), network=node.entry.build.network,
-                                          sink=self.sink(node, log, tail),
-                                          nocache=self.options.no_cache)
-            except ImageBuilderError as exc:
-                log.write(f"ERROR: {exc.message}\n")
-                result.build = Status.FAILED
-                result.error = exc.message
-                result.log_tail = "\n".join(tail[-25:])
-                self.say(f"[bold red]✗ {escape(node.id)}: {escape(exc.message)}[/]")
-                return
-            finally:
-                result.durations["build"] = time.monotonic() - start
-        self.images[node.id] = image
-        result.image = image
+        self.display.start(step)
+        self.say(f"[bold]▶ build {escape(node.id)}[/] [dim]FROM {escape(parent_ref)} ({parent_id[:19]}) · "
+                 f"{escape(node.reason)}[/]")
+        try:
+            with log_path.open("w", encoding="utf-8") as log:
+                log.write(f"# {node.id} key {node.key}\n# why: {node.reason}\n")
+                try:
+                    image = engine.build(rendered.tar(), network=node.entry.build.network,
+                                         sink=self.sink(step, node, log, tail), nocache=self.options.no_cache)
+                except ImageBuilderError as exc:
+                    log.write(f"ERROR: {exc.message}\n")
+                    result.build = Status.FAILED
+                    result.error = exc.message
+                    result.log_tail = "\n".join(tail[-25:])
+                    self.say(f"[bold red]✗ {escape(node.id)}: {escape(exc.message)}[/]")
+                    self.show_log(result)
+                    return False
+        finally:
+            result.durations["build"] = time.monotonic() - start
+            self.display.stop(step)
+        self.images[node.id] = result.image = image
         result.build = Status.BUILT
         self.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {result.durations['build']:.1f}s[/]")
+        return True
 
-    def smoke_node(self, node: Node) -> None:
+    # -- smoke -------------------------------------------------------------------------------------------
+    def smoke_spec(self, node: Node) -> dict[str, Any]:
+        s = node.entry.smoke
+        return {"expect": expectations(node.entry, self.options.expect), "gpus": s.gpus, "driver_dir": s.driver_dir,
+                "shm_size": s.shm_size, "env": dict(s.env), "commands": self.layer_checks(node)}
+
+    def smoke_node(self, node: Node) -> bool:
         result = self.results[node.id]
+        if result.build not in (Status.BUILT, Status.CACHED):
+            return True  # the build already failed and said so
+        if not self.options.smoke:
+            result.smoke = Status.SKIPPED
+            return True
+        assert self.cache is not None
+        smoke_cache = SmokeCache(self.options.cache_dir)
+        smoke_key = SmokeCache.key(node.key, self.smoke_spec(node))
+        record = None if self.options.resmoke else smoke_cache.get(smoke_key)
+        if record is not None:
+            result.smoke = Status.CACHED
+            result.smoke_report = record.get("report")
+            result.gpu_verified = record.get("gpu_verified")
+            self.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(str(record.get('date')))} with this key "
+                     "(--resmoke runs it again)[/]")
+            return True
+        step = f"smoke {node.id}"
         start = time.monotonic()
+        self.display.start(step)
         self.say(f"[bold]▶ smoke {escape(node.id)}[/]")
-        assert result.log is not None
-        with open(result.log, "a", encoding="utf-8") as log:
-            log.write("---- smoke ----\n")
+        if result.log is None:
+            result.log = str(self.log_file(node))
+            Path(result.log).write_text(f"# {node.id} key {node.key} (cached image)\n", encoding="utf-8")
+        try:
+            with open(result.log, "a", encoding="utf-8") as log:
+                log.write("---- smoke ----\n")
 
-            def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
-                log.write(line + "\n")
-            try:
-                report = run_smoke(self.engine, self.images[node.id], expectations(node.entry, self.options.expect),
-                                   timeout=node.entry.smoke.timeout, shm_size=node.entry.smoke.shm_size,
-                                   gpus=node.entry.smoke.gpus, driver_dir=node.entry.smoke.driver_dir,
-                                   env=dict(node.entry.smoke.env),
-                                   commands=self.layer_checks(node), sink=to_log)
-            except ImageBuilderError as exc:
-                result.smoke = Status.FAILED
-                result.error = f"smoke: {exc.message}"
-                return
-            finally:
-                result.durations["smoke"] = time.monotonic() - start
+                def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
+                    log.write(line + "\n")
+                    log.flush()
+                    self.display.line(step, node.id, line) if self.display.mode == "tail" else None
+                spec = self.smoke_spec(node)
+                try:
+                    image = self.local_image(node)
+                    report = run_smoke(self.worker_engine(), image, spec["expect"],
+                                       timeout=node.entry.smoke.timeout, shm_size=spec["shm_size"],
+                                       gpus=spec["gpus"], driver_dir=spec["driver_dir"], env=spec["env"],
+                                       commands=spec["commands"], sink=to_log)
+                except ImageBuilderError as exc:
+                    result.smoke = Status.FAILED
+                    result.error = f"smoke: {exc.message}"
+                    self.show_log(result)
+                    return False
+        finally:
+            result.durations["smoke"] = time.monotonic() - start
+            self.display.stop(step)
         result.smoke_report = report.to_json()
         for check in report.checks:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
-            reason = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
-            self.say(f"  {mark} {escape(str(check.get('name')))}{reason}")
-        if report.passed:
-            result.smoke = Status.PASSED
-            if node.entry.cuda and not report.gpu_verified:
-                result.gpu_verified = False
-                self.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
-        else:
+            why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
+            self.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
+        if not report.passed:
             result.smoke = Status.FAILED
             result.error = "; ".join(report.failures())[:300] or "smoke failed"
             result.log_tail = report.log_tail
+            self.show_log(result)
+            return False
+        result.smoke = Status.PASSED
+        if node.entry.cuda and not report.gpu_verified:
+            result.gpu_verified = False
+            self.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
+        else:
+            result.gpu_verified = report.gpu_verified if node.entry.cuda else None
+        smoke_cache.put(smoke_key, {"passed": True, "node": node.id, "key": node.key, "image": image,
+                                    "gpu_verified": result.gpu_verified, "report": result.smoke_report,
+                                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+        return True
 
     def layer_checks(self, node: Node) -> list[dict[str, str]]:
         """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
         chain = [*reversed(self.plan.ancestors(node)), node]
         return [{"name": f"layer.{n.name}.{i}", "run": cmd} for n in chain for i, cmd in enumerate(n.layer.smoke)]
 
-    def publish_entry(self, nodes: list[Node]) -> None:
-        """Tag every node of a passing entry; push and verify each reference unless --no-push."""
-        for node in nodes:
-            result = self.results[node.id]
-            start = time.monotonic()
-            try:
+    # -- publish -----------------------------------------------------------------------------------------
+    def run_publish(self, entry: Entry, nodes: list[Node]) -> bool:
+        results = [self.results[n.id] for n in nodes]
+        entry_ok = all(r.build in (Status.BUILT, Status.CACHED) for r in results) and all(
+            r.smoke in (Status.PASSED, Status.SKIPPED, Status.CACHED) for r in results if r.leaf)
+        if not entry_ok:
+            for r in results:
+                if r.build in (Status.BUILT, Status.CACHED):
+                    r.publish = Status.HELD
+            self.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or pushed[/]")
+            return False
+        untested = [r for r in results if r.gpu_verified is False]
+        if untested and self.options.push and not self.options.allow_untested_gpu:
+            for r in results:
+                r.publish = Status.HELD
+                r.error = "not GPU-verified: no GPU on this host (--allow-untested-gpu pushes anyway)"
+            self.say(f"[yellow]{escape(entry.id)}: CUDA images not GPU-verified are not pushed; "
+                     "pass --allow-untested-gpu to push them anyway[/]")
+            return False
+        published = [self.publish_node(node) for node in nodes]  # every node, even after one fails
+        return all(published)
+
+    def publish_node(self, node: Node) -> bool:
+        """Tag a node of a passing entry. With push: make sure the registry holds its key tag (pushing the
+        image once if not), then point each tag at that manifest in the registry (a manifest copy: no layer
+        moves, and a tag that already points there is left alone); the local tags follow."""
+        result = self.results[node.id]
+        engine = self.worker_engine()
+        start = time.monotonic()
+        try:
+            if not self.options.push:
+                image = self.local_image(node)
                 for ref in node.tags:
-                    self.engine.tag(self.images[node.id], ref)
+                    engine.tag(image, ref)
                 result.tags = list(node.tags)
-                if not self.options.push:
-                    result.publish = Status.TAGGED
-                    continue
-                for ref in node.tags:
-                    self.say(f"[bold]▶ push {escape(ref)}[/]")
-                    digest = self.engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"))
-                    held = self.engine.registry_digest(ref)
-                    if held != digest:
-                        raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
-                    result.digest = digest
-                result.publish = Status.PUSHED
-                self.say(f"[green]✓ pushed {escape(node.tags[0])}@{result.digest}[/]")
-            except ImageBuilderError as exc:
-                result.publish = Status.FAILED
-                result.error = exc.message
-                self.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
-            finally:
-                result.durations["publish"] = time.monotonic() - start
+                result.publish = Status.TAGGED
+                return True
+            digest = self.push_key_tag(node, engine)
+            moved = 0
+            for ref in node.tags:
+                moved += self.point_tag(node, ref, digest)
+                if node.id in self.images:
+                    engine.tag(self.images[node.id], ref)
+            result.tags = list(node.tags)
+            result.digest = digest
+            result.publish = Status.PUSHED if moved else Status.CURRENT
+            self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{digest}[/]")
+            return True
+        except ImageBuilderError as exc:
+            result.publish = Status.FAILED
+            result.error = exc.message
+            self.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
+            return False
+        finally:
+            result.durations["publish"] = time.monotonic() - start
+
+    def push_key_tag(self, node: Node, engine: Engine) -> str:
+        assert self.cache is not None
+        ref = cache_ref(node)
+        host, repo, tag = split_reference(ref)
+        registry = self.cache.registry(host)
+        digest = registry.manifest_digest(repo, tag)
+        if digest is not None:
+            return digest
+        engine.tag(self.local_image(node), ref)
+        self.say(f"[bold]▶ push {escape(ref)}[/]")
+        digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"))
+        held = registry.manifest_digest(repo, tag)
+        if held != digest:
+            raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
+        return digest
+
+    def point_tag(self, node: Node, ref: str, digest: str) -> int:
+        """Make `ref` name `digest` in the registry; 1 if it moved, 0 if it already did."""
+        assert self.cache is not None
+        host, repo, tag = split_reference(ref)
+        key_host, key_repo, _key_tag = split_reference(cache_ref(node))
+        registry = self.cache.registry(host)
+        if registry.manifest_digest(repo, tag) == digest:
+            return 0
+        if (host, repo) == (key_host, key_repo):
+            registry.retag(repo, digest, tag)
+        else:  # another repository: the engine moves the layers
+            self.worker_engine().tag(self.local_image(node), ref)
+            self.worker_engine().push(ref)
+        held = registry.manifest_digest(repo, tag)
+        if held != digest:
+            raise EngineError(f"tag {ref}: the registry holds {held}, not {digest}")
+        return 1
 
 
 def run_meta(matrix_file: Path) -> dict[str, Any]:

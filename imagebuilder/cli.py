@@ -3,6 +3,7 @@ one place (`main`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -15,13 +16,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import cache as cache_mod
 from . import compat as compat_mod
-from . import compat_refresh
+from . import compat_refresh, keys
 from . import matrix as matrix_mod
 from . import plan as plan_mod
-from .build import Builder, BuildOptions, run_meta
+from .build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
 from .engine import Engine
-from .errors import ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
+from .errors import EngineUnavailable, ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
 from .render import Renderer
 from .report import print_summary, write_json
 from .smoke_runner import run_smoke
@@ -36,6 +38,7 @@ class Context:
     engine_url: str | None = None
     compat_file: Path | None = None
     check_index: bool = True
+    cache_dir: Path = Path(".")
     _engine: Engine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -81,6 +84,19 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     return matrix, plan
 
 
+def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, use_registry: bool = True) \
+        -> tuple[plan_mod.Plan, dict[str, cache_mod.Hit], cache_mod.Cache]:
+    """Keys for every node (base images resolved on the engine), then what each node needs: the cache
+    is looked up locally and in the registry."""
+    engine = ctx.engine()
+    plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
+    cache = cache_mod.Cache(engine, use_registry=use_registry)
+    plan, hits = cache_mod.decide(plan, cache, rebuild=rebuild)
+    for warning in cache.warnings:
+        ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    return plan, hits, cache
+
+
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
                              show_default=True, help="The matrix file.")
 strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g. an exclude that matches "
@@ -96,13 +112,16 @@ only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id m
               help="A compatibility table to use instead of the packaged one (see `compat refresh --out`).")
 @click.option("--offline", is_flag=True, envvar="IMAGEBUILDER_OFFLINE",
               help="Do not ask package indexes whether nccl/cudnn overrides exist.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
+              help="Where passed smoke results are kept, by leaf key (default: ~/.cache/imagebuilder).")
 @click.pass_context
-def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool) -> None:
+def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
+        cache_dir: Path | None) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
-                            compat_file=compat_file,
-                            check_index=not offline)
+                            compat_file=compat_file, check_index=not offline,
+                            cache_dir=cache_dir or cache_mod.default_dir())
 
 
 @cli.command()
@@ -112,26 +131,39 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
 @click.option("--registry", help="Override the registry (host[:port][/namespace]).")
 @click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON.")
 @click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
+@click.option("--no-cache", is_flag=True, help="Plan as `build --no-cache` would: every node builds.")
 @click.pass_obj
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-         as_json: bool, explain: bool) -> int:
-    """Print the build nodes (entry x layer) in build order."""
+         as_json: bool, explain: bool, no_cache: bool) -> int:
+    """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
+    (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    try:
+        the_plan, _, _ = decide(ctx, the_plan, rebuild=no_cache)
+    except EngineUnavailable as exc:
+        ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
+                      highlight=False)
+        the_plan = plan_mod.Plan(tuple(dataclasses.replace(n, status="unknown", reason="no engine to resolve "
+                                                           "the base image") for n in the_plan.nodes))
     if explain:
         explain_plan(ctx.err if as_json else ctx.out, matrix, ctx.table())
     if as_json:
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
         return 0
     table = Table(box=None, pad_edge=False)
-    for col in ("status", "node", "from", "versions", "tags"):
+    for col in ("status", "node", "key", "from", "versions", "tags", "why"):
         table.add_column(col, overflow="fold")
+    style = {"cached": "cyan", "build": "bold", "unknown": "yellow"}
     for n in the_plan.nodes:
         e = n.entry
         versions = f"cuda {e.cuda} · cudnn {e.cudnn} · nccl {e.nccl}" if e.cuda else "cpu"
-        table.add_row(n.status, n.id, n.parent or n.base_image or "", versions,
-                      "\n".join(t.rsplit("/", 1)[-1] for t in n.tags))
+        table.add_row(f"[{style.get(n.status, '')}]{n.status}[/]", escape(n.id), keys.short(n.key) or "-",
+                      escape(n.parent or n.base_image or ""), versions,
+                      "\n".join(escape(t.rsplit("/", 1)[-1]) for t in n.tags), escape(n.reason))
     ctx.out.print(table)
-    ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries", highlight=False)
+    counts = {s: sum(n.status == s for n in the_plan.nodes) for s in ("build", "cached", "unknown")}
+    ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries: "
+                  + ", ".join(f"{v} {k}" for k, v in counts.items() if v), highlight=False)
     return 0
 
 
@@ -286,17 +318,32 @@ def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--quiet", is_flag=True, help="No live build log; summary only.")
 @click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 @click.option("--allow-untested-gpu", is_flag=True, help="Push CUDA images even when no GPU was there to test them.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Build up to N independent nodes at once (smoke suites still run one at a time).")
+@click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure (default: keep going; "
+              "a failure blocks only what builds on it).")
+@click.option("--resmoke", is_flag=True, help="Run the smoke suite even where it passed before for the same leaf key.")
+@click.option("--logs", type=click.Choice(LOG_MODES), default="stream", show_default=True,
+              help="stream: every build line, prefixed by node id; tail: only a progress row per running step "
+              "with its latest line (full logs under the report folder, and on the terminal when a step fails).")
 @click.pass_obj
 def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
           smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool,
-          allow_untested_gpu: bool) -> int:
-    """Render, build, smoke-test, tag and push the matrix."""
+          allow_untested_gpu: bool, jobs: int, fail_fast: bool, resmoke: bool, logs: str) -> int:
+    """Render, build what is not cached, smoke-test, tag and push the matrix."""
     expected = parse_expect(expect)
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     engine = ctx.engine()
     options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
-                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu)
-    builder = Builder(engine, the_plan, options, ctx.out)
+                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu, jobs=jobs,
+                           fail_fast=fail_fast, resmoke=resmoke, logs=logs, cache_dir=ctx.cache_dir)
+    check_bases(the_plan, engine, lambda line: None if quiet else ctx.out.print(line, highlight=False))
+    the_plan, hits, cache = decide(ctx, the_plan, rebuild=no_cache)
+    if not quiet:
+        counts = {s: sum(n.status == s for n in the_plan.nodes) for s in ("build", "cached")}
+        ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
+                      highlight=False)
+    builder = Builder(engine, the_plan, options, ctx.out, hits=hits, cache=cache)
     results = builder.run()
     write_json(results, report_dir / "report.json", run_meta(matrix_file))
     print_summary(ctx.out, results)

@@ -39,8 +39,18 @@ class RunResult:
 class Engine:
     """A connected Docker engine."""
 
-    def __init__(self, api: docker.APIClient) -> None:
+    def __init__(self, api: docker.APIClient, run_labels: Mapping[str, str] | None = None,
+                 base_url: str | None = None) -> None:
         self.api = api
+        self.run_labels = dict(run_labels or {})  # put on every container this engine object creates
+        self.base_url = base_url
+
+    def clone(self) -> Engine:
+        """Another connection to the same engine, for another thread (one HTTP session each)."""
+        timeout = int(self.api.timeout)
+        api = docker.APIClient(base_url=self.base_url, timeout=timeout) if self.base_url \
+            else docker.from_env(timeout=timeout).api
+        return Engine(api, self.run_labels, self.base_url)
 
     @classmethod
     def connect(cls, base_url: str | None = None, timeout: int = 600) -> Engine:
@@ -54,7 +64,7 @@ class Engine:
             raise EngineUnavailable(
                 f"cannot reach a Docker engine ({_short(exc)})",
                 hint="start dockerd (`make engine` does it) or set DOCKER_HOST") from None
-        return cls(api)
+        return cls(api, base_url=base_url)
 
     # -- images -----------------------------------------------------------------------------
     def image_id(self, ref: str) -> str | None:
@@ -66,6 +76,21 @@ class Engine:
             if exc.status_code == 404:
                 return None
             raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
+
+    def images_with_label(self, label: str) -> list[dict[str, Any]]:
+        """Local images that carry a label (any value), with their labels and creation times."""
+        try:
+            return [dict(i) for i in self.api.images(filters={"label": label})]
+        except docker.errors.APIError as exc:
+            raise EngineError(f"listing images: {_short(exc)}") from None
+
+    def insecure_registries(self) -> tuple[str, ...]:
+        """Registries the engine speaks plain HTTP to (its `insecure-registries`, not CIDRs)."""
+        try:
+            configs = (self.api.info().get("RegistryConfig") or {}).get("IndexConfigs") or {}
+        except docker.errors.APIError:
+            return ()
+        return tuple(name for name, conf in configs.items() if isinstance(conf, dict) and not conf.get("Secure", True))
 
     def inspect(self, ref: str) -> dict[str, Any]:
         try:
@@ -171,7 +196,7 @@ class Engine:
     def container(self, image: str, command: list[str], **options: Any) -> Iterator[str]:
         """Create a container and always remove it, whatever happens inside the block."""
         host_config = self.api.create_host_config(**options.pop("host_config", {}))
-        labels = {MANAGED_LABEL: "1", **options.pop("labels", {})}
+        labels = {MANAGED_LABEL: "1", **self.run_labels, **options.pop("labels", {})}
         try:
             cid = str(self.api.create_container(image, command, host_config=host_config, labels=labels,
                                                 **options)["Id"])
@@ -242,8 +267,18 @@ class Engine:
         except docker.errors.APIError:
             return False
 
-    def managed_containers(self) -> list[str]:
-        return [c["Id"] for c in self.api.containers(all=True, filters={"label": MANAGED_LABEL})]
+    def managed_containers(self, label: str = MANAGED_LABEL) -> list[str]:
+        return [c["Id"] for c in self.api.containers(all=True, filters={"label": label})]
+
+    def remove_containers(self, label: str) -> int:
+        """Force-remove every container carrying a label (`key=value`); returns how many."""
+        removed = 0
+        with suppress(docker.errors.APIError, requests.exceptions.RequestException):
+            for cid in self.managed_containers(label):
+                with suppress(docker.errors.APIError):
+                    self.api.remove_container(cid, force=True, v=True)
+                    removed += 1
+        return removed
 
 
 _TRANSIENT = re.compile(

@@ -6,7 +6,7 @@ A layer folder holds `Dockerfile.j2` (which begins with `FROM {{ parent_image }}
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ class LayerCatalog:
     """Layer folders, searched in order: each `layers_path` folder, then the project's `layers/`."""
 
     search_path: tuple[Path, ...]
+    _found: dict[str, Layer] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def for_paths(cls, extra: tuple[Path, ...]) -> LayerCatalog:
@@ -73,10 +74,13 @@ class LayerCatalog:
                        if (p / "Dockerfile.j2").is_file()})
 
     def find(self, name: str, where: Where | None = None) -> Layer:
+        if name in self._found:  # each layer folder is read once per catalog
+            return self._found[name]
         for folder in self.search_path:
             path = folder / name
             if (path / "Dockerfile.j2").is_file():
-                return _read_layer(name, path)
+                self._found[name] = _read_layer(name, path)
+                return self._found[name]
             if path.is_dir():
                 raise InputError(f"layer folder {path} has no Dockerfile.j2", where=where)
         searched = ", ".join(str(p) for p in self.search_path)

@@ -6,7 +6,9 @@ template error stops the run before anything slow starts.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,10 @@ class Node:
     tags: tuple[str, ...]
     leaf: bool
     rendered: RenderedNode
-    status: str = "build"
+    key: str = ""  # content address (keys.assign); "" until the base image is resolved
+    inputs: tuple[tuple[str, str], ...] = ()  # what the key is made of, for saying why a node rebuilds
+    status: str = "build"  # build | cached | blocked | unknown (cache.decide)
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,7 +45,9 @@ class Node:
             "entry": {"id": self.entry.id, **self.entry.versions()},
             "tags": list(self.tags),
             "leaf": self.leaf,
+            "key": self.key or None,
             "status": self.status,
+            "reason": self.reason,
         }
 
 
@@ -48,8 +55,15 @@ class Node:
 class Plan:
     nodes: tuple[Node, ...]
 
+    @functools.cached_property
+    def _index(self) -> dict[str, Node]:
+        return {n.id: n for n in self.nodes}
+
     def node(self, node_id: str) -> Node:
-        return next(n for n in self.nodes if n.id == node_id)
+        return self._index[node_id]
+
+    def children(self, node_id: str) -> list[Node]:
+        return [n for n in self.nodes if n.parent == node_id]
 
     def ancestors(self, node: Node) -> list[Node]:
         out = []
@@ -83,8 +97,7 @@ class Plan:
 
 
 def _with_leaf(node: Node, leaf: bool) -> Node:
-    return Node(node.id, node.name, node.layer, node.entry, node.parent, node.base_image, node.tags, leaf,
-                node.rendered, node.status)
+    return dataclasses.replace(node, leaf=leaf)
 
 
 def make(matrix: Matrix, renderer: Renderer) -> Plan:

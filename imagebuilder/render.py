@@ -7,6 +7,7 @@ They can import macros from the project's `templates/` folder.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from .errors import InputError, Where
 from .layers import Layer, project_dir
@@ -37,6 +39,8 @@ class RenderedNode:
     dockerfile: str
     files: tuple[tuple[str, bytes], ...] = field(default=())
     executables: frozenset[str] = frozenset()  # context files that keep their executable bit
+    parent_image: str = ""  # the reference the first FROM names
+    templates: tuple[tuple[str, str], ...] = ()  # (template file, sha256) that produced the Dockerfile
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,10 @@ class Renderer:
 
     wheelhouse_urls: dict[Path, str] = field(default_factory=dict)
     _envs: dict[Path, jinja2.Environment] = field(default_factory=dict)
+    _templates: dict[Path, jinja2.Template] = field(default_factory=dict)
+    _sources: dict[Path, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    _files: dict[Path, tuple[tuple[tuple[str, bytes], ...], frozenset[str]]] = field(default_factory=dict)
+    _blobs: dict[Path, bytes] = field(default_factory=dict)
 
     def env(self, layer: Layer) -> jinja2.Environment:
         if layer.path not in self._envs:
@@ -104,10 +112,53 @@ class Renderer:
             "node": {"id": node_id, "layer": layer.name},
         }
 
+    def template(self, layer: Layer) -> jinja2.Template:
+        if layer.path not in self._templates:
+            self._templates[layer.path] = self.env(layer).get_template("Dockerfile.j2")
+        return self._templates[layer.path]
+
+    def template_sources(self, layer: Layer) -> tuple[tuple[str, str], ...]:
+        """The template files a layer's Dockerfile is rendered from (its Dockerfile.j2 and everything it
+        imports or includes, found statically), each with the sha256 of its text."""
+        if layer.path not in self._sources:
+            env = self.env(layer)
+            assert env.loader is not None
+            seen: dict[str, str] = {}
+            pending = ["Dockerfile.j2"]
+            while pending:
+                name = pending.pop()
+                try:
+                    text, filename, _ = env.loader.get_source(env, name)
+                except jinja2.TemplateNotFound:
+                    continue  # reported when rendering
+                label = _display(Path(filename or name))
+                if label in seen:
+                    continue
+                seen[label] = hashlib.sha256(text.encode()).hexdigest()
+                try:
+                    pending += [n for n in jinja2.meta.find_referenced_templates(env.parse(text)) if n]
+                except jinja2.TemplateSyntaxError:
+                    continue
+            self._sources[layer.path] = tuple(sorted(seen.items()))
+        return self._sources[layer.path]
+
+    def layer_files(self, layer: Layer) -> tuple[tuple[tuple[str, bytes], ...], frozenset[str]]:
+        """The layer folder's context files (read once per run) and which of them are executable."""
+        if layer.path not in self._files:
+            sources = layer.context_files()
+            files = tuple((p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in sources)
+            executables = frozenset(p.relative_to(layer.path).as_posix() for p in sources if os.access(p, os.X_OK))
+            self._files[layer.path] = (files, executables)
+        return self._files[layer.path]
+
+    def blob(self, path: Path) -> bytes:
+        if path not in self._blobs:
+            self._blobs[path] = path.read_bytes()
+        return self._blobs[path]
+
     def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> RenderedNode:
-        env = self.env(layer)
         try:
-            template = env.get_template("Dockerfile.j2")
+            template = self.template(layer)
             text = template.render(self.context(entry, layer, node_id, parent_image))
         except jinja2.TemplateSyntaxError as exc:
             where = Where(exc.filename or str(layer.template), exc.lineno)
@@ -120,13 +171,11 @@ class Renderer:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
         check_first_from(text, parent_image, layer.template)
-        sources = layer.context_files()
-        files = [(p.relative_to(layer.path).as_posix(), p.read_bytes()) for p in sources]
-        executables = frozenset(p.relative_to(layer.path).as_posix() for p in sources if os.access(p, os.X_OK))
-        files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))
+        layer_files, executables = self.layer_files(layer)
+        files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode())]
         if entry.build.ca_bundle:
-            files.append((f"{CONTEXT_DIR}/ca-bundle.pem", entry.build.ca_bundle.read_bytes()))
-        return RenderedNode(text, tuple(files), executables)
+            files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
+        return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
 
 
 def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
@@ -136,7 +185,7 @@ def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ") + '"'
     body = " \\\n      ".join(f"{key}={quote(value)}" for key, value in sorted(labels.items()))
     text = rendered.dockerfile.rstrip("\n") + f"\nLABEL {body}\n"
-    return RenderedNode(text, rendered.files, rendered.executables)
+    return RenderedNode(text, rendered.files, rendered.executables, rendered.parent_image, rendered.templates)
 
 
 def constraints(entry: Entry) -> str:
@@ -161,6 +210,14 @@ def check_first_from(text: str, parent_image: str, template: Path) -> None:
             where=Where(str(template), number))
     raise InputError("the template renders no FROM line; it must begin with `FROM {{ parent_image }}`",
                      where=Where(str(template), 1))
+
+
+def _display(path: Path) -> str:
+    """A template's path as users know it: relative to the working folder when it is inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def _template_where(exc: BaseException, layer: Layer) -> Where:

@@ -21,6 +21,9 @@ class Status(str, Enum):
     PUSHED = "pushed"
     TAGGED = "tagged"
     HELD = "held"
+    CACHED = "cached"  # build: an image with the node's key exists; smoke: a pass for the same leaf key exists
+    CURRENT = "current"  # publish: every tag already named this digest
+    CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
 
 
 @dataclass
@@ -43,14 +46,18 @@ class Result:
     durations: dict[str, float] = field(default_factory=dict)
     smoke_report: dict[str, Any] | None = None
     gpu_verified: bool | None = None  # False: a CUDA image smoke-tested without a GPU
+    key: str | None = None
+    reason: str = ""  # why it was built (or is cached)
+    cache: str | None = None  # where a cached image was found: local | registry
 
     @property
     def ok(self) -> bool:
-        return self.build == Status.BUILT and self.smoke in (None, Status.PASSED, Status.SKIPPED) \
+        return self.build in (Status.BUILT, Status.CACHED) \
+            and self.smoke in (None, Status.PASSED, Status.SKIPPED, Status.CACHED) \
             and self.publish not in (Status.FAILED, Status.HELD)
 
     def outcome(self) -> str:
-        if self.build in (Status.FAILED, Status.BLOCKED):
+        if self.build in (Status.FAILED, Status.BLOCKED, Status.CANCELLED):
             return str(self.build.value)
         if self.smoke == Status.FAILED:
             return "smoke failed"
@@ -61,6 +68,7 @@ class Result:
     def to_json(self) -> dict[str, Any]:
         return {
             "node": self.node, "entry": self.entry, "layer": self.layer, "leaf": self.leaf,
+            "key": self.key, "reason": self.reason, "cache": self.cache,
             "status": self.outcome(), "ok": self.ok,
             "build": _v(self.build), "smoke": _v(self.smoke), "publish": _v(self.publish),
             "image": self.image, "digest": self.digest, "tags": self.tags, "error": self.error,
@@ -79,7 +87,8 @@ def write_json(results: list[Result], path: Path, meta: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-_STYLE = {"pushed": "green", "tagged": "green", "passed": "green", "built": "cyan", "cached": "cyan",
+_STYLE = {"pushed": "green", "tagged": "green", "current": "green", "cancelled": "yellow",
+           "passed": "green", "built": "cyan", "cached": "cyan",
           "failed": "bold red", "smoke failed": "bold red", "blocked": "yellow", "held": "yellow"}
 
 
@@ -90,8 +99,8 @@ def summary_table(results: list[Result]) -> Table:
         table.add_column(col, overflow="fold")
     for r in results:
         outcome = r.outcome()
-        note = r.error or (r.tags[0].rsplit("/", 1)[-1] if r.tags and r.publish in (Status.PUSHED, Status.TAGGED)
-                           else "")
+        note = r.error or (r.tags[0].rsplit("/", 1)[-1] if r.tags and r.publish in (Status.PUSHED, Status.TAGGED,
+                                                                                      Status.CURRENT) else "")
         if r.gpu_verified is False and not r.error:
             note = f"not GPU-verified · {note}"
         table.add_row(
@@ -110,4 +119,7 @@ def print_summary(console: Console, results: list[Result]) -> None:
             console.rule(f"[red]{r.node}: {r.outcome()}")
             console.print(r.log_tail, markup=False, highlight=False)
     total = len(results)
-    console.print(f"{total - len(failed)}/{total} nodes ok" + (f", {len(failed)} not ok" if failed else ""))
+    built = sum(r.build == Status.BUILT for r in results)
+    cached = sum(r.build == Status.CACHED for r in results)
+    console.print(f"{total - len(failed)}/{total} nodes ok" + (f", {len(failed)} not ok" if failed else "")
+                  + f" · {built} built, {cached} cached")

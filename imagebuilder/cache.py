@@ -1,0 +1,176 @@
+"""Where a node's key already has an image, and so what the plan must do.
+
+A node is `cached` when an image carrying its key is on the engine (found by its
+`io.imagebuilder.key` label) or in the registry under `<repo>:cache-<key12>` (a manifest HEAD; the
+image is pulled later, and only if a child must build on it or its smoke suite must run). A node
+whose parent builds builds too. Smoke results are cached by a key over the leaf's key, the suite and
+everything the suite is told, in a folder of small JSON files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import keys
+from .engine import Engine
+from .errors import EngineError
+from .plan import Node, Plan
+from .registry import Registry, split_reference
+from .smoke import suite_source
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuilder"
+
+
+@dataclass(frozen=True)
+class Hit:
+    where: str  # "local" | "registry"
+    image: str | None = None  # the local image ID
+    ref: str | None = None  # the registry's key tag
+
+
+def cache_ref(node: Node) -> str:
+    return f"{node.entry.registry.rstrip('/')}/{node.entry.repository}:{keys.cache_tag(node.key)}"
+
+
+@dataclass
+class Cache:
+    """Looks keys up on the engine and in the registries the plan names."""
+
+    engine: Engine
+    use_registry: bool = True
+    _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
+    _by_node: dict[str, dict[str, str]] = field(default_factory=dict)  # node id -> labels of newest image
+    _registries: dict[str, Registry] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    warnings: list[str] = field(default_factory=list)
+
+    def registry(self, host: str) -> Registry:
+        with self._lock:
+            if host not in self._registries:
+                self._registries[host] = Registry.for_host(host, self.engine.insecure_registries())
+            return self._registries[host]
+
+    def local(self) -> dict[str, tuple[str, dict[str, str]]]:
+        if self._local is None:
+            found: dict[str, tuple[str, dict[str, str]]] = {}
+            for image in sorted(self.engine.images_with_label(keys.KEY_LABEL), key=lambda i: i.get("Created", 0)):
+                labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
+                found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
+                if f"{keys.LABEL_PREFIX}.node" in labels:
+                    self._by_node[labels[f"{keys.LABEL_PREFIX}.node"]] = labels
+            self._local = found
+        return self._local
+
+    def forget_local(self) -> None:
+        self._local = None
+
+    def lookup(self, node: Node) -> Hit | None:
+        if not node.key:
+            return None
+        local = self.local().get(node.key)
+        if local is not None:
+            return Hit("local", image=local[0])
+        if not self.use_registry:
+            return None
+        ref = cache_ref(node)
+        host, repo, tag = split_reference(ref)
+        try:
+            digest = self.registry(host).manifest_digest(repo, tag)
+        except EngineError as exc:
+            self.warnings.append(f"cache lookup in {host} failed ({exc.message}); {node.id} counts as not cached")
+            return None
+        return Hit("registry", ref=ref) if digest else None
+
+    def previous_inputs(self, node: Node) -> dict[str, str] | None:
+        """The inputs of the image this node had last: the newest local image of the node, else the
+        image its first tag names in the registry (its labels carry them)."""
+        self.local()
+        labels = self._by_node.get(node.id)
+        if labels is None and self.use_registry:
+            host, repo, tag = split_reference(node.tags[0])
+            try:
+                labels = self.registry(host).labels(repo, tag)
+            except EngineError:
+                labels = None
+        if not labels or keys.INPUTS_LABEL not in labels:
+            return None
+        try:
+            inputs = json.loads(labels[keys.INPUTS_LABEL])
+        except ValueError:
+            return None
+        return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else None
+
+
+def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:
+    """Image IDs of the base images present on the engine (the roots' part of their keys)."""
+    out = {}
+    for base in sorted({n.base_image for n in plan.nodes if n.base_image}):
+        image = engine.image_id(base)
+        if image is not None:
+            out[base] = image
+    return out
+
+
+def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> tuple[Plan, dict[str, Hit]]:
+    """Each node's status (`build`, `cached`, or `unknown` without a key) and the reason, in plan order."""
+    decided: dict[str, Node] = {}
+    hits: dict[str, Hit] = {}
+    for node in plan.nodes:
+        parent = decided.get(node.parent) if node.parent else None
+        if not node.key:
+            status, why = "unknown", f"base image {node.base_image or '?'} is not on the engine (a build pulls it)"
+            if parent is not None:
+                why = "parent's key is unknown"
+        elif rebuild:
+            status, why = "build", "--no-cache: everything builds"
+        elif parent is not None and parent.status != "cached":
+            status, why = "build", keys.reason(node, cache.previous_inputs(node), parent.status)
+        else:
+            hit = cache.lookup(node)
+            if hit is not None:
+                hits[node.id] = hit
+                status = "cached"
+                why = (f"image {hit.image[7:19] if hit.image else '?'} has this key" if hit.where == "local"
+                       else f"key tag {hit.ref} is in the registry")
+            else:
+                status, why = "build", keys.reason(node, cache.previous_inputs(node), None)
+        decided[node.id] = dataclasses.replace(node, status=status, reason=why)
+    return Plan(tuple(decided[n.id] for n in plan.nodes)), hits
+
+
+@dataclass(frozen=True)
+class SmokeCache:
+    """Passed smoke reports, one JSON file per smoke key."""
+
+    folder: Path
+
+    @staticmethod
+    def key(leaf_key: str, spec: Mapping[str, Any]) -> str:
+        payload = json.dumps({"leaf": leaf_key, "suite": hashlib.sha256(suite_source()).hexdigest(), **spec},
+                             sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def get(self, smoke_key: str) -> dict[str, Any] | None:
+        path = self.folder / "smoke" / f"{smoke_key}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record.get("passed") is True else None
+
+    def put(self, smoke_key: str, record: Mapping[str, Any]) -> None:
+        path = self.folder / "smoke" / f"{smoke_key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(dict(record), indent=1, default=str), encoding="utf-8")
+        tmp.replace(path)

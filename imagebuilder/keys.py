@@ -1,0 +1,160 @@
+"""Content addresses for nodes, computed before anything builds.
+
+A node's key is the sha256 of everything its image is made of: the rendered Dockerfile (with the
+parent's reference written as `<parent>`), the content and mode of every file in its build context,
+the settings that change the image (network, the wheelhouse's listing, the image's labels) and its
+parent's key (for a root node: the base image's ID). Tag templates and the registry are not part of
+it, so renaming tags never rebuilds. Alongside the key each node keeps its *inputs* (one hash per
+template file, context file and setting) so a rebuild can say which of them changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from .plan import Node, Plan
+from .render import CONTEXT_DIR
+
+SCHEME = "imagebuilder-key/1"
+KEY_LABEL = "io.imagebuilder.key"
+INPUTS_LABEL = "io.imagebuilder.inputs"
+LABEL_PREFIX = "io.imagebuilder"
+
+
+def short(key: str) -> str:
+    return key[:12]
+
+
+def cache_tag(key: str) -> str:
+    """The registry tag that records a key: `<repo>:cache-<key12>`."""
+    return f"cache-{short(key)}"
+
+
+def content_labels(node: Node) -> dict[str, str]:
+    """The labels baked into a node's image. Only content goes here (no tags, no registry), so they can
+    be part of the key: a cached image's labels are still true when it is reused under new tags."""
+    entry = node.entry
+    out = {
+        "org.opencontainers.image.title": f"{entry.repository} {node.name}",
+        "org.opencontainers.image.description": node.layer.description or f"imagebuilder layer {node.layer.name}",
+        "org.opencontainers.image.vendor": "imagebuilder",
+        f"{LABEL_PREFIX}.node": node.id,
+        f"{LABEL_PREFIX}.entry": entry.id,
+        f"{LABEL_PREFIX}.layer": node.layer.name,
+    }
+    for name, value in entry.versions().items():
+        if value is not None:
+            out[f"{LABEL_PREFIX}.version.{name}"] = value
+    return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclasses.dataclass
+class _Hasher:
+    """Memoises digests of the byte strings the renderer shares between nodes (CA bundle, layer files)
+    and the listing of each wheelhouse."""
+
+    blobs: dict[int, tuple[bytes, str]] = dataclasses.field(default_factory=dict)
+    listings: dict[Path, str] = dataclasses.field(default_factory=dict)
+
+    def blob(self, data: bytes) -> str:
+        hit = self.blobs.get(id(data))
+        if hit is None or hit[0] is not data:
+            hit = (data, _sha(data))
+            self.blobs[id(data)] = hit
+        return hit[1]
+
+    def wheelhouse(self, folder: Path | None) -> str | None:
+        """Names and sizes of the wheels pip may take from a wheelhouse (their content is named by the pins)."""
+        if folder is None:
+            return None
+        if folder not in self.listings:
+            wheels = sorted((p.name, p.stat().st_size) for p in folder.glob("*.whl")) if folder.is_dir() else []
+            self.listings[folder] = _sha(json.dumps(wheels).encode())
+        return self.listings[folder]
+
+
+def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
+    """The plan with every node's key and inputs filled in. `base_ids` maps each base image reference
+    to its image ID (or registry digest); a node whose base is missing from it gets no key."""
+    hasher = _Hasher()
+    keyed: dict[str, Node] = {}
+    for node in plan.nodes:
+        parent_key = base_ids.get(node.base_image or "", "") if node.parent is None else keyed[node.parent].key
+        key, inputs = node_key(node, parent_key, hasher) if parent_key else ("", ())
+        keyed[node.id] = dataclasses.replace(node, key=key, inputs=inputs)
+    return Plan(tuple(keyed[n.id] for n in plan.nodes))
+
+
+def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tuple[str, tuple[tuple[str, str], ...]]:
+    hasher = hasher or _Hasher()
+    rendered = node.rendered
+    dockerfile = rendered.dockerfile
+    if rendered.parent_image:
+        dockerfile = dockerfile.replace(rendered.parent_image, "<parent>")
+    files = [(rel, hasher.blob(data), rel in rendered.executables) for rel, data in rendered.files]
+    settings = {"network": node.entry.build.network, "wheelhouse": hasher.wheelhouse(node.entry.build.wheelhouse),
+                "labels": content_labels(node)}
+    payload = {"scheme": SCHEME, "dockerfile": dockerfile, "files": files, "settings": settings,
+               "parent": parent_key}
+    key = _sha(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
+    inputs = {
+        "dockerfile": _sha(dockerfile.encode()),
+        "settings": _sha(json.dumps(settings, sort_keys=True).encode()),
+        "parent": parent_key,
+        **{f"template:{path}": digest for path, digest in rendered.templates},
+        **{f"file:{rel}": f"{digest}{'+x' if exe else ''}" for rel, digest, exe in files},
+    }
+    return key, tuple(sorted(inputs.items()))
+
+
+_SPECIAL_FILES = {f"{CONTEXT_DIR}/constraints.txt": "pins (constraints.txt)",
+                  f"{CONTEXT_DIR}/ca-bundle.pem": "CA bundle"}
+
+
+def changes(old: Mapping[str, str], new: Mapping[str, str], layer_dir: str) -> list[str]:
+    """What differs between two nodes' inputs, in words, most telling first."""
+    said: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        kind, _, what = name.partition(":")
+        if kind not in ("template", "file") or old.get(name) == new.get(name):
+            continue
+        label = f"template {what}" if kind == "template" else _SPECIAL_FILES.get(what) or f"file {layer_dir}/{what}"
+        state = "added" if name not in old else "removed" if name not in new else "changed"
+        said.append(f"{label} {state}")
+    if not said and old.get("dockerfile") != new.get("dockerfile"):
+        said.append("rendered Dockerfile changed (versions, vars or build settings)")
+    if old.get("settings") != new.get("settings"):
+        said.append("build settings or labels changed")
+    return said
+
+
+def reason(node: Node, previous: Mapping[str, str] | None, parent_status: str | None) -> str:
+    """Why a node that has no image for its key must build."""
+    if parent_status == "build":
+        own = changes(previous, dict(node.inputs), _layer_dir(node)) if previous else []
+        return "; ".join(["parent rebuilt", *own])
+    if previous is None:
+        return "no image with this key yet (first build of this node, or its earlier images are gone)"
+    new = dict(node.inputs)
+    said = changes(previous, new, _layer_dir(node))
+    if previous.get("parent") != new.get("parent"):
+        said.append(f"base image {node.base_image} changed" if node.parent is None else "parent changed")
+    if not said:
+        return "no image with this key locally or in the registry"
+    return "; ".join(said)
+
+
+def _layer_dir(node: Node) -> str:
+    path = node.layer.path
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)

@@ -1,0 +1,204 @@
+"""The registry's HTTP API (distribution v2), for what the engine cannot do without pulling:
+a manifest HEAD to find a key tag, reading an image's labels from its config, and pointing a tag at a
+manifest that is already there (a copy of the manifest, no layer moves).
+
+Credentials come from the Docker client config (`~/.docker/config.json` `auths`, or DOCKER_CONFIG) or
+from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD; they are sent only to the registry
+that asked for them (or its token service) and never logged. Loopback registries and those the engine
+lists as insecure are spoken to over plain HTTP, as the engine does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import tenacity
+
+from .errors import EngineError
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def split_reference(ref: str) -> tuple[str, str, str]:
+    """`host[:port]/repo/path:tag` -> (host, repo path, tag or digest). A first component without a dot,
+    a colon or `localhost` is Docker Hub's namespace, as the engine reads it."""
+    name, tag = ref, "latest"
+    if "@" in ref:
+        name, tag = ref.split("@", 1)
+    else:
+        slash, colon = ref.rfind("/"), ref.rfind(":")
+        if colon > slash:
+            name, tag = ref[:colon], ref[colon + 1:]
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        host, repo = first, rest
+    else:
+        host, repo = "docker.io", name if "/" in name else f"library/{name}"
+    return host, repo, tag
+
+
+def credentials(host: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    env = os.environ if env is None else env
+    user, password = env.get("IMAGEBUILDER_REGISTRY_USER"), env.get("IMAGEBUILDER_REGISTRY_PASSWORD")
+    if user and password:
+        return user, password
+    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        auths = json.loads(config.read_text(encoding="utf-8")).get("auths") or {}
+    except (OSError, ValueError):
+        return None
+    names = (*DOCKER_HUB, "https://index.docker.io/v1/") if host in DOCKER_HUB else (host,)
+    for key, value in auths.items():
+        bare = re.sub(r"^https?://", "", key).rstrip("/")
+        if (key in names or bare in names) and isinstance(value, dict) and value.get("auth"):
+            user, _, password = base64.b64decode(value["auth"]).decode().partition(":")
+            return user, password
+    return None
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    return isinstance(exc, _Status) and (exc.status >= 500 or exc.status == 429)
+
+
+class _Status(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+        self.status = status
+
+
+@dataclass
+class Registry:
+    """One registry host. Thread-safe enough for HEADs from several workers (one session per thread
+    is not needed: requests' pool is)."""
+
+    host: str
+    insecure: bool = False
+    auth: tuple[str, str] | None = None
+    timeout: float = 20.0
+    attempts: int = 3
+    _session: requests.Session = field(default_factory=requests.Session, repr=False)
+    _token: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = ()) -> Registry:
+        bare = host.split(":")[0]
+        loopback = bare in ("localhost", "::1", "[::1]") or bare.startswith("127.")
+        return cls(host=host, insecure=loopback or host in insecure_hosts, auth=credentials(host))
+
+    @property
+    def base(self) -> str:
+        host = "registry-1.docker.io" if self.host in DOCKER_HUB else self.host
+        return f"{'http' if self.insecure else 'https'}://{host}/v2/"
+
+    # -- requests with auth and retries ---------------------------------------------------------
+    def _request(self, method: str, path: str, *, scope: str, headers: Mapping[str, str] | None = None,
+                 data: bytes | None = None) -> requests.Response:
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_transient),
+                                     stop=tenacity.stop_after_attempt(self.attempts),
+                                     wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True)
+        try:
+            return retrying(self._once, method, path, scope, dict(headers or {}), data)
+        except _Status as exc:
+            raise EngineError(f"registry {self.host}: {method} {path}: {exc}") from None
+        except requests.exceptions.RequestException as exc:
+            raise EngineError(f"registry {self.host} unreachable: {type(exc).__name__}") from None
+
+    def _once(self, method: str, path: str, scope: str, headers: dict[str, str], data: bytes | None) \
+            -> requests.Response:
+        if scope in self._token:
+            headers["Authorization"] = self._token[scope]
+        resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout)
+        if resp.status_code == 401:
+            header = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
+            if header:
+                self._token[scope] = headers["Authorization"] = header
+                resp = self._session.request(method, self.base + path, headers=headers, data=data,
+                                             timeout=self.timeout)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise _Status(resp.status_code, resp.reason)
+        return resp
+
+    def _authorize(self, challenge: str, scope: str) -> str | None:
+        """An Authorization header for a 401 challenge: Basic with the stored credentials, or a Bearer
+        token from the realm the registry names (the token service gets the credentials, if any)."""
+        scheme, _, params = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            if self.auth is None:
+                return None
+            return "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+        if scheme.lower() != "bearer":
+            return None
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        realm = fields.pop("realm", None)
+        if not realm:
+            return None
+        fields["scope"] = scope
+        resp = self._session.get(realm, params=fields, auth=self.auth, timeout=self.timeout)
+        if resp.status_code != 200:
+            return None
+        body = resp.json()
+        token = body.get("token") or body.get("access_token")
+        return f"Bearer {token}" if token else None
+
+    # -- manifests --------------------------------------------------------------------------------
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        """The digest a tag (or digest) resolves to, by a manifest HEAD; None when there is no such manifest."""
+        resp = self._request("HEAD", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull",
+                             headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise EngineError(f"registry {self.host}: HEAD {repo}:{reference}: HTTP {resp.status_code}")
+        return resp.headers.get("Docker-Content-Digest")
+
+    def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
+        """A manifest's exact bytes and media type."""
+        resp = self._request("GET", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull",
+                             headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if resp.status_code != 200:
+            raise EngineError(f"registry {self.host}: GET {repo}:{reference}: HTTP {resp.status_code}")
+        return resp.content, resp.headers.get("Content-Type", MANIFEST_TYPES[-1]).split(";")[0]
+
+    def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
+        resp = self._request("PUT", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:pull,push",
+                             headers={"Content-Type": media_type}, data=body)
+        if resp.status_code not in (200, 201):
+            raise EngineError(f"registry {self.host}: PUT {repo}:{tag}: HTTP {resp.status_code} "
+                              f"{resp.text[:200]}")
+        return resp.headers.get("Docker-Content-Digest", "")
+
+    def retag(self, repo: str, source: str, tag: str) -> str:
+        """Point `tag` at the manifest `source` names (same repository: its blobs are already there)."""
+        body, media_type = self.manifest(repo, source)
+        return self.put_manifest(repo, tag, body, media_type)
+
+    def labels(self, repo: str, reference: str) -> dict[str, str] | None:
+        """The labels in an image's config (single-platform manifests); None when there is no such image."""
+        if self.manifest_digest(repo, reference) is None:
+            return None
+        body, _ = self.manifest(repo, reference)
+        doc: dict[str, Any] = json.loads(body)
+        config = (doc.get("config") or {}).get("digest")
+        if not config:
+            return None
+        resp = self._request("GET", f"{repo}/blobs/{config}", scope=f"repository:{repo}:pull")
+        if resp.status_code != 200:
+            return None
+        labels = (json.loads(resp.content).get("config") or {}).get("Labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
