@@ -205,6 +205,7 @@ class Builder:
         self.engine.run_labels[RUN_LABEL] = self.run_id
         if self.cache is None:
             self.cache = Cache(self.engine)
+        self.cache.on_retry = lambda line: self.say(f"[yellow]  {escape(line)}[/]")
         wheelhouses = {e.build.wheelhouse for e in self.plan.entries() if e.build.wheelhouse}
         mode = "none" if self.options.quiet else self.options.logs
         with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,15 +49,18 @@ class Cache:
     engine: Engine
     use_registry: bool = True
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
-    _by_node: dict[str, dict[str, str]] = field(default_factory=dict)  # node id -> labels of newest image
+    _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (title, node) -> newest labels
     _registries: dict[str, Registry] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     warnings: list[str] = field(default_factory=list)
+    on_retry: Callable[[str], None] | None = None  # passed to each registry: told about retries
+    _down: set[str] = field(default_factory=set)  # registries that did not answer a lookup: not asked again
 
     def registry(self, host: str) -> Registry:
         with self._lock:
             if host not in self._registries:
                 self._registries[host] = Registry.for_host(host, self.engine.insecure_registries())
+                self._registries[host].on_retry = lambda line: self.on_retry(line) if self.on_retry else None
             return self._registries[host]
 
     def local(self) -> dict[str, tuple[str, dict[str, str]]]:
@@ -66,8 +69,7 @@ class Cache:
             for image in sorted(self.engine.images_with_label(keys.KEY_LABEL), key=lambda i: i.get("Created", 0)):
                 labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
                 found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
-                if f"{keys.LABEL_PREFIX}.node" in labels:
-                    self._by_node[labels[f"{keys.LABEL_PREFIX}.node"]] = labels
+                self._by_node[_lineage(labels)] = labels
             self._local = found
         return self._local
 
@@ -84,10 +86,13 @@ class Cache:
             return None
         ref = cache_ref(node)
         host, repo, tag = split_reference(ref)
+        if host in self._down:
+            return None
         try:
             digest = self.registry(host).manifest_digest(repo, tag)
         except EngineError as exc:
-            self.warnings.append(f"cache lookup in {host} failed ({exc.message}); {node.id} counts as not cached")
+            self._down.add(host)
+            self.warnings.append(f"cache lookup failed: {exc.message}; its key tags count as absent in this run")
             return None
         return Hit("registry", ref=ref) if digest else None
 
@@ -95,12 +100,13 @@ class Cache:
         """The inputs of the image this node had last: the newest local image of the node, else the
         image its first tag names in the registry (its labels carry them)."""
         self.local()
-        labels = self._by_node.get(node.id)
-        if labels is None and self.use_registry:
-            host, repo, tag = split_reference(node.tags[0])
+        labels = self._by_node.get(_lineage(keys.content_labels(node)))
+        host, repo, tag = split_reference(node.tags[0])
+        if labels is None and self.use_registry and host not in self._down:
             try:
                 labels = self.registry(host).labels(repo, tag)
             except EngineError:
+                self._down.add(host)
                 labels = None
         if not labels or keys.INPUTS_LABEL not in labels:
             return None
@@ -109,6 +115,11 @@ class Cache:
         except ValueError:
             return None
         return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else None
+
+
+def _lineage(labels: Mapping[str, str]) -> tuple[str, str]:
+    """Images of the same node of the same repository: the title names the repository, the node label the rest."""
+    return labels.get("org.opencontainers.image.title", ""), labels.get(f"{keys.LABEL_PREFIX}.node", "")
 
 
 def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:

@@ -14,7 +14,7 @@ import base64
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,7 @@ class Registry:
     auth: tuple[str, str] | None = None
     timeout: float = 20.0
     attempts: int = 3
+    on_retry: Callable[[str], None] | None = None  # told about each retry
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
     _token: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -111,13 +112,22 @@ class Registry:
                  data: bytes | None = None) -> requests.Response:
         retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_transient),
                                      stop=tenacity.stop_after_attempt(self.attempts),
-                                     wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True)
+                                     wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True,
+                                     before_sleep=self._notice(method, path))
         try:
             return retrying(self._once, method, path, scope, dict(headers or {}), data)
         except _Status as exc:
             raise EngineError(f"registry {self.host}: {method} {path}: {exc}") from None
         except requests.exceptions.RequestException as exc:
-            raise EngineError(f"registry {self.host} unreachable: {type(exc).__name__}") from None
+            raise EngineError(f"registry {self.host} unreachable ({_why(exc)})") from None
+
+    def _notice(self, method: str, path: str) -> Callable[[tenacity.RetryCallState], None]:
+        def notice(state: tenacity.RetryCallState) -> None:
+            if self.on_retry is not None:
+                exc = state.outcome.exception() if state.outcome else None
+                self.on_retry(f"retrying {method} {self.host}/v2/{path} (attempt {state.attempt_number + 1} of "
+                              f"{self.attempts}) after: {type(exc).__name__ if exc else '?'}")
+        return notice
 
     def _once(self, method: str, path: str, scope: str, headers: dict[str, str], data: bytes | None) \
             -> requests.Response:
@@ -202,3 +212,11 @@ class Registry:
             return None
         labels = (json.loads(resp.content).get("config") or {}).get("Labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc)
+    for needle in ("Connection refused", "Name or service not known", "timed out", "Connection reset"):
+        if needle.lower() in text.lower():
+            return needle.lower()
+    return type(exc).__name__

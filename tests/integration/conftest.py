@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import urllib.error
 import urllib.request
@@ -65,10 +66,12 @@ def base_image(engine: Engine) -> str:
     return "debian:bookworm"
 
 
-def registry_tags(registry: str, repository: str) -> list[str]:
+def registry_tags(registry: str, repository: str, *, cache: bool = False) -> list[str]:
+    """The repository's tags; key tags (`cache-<key12>`) only with cache=True."""
     try:
         with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list", timeout=10) as resp:
-            return sorted(json.load(resp).get("tags") or [])
+            tags = sorted(json.load(resp).get("tags") or [])
+            return [t for t in tags if cache or not t.startswith("cache-")]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return []
@@ -86,8 +89,11 @@ class CliRun:
         return self.out + self.err
 
 
+_CACHE_DIR = Path(tempfile.mkdtemp(prefix="imagebuilder-itest-cache-"))  # smoke results of this test session
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 3000) -> CliRun:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env = {"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     proc = subprocess.run([sys.executable, "-m", "imagebuilder", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=env, timeout=timeout)
     return CliRun(proc.returncode, proc.stdout, proc.stderr)

@@ -38,6 +38,9 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     assert checks["layer.business.0"]["status"] == "pass"  # ...and so did its parent's, inherited
     assert registry_tags(registry, f"itest/{repository}") == sorted(
         f"2.13.0-cpu-py3.11-runtime-{layer}" for layer in ("base", "business", "task"))
+    # One key tag per node, naming the same manifest as the node's tags.
+    assert sorted(registry_tags(registry, f"itest/{repository}", cache=True)) == sorted(
+        [*registry_tags(registry, f"itest/{repository}"), *(f"cache-{n['key'][:12]}" for n in nodes.values())])
 
     # Each layer builds FROM its parent's image ID, and carries OCI and version labels.
     base, business, task = (nodes[f"2.13.0-cpu-py3.11-runtime/{x}"] for x in ("base", "business", "task"))
@@ -133,6 +136,7 @@ def test_build_error_fails_that_node_with_its_log(
     assert nodes["2.13.0-cpu-py3.11-runtime/base"]["status"] == "blocked"
     assert "about to fail" in Path(broken_node["log"]).read_text()
     assert "about to fail" in run.out  # the failing node's log tail is shown in the summary
+    assert "2.13.0-cpu-py3.11-runtime/broken │" in run.out  # live log lines are prefixed by node id
 
 
 def test_a_failing_entry_does_not_stop_an_independent_one(
@@ -153,7 +157,7 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
     matrix.write_text(matrix.read_text().replace(
         "matrix:\n", f"matrix:\n  base_image: [debian:bookworm, \"{twin}\"]\n", 1))
     try:
-        run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+        run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--jobs", "2")
     finally:
         engine.untag(twin)
     assert run.code == 1
@@ -217,8 +221,10 @@ def test_an_unreachable_registry_is_retried_then_fails_cleanly(
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
               "--registry", "127.0.0.1:5999/itest")  # nothing listens there
     assert run.code == 1
-    assert run.text.count("retrying push 127.0.0.1:5999/itest/") == 3  # 4 attempts, backoff in between
+    assert "cache lookup failed: registry 127.0.0.1:5999 unreachable" in run.err  # one warning, then built
+    assert run.text.count("retrying HEAD 127.0.0.1:5999/v2/itest/") == 2  # 3 attempts, backoff in between
     (node,) = report(tmp_path / "r")["nodes"]
-    assert node["publish"] == "failed" and "connection refused" in node["error"]
+    assert node["build"] in ("built", "cached")
+    assert node["publish"] == "failed" and "unreachable (connection refused)" in node["error"]
     assert node["digest"] is None
     assert "Traceback" not in run.text

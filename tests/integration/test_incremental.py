@@ -1,0 +1,104 @@
+"""Content-addressed rebuilds on the real engine and registry: a no-op run builds nothing, a changed
+task template rebuilds only the task node, and a key tag in the registry counts as cached even when
+the local image is gone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuilder.engine import Engine
+
+from .conftest import CliRun, cpu_matrix, registry_tags, report
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = "2.13.0-cpu-py3.11-runtime"
+
+
+def statuses(folder: Path) -> dict[str, tuple[str, str | None, str | None]]:
+    return {n["layer"]: (n["build"], n["smoke"], n["publish"]) for n in report(folder)["nodes"]}
+
+
+def planned(cli: Callable[..., CliRun], matrix: Path) -> dict[str, dict[str, str]]:
+    run = cli("plan", "--matrix", str(matrix), "--json")
+    assert run.code == 0, run.text
+    return {n["layer"]: n for n in json.loads(run.out)}
+
+
+def test_noop_template_change_and_registry_only_cache(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    layers = tmp_path / "layers"
+    shutil.copytree(ROOT / "layers" / "task", layers / "task")  # a task layer of this test's own
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]",
+                        extra="layers_path: [layers]\n")
+
+    # 1. First build: everything builds, is smoke-tested and pushed, with a key tag per node.
+    first = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"))
+    assert first.code == 0, first.text[-3000:]
+    assert statuses(tmp_path / "r1") == {"base": ("built", None, "pushed"), "business": ("built", None, "pushed"),
+                                         "task": ("built", "passed", "pushed")}
+    nodes = {n["layer"]: n for n in report(tmp_path / "r1")["nodes"]}
+    assert len({n["key"] for n in nodes.values()}) == 3
+    for n in nodes.values():
+        assert engine.inspect(n["image"])["Config"]["Labels"]["io.imagebuilder.key"] == n["key"]
+
+    # 2. Nothing changed: nothing builds, the smoke result is reused, every tag is already current.
+    plan = planned(cli, matrix)
+    assert {layer: n["status"] for layer, n in plan.items()} == dict.fromkeys(("base", "business", "task"), "cached")
+    assert {layer: n["key"] for layer, n in plan.items()} == {layer: n["key"] for layer, n in nodes.items()}
+    again = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r2"))
+    assert again.code == 0, again.text[-3000:]
+    assert statuses(tmp_path / "r2") == {"base": ("cached", None, "current"),
+                                         "business": ("cached", None, "current"),
+                                         "task": ("cached", "cached", "current")}
+    assert "0 built, 3 cached" in again.out
+
+    # 3. The local images are removed; the key tags in the registry still make every node cached, and
+    # nothing is pulled when no child has to build on it.
+    for n in reversed(nodes.values()):  # children first: an image with children cannot go
+        engine.remove_image(n["image"])  # forced: every tag, the key tag included
+    assert all(engine.image_id(n["image"]) is None for n in nodes.values())
+    plan = planned(cli, matrix)
+    for layer, n in plan.items():
+        assert n["status"] == "cached", n
+        assert n["reason"] == f"key tag {registry}/itest/{repository}:cache-{nodes[layer]['key'][:12]} is in the " \
+            "registry"
+    remote = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r3"))
+    assert remote.code == 0, remote.text[-3000:]
+    assert [s[0] for s in statuses(tmp_path / "r3").values()] == ["cached"] * 3
+    assert all(engine.image_id(n["image"]) is None for n in nodes.values())  # not pulled
+
+    # 4. Only the task template changes: only the task node builds (on business, pulled by its key
+    # tag), and the plan says why.
+    template = layers / "task" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN echo changed > /etc/imagebuilder-itest\n")
+    plan = planned(cli, matrix)
+    assert {layer: n["status"] for layer, n in plan.items()} == {"base": "cached", "business": "cached",
+                                                                  "task": "build"}
+    assert plan["task"]["reason"] == "template layers/task/Dockerfile.j2 changed" or \
+        plan["task"]["reason"].endswith("/layers/task/Dockerfile.j2 changed"), plan["task"]["reason"]
+    changed = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r4"))
+    assert changed.code == 0, changed.text[-3000:]
+    assert statuses(tmp_path / "r4") == {"base": ("cached", None, "current"),
+                                         "business": ("cached", None, "current"),
+                                         "task": ("built", "passed", "pushed")}
+    task = {n["layer"]: n for n in report(tmp_path / "r4")["nodes"]}["task"]
+    assert task["key"] != nodes["task"]["key"]
+    assert engine.image_id(nodes["business"]["image"]) is not None  # pulled to build on
+    labels = engine.inspect(task["image"])["Config"]["Labels"]
+    assert labels["org.opencontainers.image.base.digest"] == nodes["business"]["image"]
+    assert f"cache-{task['key'][:12]}" in registry_tags(registry, f"itest/{repository}", cache=True)
+
+
+def test_resmoke_and_no_cache(engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str,
+                              tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"), "--no-push").code == 0
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r2"), "--no-push", "--resmoke")
+    assert run.code == 0, run.text[-3000:]
+    assert statuses(tmp_path / "r2") == {"base": ("cached", "passed", "tagged")}  # tested again
+    plan = cli("plan", "--matrix", str(matrix), "--json", "--no-cache")
+    assert [n["status"] for n in json.loads(plan.out)] == ["build"]
