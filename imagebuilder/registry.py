@@ -89,7 +89,7 @@ class Registry:
 
     host: str
     insecure: bool = False
-    auth: tuple[str, str] | None = None
+    auth: tuple[str, str] | None = field(default=None, repr=False)  # never printed
     timeout: float = 20.0
     attempts: int = 3
     on_retry: Callable[[str], None] | None = None  # told about each retry

@@ -1,0 +1,105 @@
+"""What the plan decides from cache lookups (the lookups themselves run on the real engine and registry
+in tests/integration/test_incremental.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from imagebuilder import cache as cache_mod
+from imagebuilder import keys
+from imagebuilder import matrix as matrix_mod
+from imagebuilder import plan as plan_mod
+from imagebuilder.compat import CompatTable
+from imagebuilder.plan import Node
+from imagebuilder.render import Renderer
+
+from ..conftest import MatrixWriter
+
+TREE = """
+base_image: debian:bookworm
+registry: 127.0.0.1:5000/ml
+repository: pytorch
+layers: [base, business, task, {layer: task, name: eval, parent: business}]
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
+"""
+
+
+@dataclass
+class Known(cache_mod.Cache):
+    """A cache whose lookups answer from a set of node ids (instead of the engine and registry)."""
+
+    present: set[str] = field(default_factory=set)
+
+    def lookup(self, node: Node) -> cache_mod.Hit | None:
+        return cache_mod.Hit("local", image="sha256:" + "a" * 64) if node.id in self.present else None
+
+    def previous_inputs(self, node: Node) -> dict[str, str] | None:
+        return None
+
+
+def decided(write_matrix: MatrixWriter, table: CompatTable, present: set[str], rebuild: bool = False) \
+        -> dict[str, tuple[str, str]]:
+    plan = plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer())
+    plan = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64})
+    out, _ = cache_mod.decide(plan, Known(engine=None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
+    return {n.name: (n.status, n.reason) for n in out.nodes}
+
+
+ALL = {f"2.6.0-cpu-py3.11-runtime/{x}" for x in ("base", "business", "task", "eval")}
+
+
+def test_all_present_is_all_cached(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    assert {k: v[0] for k, v in decided(write_matrix, table, ALL).items()} == dict.fromkeys(
+        ("base", "business", "task", "eval"), "cached")
+
+
+def test_a_missing_parent_rebuilds_every_descendant(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    got = decided(write_matrix, table, ALL - {"2.6.0-cpu-py3.11-runtime/business"})
+    assert got["base"][0] == "cached"
+    assert got["business"][0] == "build"
+    assert got["task"] == ("build", "parent rebuilt") and got["eval"] == ("build", "parent rebuilt")
+
+
+def test_a_missing_leaf_rebuilds_only_itself(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    got = decided(write_matrix, table, ALL - {"2.6.0-cpu-py3.11-runtime/eval"})
+    assert [got[x][0] for x in ("base", "business", "task", "eval")] == ["cached", "cached", "cached", "build"]
+
+
+def test_no_cache_builds_everything(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    got = decided(write_matrix, table, ALL, rebuild=True)
+    assert set(got.values()) == {("build", "--no-cache: everything builds")}
+
+
+def test_smoke_cache_keeps_only_passes(tmp_path: object) -> None:
+    from pathlib import Path
+    store = cache_mod.SmokeCache(Path(str(tmp_path)))
+    key = cache_mod.SmokeCache.key("k" * 64, {"expect": {"torch": "2.6.0"}})
+    assert key != cache_mod.SmokeCache.key("k" * 64, {"expect": {"torch": "2.7.1"}})
+    assert store.get(key) is None
+    store.put(key, {"passed": False})
+    assert store.get(key) is None
+    store.put(key, {"passed": True, "date": "today"})
+    assert store.get(key) == {"passed": True, "date": "today"}
+
+
+def test_registry_references_and_credentials(tmp_path: object) -> None:
+    import base64
+    import json
+    from pathlib import Path
+
+    from imagebuilder.registry import Registry, credentials, split_reference
+
+    assert split_reference("127.0.0.1:5000/ml/pytorch:cache-0123456789ab") == ("127.0.0.1:5000", "ml/pytorch",
+                                                                              "cache-0123456789ab")
+    assert split_reference("ubuntu:24.04") == ("docker.io", "library/ubuntu", "24.04")
+    assert split_reference("ghcr.io/org/img@sha256:" + "f" * 64)[2] == "sha256:" + "f" * 64
+    folder = Path(str(tmp_path))
+    (folder / "config.json").write_text(json.dumps({"auths": {"https://reg.example.com": {
+        "auth": base64.b64encode(b"robot:s3cret").decode()}}}))
+    env = {"DOCKER_CONFIG": str(folder)}
+    assert credentials("reg.example.com", env) == ("robot", "s3cret")
+    assert credentials("other.example.com", env) is None
+    assert credentials("x", {"IMAGEBUILDER_REGISTRY_USER": "u", "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}) == ("u", "p")
+    assert Registry.for_host("127.0.0.1:5000").base == "http://127.0.0.1:5000/v2/"
+    assert Registry.for_host("reg.example.com").base == "https://reg.example.com/v2/"
+    assert "s3cret" not in repr(Registry("reg.example.com", auth=("robot", "s3cret")))

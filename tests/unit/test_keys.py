@@ -1,0 +1,114 @@
+"""Node keys: what changes them, what does not, and how a rebuild says why."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from imagebuilder import keys
+from imagebuilder import matrix as matrix_mod
+from imagebuilder import plan as plan_mod
+from imagebuilder.compat import CompatTable
+from imagebuilder.layers import project_dir
+from imagebuilder.render import Renderer
+
+from ..conftest import MatrixWriter
+
+BASES = {"debian:bookworm": "sha256:" + "1" * 64}
+
+
+def matrix_text(layers_path: str = "", tags: str = "", extra: str = "") -> str:
+    return f"""
+base_image: debian:bookworm
+registry: 127.0.0.1:5000/ml
+repository: pytorch
+{layers_path}
+{tags}
+layers: [base, business, task]
+matrix: {{torch: [2.6.0, 2.7.1], accelerator: [cpu], python: ["3.11"]}}
+{extra}
+"""
+
+
+def keyed(path: Path, table: CompatTable, bases: dict[str, str] | None = None) -> dict[str, plan_mod.Node]:
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+    return {n.id: n for n in keys.assign(plan, BASES if bases is None else bases).nodes}
+
+
+def local_task(tmp: Path) -> Path:
+    layers = tmp / "team-layers"
+    shutil.copytree(project_dir("layers") / "task", layers / "task")
+    return layers
+
+
+def test_keys_are_stable_distinct_and_chained(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    path = write_matrix(matrix_text())
+    first, second = keyed(path, table), keyed(path, table)
+    assert {k: n.key for k, n in first.items()} == {k: n.key for k, n in second.items()}
+    assert len({n.key for n in first.values()}) == 6  # 2 entries x 3 layers, all different
+    task = first["2.6.0-cpu-py3.11-runtime/task"]
+    assert dict(task.inputs)["parent"] == first["2.6.0-cpu-py3.11-runtime/business"].key
+    assert len(task.key) == 64 and keys.cache_tag(task.key) == f"cache-{task.key[:12]}"
+
+
+def test_tag_templates_do_not_change_keys(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    plain = keyed(write_matrix(matrix_text()), table)
+    renamed = keyed(write_matrix(matrix_text(tags='tags: ["nightly-{torch}-{layer}"]')), table)
+    assert {k: n.key for k, n in plain.items()} == {k: n.key for k, n in renamed.items()}
+
+
+def test_a_new_base_image_id_changes_every_key(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    path = write_matrix(matrix_text())
+    old = keyed(path, table)
+    new = keyed(path, table, {"debian:bookworm": "sha256:" + "2" * 64})
+    assert all(old[k].key != new[k].key for k in old)
+    assert keys.reason(new["2.6.0-cpu-py3.11-runtime/base"], dict(old["2.6.0-cpu-py3.11-runtime/base"].inputs),
+                       None) == "base image debian:bookworm changed"
+
+
+def test_unknown_base_gives_no_key(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    nodes = keyed(write_matrix(matrix_text()), table, {})
+    assert all(n.key == "" and n.inputs == () for n in nodes.values())
+
+
+def test_task_template_change_changes_only_task_keys(write_matrix: MatrixWriter, table: CompatTable,
+                                                     tmp_path: Path) -> None:
+    layers = local_task(tmp_path)
+    path = write_matrix(matrix_text(layers_path=f"layers_path: [{layers}]"))
+    before = keyed(path, table)
+    template = layers / "task" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN true\n")
+    after = keyed(path, table)
+    changed = sorted(k for k in before if before[k].key != after[k].key)
+    assert changed == ["2.6.0-cpu-py3.11-runtime/task", "2.7.1-cpu-py3.11-runtime/task"]
+    node = after["2.6.0-cpu-py3.11-runtime/task"]
+    why = keys.reason(node, dict(before[node.id].inputs), None)
+    assert why == f"template {template} changed"
+
+
+def test_a_jinja_comment_changes_no_key_but_a_context_file_does(write_matrix: MatrixWriter, table: CompatTable,
+                                                                 tmp_path: Path) -> None:
+    layers = local_task(tmp_path)
+    path = write_matrix(matrix_text(layers_path=f"layers_path: [{layers}]"))
+    before = keyed(path, table)
+    template = layers / "task" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "{# a note for readers; renders nothing #}\n")
+    commented = keyed(path, table)
+    assert {k: n.key for k, n in commented.items()} == {k: n.key for k, n in before.items()}
+
+    (layers / "task" / "motd.txt").write_text("hello\n")
+    after = keyed(path, table)
+    node = after["2.7.1-cpu-py3.11-runtime/task"]
+    assert node.key != before[node.id].key
+    assert keys.reason(node, dict(commented[node.id].inputs), None) == f"file {layers / 'task'}/motd.txt added"
+
+
+def test_reasons(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    nodes = keyed(write_matrix(matrix_text()), table)
+    business = nodes["2.6.0-cpu-py3.11-runtime/business"]
+    assert keys.reason(business, None, "build") == "parent rebuilt"
+    assert keys.reason(business, None, None).startswith("no image with this key yet")
+    assert keys.reason(business, dict(business.inputs), None) == "no image with this key locally or in the registry"
+    pins = dict(business.inputs)
+    pins["file:_imagebuilder/constraints.txt"] = "0" * 64
+    assert keys.reason(business, pins, None) == "pins (constraints.txt) changed"
