@@ -197,6 +197,7 @@ class Builder:
     _pull_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _display: _Display | None = None
+    smoke_keys: dict[str, str] = field(default_factory=dict)
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -382,7 +383,13 @@ class Builder:
         assert self.cache is not None
         smoke_cache = SmokeCache(self.options.cache_dir)
         smoke_key = SmokeCache.key(node.key, self.smoke_spec(node))
-        record = None if self.options.resmoke else smoke_cache.get(smoke_key)
+        self.smoke_keys[node.id] = smoke_key
+        # A pass is reused only for an image that was itself reused: an image built in this run is new
+        # (apt and pip may have resolved differently since), so it is tested.
+        reuse = result.build == Status.CACHED and not self.options.resmoke
+        record = smoke_cache.get(smoke_key) if reuse else None
+        if reuse and record is None:
+            record = self.registry_smoke_record(node, smoke_key)
         if record is not None:
             result.smoke = Status.CACHED
             result.smoke_report = record.get("report")
@@ -442,6 +449,21 @@ class Builder:
                                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
         return True
 
+    def registry_smoke_record(self, node: Node, smoke_key: str) -> dict[str, Any] | None:
+        """A pass recorded in the registry by another machine: the smoke tag names the leaf's key tag's manifest."""
+        assert self.cache is not None
+        if not node.entry.registry or not self.cache.use_registry:
+            return None
+        host, repo, tag = split_reference(cache_ref(node))
+        try:
+            registry = self.cache.registry(host)
+            digest = registry.manifest_digest(repo, tag)
+            passed = digest is not None and registry.manifest_digest(repo, keys.smoke_tag(smoke_key)) == digest
+        except ImageBuilderError:
+            return None
+        return {"passed": True, "date": f"an earlier run (registry tag {keys.smoke_tag(smoke_key)})",
+                "gpu_verified": None, "report": None} if passed else None
+
     def layer_checks(self, node: Node) -> list[dict[str, str]]:
         """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
         chain = [*reversed(self.plan.ancestors(node)), node]
@@ -492,6 +514,10 @@ class Builder:
                     engine.tag(self.images[node.id], ref)
             result.tags = list(node.tags)
             result.digest = digest
+            if node.id in self.smoke_keys and result.smoke in (Status.PASSED, Status.CACHED) \
+                    and result.gpu_verified is not False:  # record the pass for other machines
+                self.point_tag(node, cache_ref(node).rsplit(":", 1)[0] + ":" + keys.smoke_tag(self.smoke_keys[node.id]),
+                               digest)
             result.publish = Status.PUSHED if moved else Status.CURRENT
             self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{digest}[/]")
             return True

@@ -228,3 +228,32 @@ def test_an_unreachable_registry_is_retried_then_fails_cleanly(
     assert node["publish"] == "failed" and "unreachable (connection refused)" in node["error"]
     assert node["digest"] is None
     assert "Traceback" not in run.text
+
+
+def test_ctrl_c_during_a_parallel_build_removes_its_containers(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    hang = tmp_path / "layers" / "hang"
+    hang.mkdir(parents=True)
+    (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
+    (hang / "layer.yaml").write_text("smoke: ['sleep 900']\n")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]", extra="layers_path: [layers]\n")
+    proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", "build", "--matrix", str(matrix), "--jobs", "2",
+                             "--no-push", "--report", str(tmp_path / "r")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "IMAGEBUILDER_CACHE_DIR": str(tmp_path / "cache")})
+    deadline = time.monotonic() + 600
+    while not engine.managed_containers() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert engine.managed_containers(), "the smoke container never started"
+    time.sleep(20)  # well inside the suite: the layer check sleeps
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    assert engine.managed_containers() == []

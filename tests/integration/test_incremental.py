@@ -66,9 +66,13 @@ def test_noop_template_change_and_registry_only_cache(
         assert n["status"] == "cached", n
         assert n["reason"] == f"key tag {registry}/itest/{repository}:cache-{nodes[layer]['key'][:12]} is in the " \
             "registry"
-    remote = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r3"))
+    # A fresh smoke cache (another machine): the pass recorded in the registry is found there.
+    remote = cli("--cache-dir", str(tmp_path / "other-machine"), "build", "--matrix", str(matrix),
+                 "--report", str(tmp_path / "r3"))
     assert remote.code == 0, remote.text[-3000:]
-    assert [s[0] for s in statuses(tmp_path / "r3").values()] == ["cached"] * 3
+    assert [s[:2] for s in statuses(tmp_path / "r3").values()] == [("cached", None), ("cached", None),
+                                                                    ("cached", "cached")]
+    assert "(registry tag cache-smoke-" in remote.out
     assert all(engine.image_id(n["image"]) is None for n in nodes.values())  # not pulled
 
     # 4. Only the task template changes: only the task node builds (on business, pulled by its key
