@@ -25,7 +25,7 @@ from .build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
 from .engine import Engine
 from .errors import EngineUnavailable, ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
 from .render import Renderer
-from .report import print_summary, write_json
+from .report import print_summary, write_reports
 from .smoke_runner import run_smoke
 
 
@@ -345,9 +345,9 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
                       highlight=False)
     builder = Builder(engine, the_plan, options, ctx.out, hits=hits, cache=cache)
     results = builder.run()
-    write_json(results, report_dir / "report.json", run_meta(matrix_file))
+    written = write_reports(results, report_dir, run_meta(matrix_file))
     print_summary(ctx.out, results)
-    ctx.out.print(f"report: {report_dir / 'report.json'}", highlight=False)
+    ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
     if not all(r.ok for r in results):
         raise RunFailed(f"{sum(not r.ok for r in results)} of {len(results)} nodes did not pass")
     return 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -85,6 +87,120 @@ def write_json(results: list[Result], path: Path, meta: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {**meta, "ok": all(r.ok for r in results), "nodes": [r.to_json() for r in results]}
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def write_reports(results: list[Result], folder: Path, meta: dict[str, Any]) -> list[Path]:
+    """Every report a build writes: report.json, summary.md (for $GITHUB_STEP_SUMMARY) and junit.xml."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(results, folder / "report.json", meta)
+    (folder / "summary.md").write_text(summary_markdown(results, folder), encoding="utf-8")
+    (folder / "junit.xml").write_bytes(junit_xml(results))
+    return [folder / name for name in ("report.json", "summary.md", "junit.xml")]
+
+
+_MARK = {"pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
+         "cached": "♻️ cached", "failed": "❌ failed", "smoke failed": "❌ smoke failed", "blocked": "⛔ blocked",
+         "held": "⏸️ held", "cancelled": "⏹️ cancelled", "pending": "…"}
+
+
+def _cell(r: Result, folder: Path) -> str:
+    build = "♻️" if r.build == Status.CACHED else "🔨" if r.build == Status.BUILT else ""
+    text = f"{build} {_MARK.get(r.outcome(), r.outcome())}".strip()
+    if r.smoke is not None and r.leaf:
+        text += f" · smoke {r.smoke.value}"
+    if r.log:
+        text += f" ([log]({_relative(Path(r.log), folder)}))"
+    return text
+
+
+def _relative(path: Path, folder: Path) -> str:
+    try:
+        return os.path.relpath(path, folder)
+    except ValueError:
+        return str(path)
+
+
+def summary_markdown(results: list[Result], folder: Path) -> str:
+    """A matrix of entries x layers (build / publish / smoke, cached or built, links to logs), then the
+    failures with their errors and log tails."""
+    layers = list(dict.fromkeys(r.node.split("/", 1)[1] for r in results))
+    entries = list(dict.fromkeys(r.entry for r in results))
+    cells = {(r.entry, r.node.split("/", 1)[1]): r for r in results}
+    failed = [r for r in results if not r.ok]
+    built = sum(r.build == Status.BUILT for r in results)
+    cached = sum(r.build == Status.CACHED for r in results)
+    lines = ["## imagebuilder", "",
+             f"**{len(results) - len(failed)}/{len(results)} nodes ok** · {built} built · {cached} cached"
+             + (f" · **{len(failed)} not ok**" if failed else ""), "",
+             "| entry | " + " | ".join(layers) + " |", "|---" * (len(layers) + 1) + "|"]
+    for entry in entries:
+        row = [_cell(cells[(entry, layer)], folder) if (entry, layer) in cells else "" for layer in layers]
+        lines.append(f"| `{entry}` | " + " | ".join(row) + " |")
+    published = [(r.tags[0], r.digest) for r in results if r.tags and r.digest]
+    if published:
+        lines += ["", "### Published", "", "| tag | digest |", "|---|---|"]
+        lines += [f"| `{tag}` | `{digest}` |" for tag, digest in published]
+    if failed:
+        lines += ["", "### Not ok", ""]
+        for r in failed:
+            lines.append(f"- **`{r.node}`**: {r.outcome()}" + (f": {_md(r.error)}" if r.error else ""))
+            if r.log_tail:
+                lines += ["", "  <details><summary>log tail</summary>", "", "  ```",
+                          *(f"  {line}" for line in r.log_tail.splitlines()[-30:]), "  ```", "  </details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def junit_xml(results: list[Result]) -> bytes:
+    """One test suite per image; a `build` test case per node and one test case per smoke check of a leaf."""
+    suites = ET.Element("testsuites", name="imagebuilder")
+    for r in results:
+        suite = ET.SubElement(suites, "testsuite", name=r.node)
+        cases: list[ET.Element] = []
+        build = ET.SubElement(suite, "testcase", classname=r.node, name="build",
+                              time=f"{r.durations.get('build', 0.0):.3f}")
+        cases.append(build)
+        if r.build in (Status.FAILED, Status.BLOCKED, Status.CANCELLED):
+            _fail(build, r.error or r.build.value, r.log_tail)
+        elif r.build is None:
+            ET.SubElement(build, "skipped", message="not run")
+        checks = (r.smoke_report or {}).get("checks") or []
+        for check in checks:
+            case = ET.SubElement(suite, "testcase", classname=r.node, name=str(check.get("name")),
+                                 time=f"{float(check.get('duration') or 0):.3f}")
+            cases.append(case)
+            status = check.get("status")
+            if status == "fail":
+                log = check.get("log") or ""
+                _fail(case, str(check.get("reason") or "failed"), "\n".join(log) if isinstance(log, list) else str(log))
+            elif status == "skip":
+                ET.SubElement(case, "skipped", message=str(check.get("reason") or "skipped"))
+            elif check.get("reason"):
+                ET.SubElement(case, "system-out").text = str(check.get("reason"))
+        if r.leaf and not checks and r.smoke is not None:
+            case = ET.SubElement(suite, "testcase", classname=r.node, name="smoke")
+            cases.append(case)
+            if r.smoke == Status.FAILED:
+                _fail(case, r.error or "smoke failed", r.log_tail)
+            elif r.smoke == Status.SKIPPED:
+                ET.SubElement(case, "skipped", message="--no-smoke")
+            else:
+                ET.SubElement(case, "system-out").text = f"smoke {r.smoke.value}"
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(c.find("failure") is not None for c in cases)))
+        suite.set("skipped", str(sum(c.find("skipped") is not None for c in cases)))
+    suites.set("tests", str(sum(int(s.get("tests", 0)) for s in suites)))
+    suites.set("failures", str(sum(int(s.get("failures", 0)) for s in suites)))
+    ET.indent(suites)
+    return bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True)) + b"\n"
+
+
+def _fail(case: ET.Element, message: str, text: str) -> None:
+    failure = ET.SubElement(case, "failure", message=message[:500])
+    failure.text = text or message
 
 
 _STYLE = {"pushed": "green", "tagged": "green", "current": "green", "cancelled": "yellow",

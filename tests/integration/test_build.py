@@ -26,6 +26,13 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
 
     nodes = {n["node"]: n for n in report(tmp_path / "report")["nodes"]}
     assert [n["status"] for n in nodes.values()] == ["pushed"] * 3
+    # The Markdown summary and the JUnit file are written next to report.json.
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "**3/3 nodes ok** · 3 built · 0 cached" in summary
+    assert "| `2.13.0-cpu-py3.11-runtime` | 🔨 ✅ pushed ([log](logs/" in summary
+    junit = (tmp_path / "report" / "junit.xml").read_text()
+    assert '<testsuite name="2.13.0-cpu-py3.11-runtime/task"' in junit and 'name="fsdp.compiled_step_cpu"' in junit
+    assert 'failures="0"' in junit
     assert nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke"] == "passed"
     checks = {c["name"]: c for c in nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke_report"]["checks"]}
     assert checks["versions.torch"]["value"] == "2.13.0"

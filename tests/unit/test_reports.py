@@ -1,0 +1,68 @@
+"""report.json, summary.md and junit.xml from a set of results."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from imagebuilder.report import Result, Status, write_reports
+
+
+def results(folder: Path) -> list[Result]:
+    base = Result("e1/base", "e1", "base", False, build=Status.CACHED, publish=Status.CURRENT,
+                  tags=["r/x:e1-base"], digest="sha256:" + "a" * 64, key="k" * 64)
+    task = Result("e1/task", "e1", "task", True, build=Status.BUILT, smoke=Status.PASSED, publish=Status.PUSHED,
+                  tags=["r/x:e1-task"], digest="sha256:" + "b" * 64, log=str(folder / "logs" / "e1_task.log"),
+                  durations={"build": 1.5, "smoke": 20.0},
+                  smoke_report={"checks": [
+                      {"name": "versions.torch", "status": "pass", "duration": 0.5},
+                      {"name": "health.user", "status": "skip", "reason": "root"},
+                      {"name": "throughput.cpu", "status": "pass", "reason": "12 GFLOP/s"}]})
+    bad = Result("e2/base", "e2", "base", False, build=Status.FAILED, error="step 3 | exit 1",
+                 log_tail="E: Unable to locate package nope", log=str(folder / "logs" / "e2_base.log"))
+    blocked = Result("e2/task", "e2", "task", True, build=Status.BLOCKED, error="parent e2/base did not build")
+    smoke_bad = Result("e3/task", "e3", "task", True, build=Status.BUILT, smoke=Status.FAILED, publish=Status.HELD,
+                       error="versions.torch: got '2.6.0', expected '2.7.1'",
+                       smoke_report={"checks": [{"name": "versions.torch", "status": "fail",
+                                                 "reason": "got '2.6.0', expected '2.7.1'", "log": ["a", "b"]}]})
+    return [base, task, bad, blocked, smoke_bad]
+
+
+def test_every_report_is_written(tmp_path: Path) -> None:
+    written = write_reports(results(tmp_path), tmp_path, {"tool": "imagebuilder"})
+    assert [p.name for p in written] == ["report.json", "summary.md", "junit.xml"]
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["ok"] is False
+    task = next(n for n in doc["nodes"] if n["node"] == "e1/task")
+    assert (task["status"], task["digest"], task["tags"]) == ("pushed", "sha256:" + "b" * 64, ["r/x:e1-task"])
+    assert next(n for n in doc["nodes"] if n["node"] == "e1/base")["key"] == "k" * 64
+
+
+def test_summary_markdown_is_a_matrix_with_links_and_failures(tmp_path: Path) -> None:
+    write_reports(results(tmp_path), tmp_path, {})
+    text = (tmp_path / "summary.md").read_text()
+    assert "**2/5 nodes ok** · 2 built · 1 cached · **3 not ok**" in text
+    assert "| entry | base | task |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `e1`"))
+    assert "♻️ ✅ current" in row and "🔨 ✅ pushed · smoke passed ([log](logs/e1_task.log))" in row
+    assert "| `e2` | ❌ failed ([log](logs/e2_base.log)) | ⛔ blocked |" in text
+    assert "- **`e2/base`**: failed: step 3 \\| exit 1" in text  # a pipe cannot break the table
+    assert "E: Unable to locate package nope" in text
+    assert "| `r/x:e1-task` | `sha256:" + "b" * 64 + "` |" in text
+
+
+def test_junit_has_a_case_per_smoke_check_and_per_build(tmp_path: Path) -> None:
+    write_reports(results(tmp_path), tmp_path, {})
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    suites = {s.get("name"): s for s in root}
+    assert list(suites) == ["e1/base", "e1/task", "e2/base", "e2/task", "e3/task"]
+    task = suites["e1/task"]
+    assert [c.get("name") for c in task] == ["build", "versions.torch", "health.user", "throughput.cpu"]
+    assert task.get("tests") == "4" and task.get("failures") == "0" and task.get("skipped") == "1"
+    assert task[2].find("skipped") is not None
+    assert suites["e2/base"][0].find("failure").get("message") == "step 3 | exit 1"  # type: ignore[union-attr]
+    assert suites["e2/task"][0].find("failure") is not None  # blocked counts as a failure
+    failure = suites["e3/task"][1].find("failure")
+    assert failure is not None and failure.text == "a\nb"
+    assert root.get("failures") == "3"
