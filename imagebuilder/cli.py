@@ -3,6 +3,7 @@ one place (`main`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -350,6 +351,38 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
     ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
     if not all(r.ok for r in results):
         raise RunFailed(f"{sum(not r.ok for r in results)} of {len(results)} nodes did not pass")
+    return 0
+
+
+@cli.command()
+@click.option("--from", "pattern", required=True, metavar="REPO:GLOB",
+              help="Source tags, e.g. 127.0.0.1:5000/ml/pytorch:nightly-* (key tags cache-* are never promoted).")
+@click.option("--to", "template", required=True, metavar="TEMPLATE",
+              help="The new tag: a template over {tag}, {match} (what the glob's * matched) and {repository}, "
+                   "e.g. 'stable-{match}'; or a whole reference in the same registry, e.g. "
+                   "127.0.0.1:5000/ml/pytorch-stable:{tag}.")
+@click.option("--dry-run", is_flag=True, help="Say what would move; change nothing.")
+@click.pass_obj
+def promote(ctx: Context, pattern: str, template: str, dry_run: bool) -> int:
+    """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable)."""
+    from . import promote as promote_mod
+    from .registry import Registry, split_reference
+
+    host = split_reference(pattern)[0]
+    insecure: tuple[str, ...] = ()
+    with contextlib.suppress(EngineUnavailable):  # without an engine: loopback registries are plain HTTP anyway
+        insecure = ctx.engine().insecure_registries()
+    registry = Registry.for_host(host, insecure)
+    moves = promote_mod.plan_moves(registry, pattern, template)
+    if not moves:
+        raise InputError(f"--from {pattern!r} matches no tag")
+    for move in moves:
+        ctx.out.print(f"{'would promote' if dry_run else 'promote'} {escape(move.source)} -> {escape(move.target)} "
+                      f"@{move.digest} ({move.state})", highlight=False, soft_wrap=True)
+        if not dry_run:
+            promote_mod.apply(registry, move)
+    changed = sum(m.previous != m.digest for m in moves)
+    ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}", highlight=False)
     return 0
 
 

@@ -198,6 +198,43 @@ class Registry:
         body, media_type = self.manifest(repo, source)
         return self.put_manifest(repo, tag, body, media_type)
 
+    def tags(self, repo: str) -> list[str]:
+        """Every tag of a repository (following the registry's pagination)."""
+        out: list[str] = []
+        path = f"{repo}/tags/list?n=1000"
+        while path:
+            resp = self._request("GET", path, scope=f"repository:{repo}:pull")
+            if resp.status_code == 404:
+                return out
+            if resp.status_code != 200:
+                raise EngineError(f"registry {self.host}: listing tags of {repo}: HTTP {resp.status_code}")
+            out += resp.json().get("tags") or []
+            link = resp.links.get("next", {}).get("url", "")
+            path = link.split("/v2/", 1)[1] if "/v2/" in link else ""
+        return sorted(out)
+
+    def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str:
+        """Point `target_repo:tag` at the manifest `source_repo@digest`. Within one repository this is a
+        manifest PUT; across repositories the config and layer blobs are mounted first (no data moves)."""
+        body, media_type = self.manifest(source_repo, digest)
+        if target_repo != source_repo:
+            doc: dict[str, Any] = json.loads(body)
+            if "manifests" in doc:
+                raise EngineError(f"{source_repo}@{digest} is a multi-platform index; copy it with a registry tool")
+            for blob in [doc.get("config") or {}, *(doc.get("layers") or [])]:
+                self.mount(source_repo, str(blob["digest"]), target_repo)
+        return self.put_manifest(target_repo, tag, body, media_type)
+
+    def mount(self, source_repo: str, digest: str, target_repo: str) -> None:
+        head = self._request("HEAD", f"{target_repo}/blobs/{digest}", scope=f"repository:{target_repo}:pull")
+        if head.status_code == 200:
+            return
+        resp = self._request("POST", f"{target_repo}/blobs/uploads/?mount={digest}&from={source_repo}",
+                             scope=f"repository:{target_repo}:pull,push repository:{source_repo}:pull")
+        if resp.status_code != 201:
+            raise EngineError(f"registry {self.host}: cannot mount {digest[:19]} from {source_repo} into "
+                              f"{target_repo} (HTTP {resp.status_code})")
+
     def labels(self, repo: str, reference: str) -> dict[str, str] | None:
         """The labels in an image's config (single-platform manifests); None when there is no such image."""
         if self.manifest_digest(repo, reference) is None:
