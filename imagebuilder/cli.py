@@ -130,12 +130,18 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
 @strict_option
 @only_option
 @click.option("--registry", help="Override the registry (host[:port][/namespace]).")
-@click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON (same as --format json).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github-matrix"]), default="table",
+              show_default=True, help="github-matrix: a GitHub Actions strategy matrix, one job per entry (JSON).")
+@click.option("--gpu-runner", default="self-hosted,linux,x64,gpu", show_default=True, metavar="LABELS",
+              help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
+@click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
+              help="With github-matrix: runs-on labels (comma-separated) for CPU entries.")
 @click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
 @click.option("--no-cache", is_flag=True, help="Plan as `build --no-cache` would: every node builds.")
 @click.pass_obj
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-         as_json: bool, explain: bool, no_cache: bool) -> int:
+         as_json: bool, fmt: str, gpu_runner: str, cpu_runner: str, explain: bool, no_cache: bool) -> int:
     """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
     (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
@@ -146,10 +152,16 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
                       highlight=False)
         the_plan = plan_mod.Plan(tuple(dataclasses.replace(n, status="unknown", reason="no engine to resolve "
                                                            "the base image") for n in the_plan.nodes))
+    fmt = "json" if as_json else fmt
     if explain:
-        explain_plan(ctx.err if as_json else ctx.out, matrix, ctx.table())
-    if as_json:
+        explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())
+    if fmt == "json":
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
+        return 0
+    if fmt == "github-matrix":
+        labels = {name: tuple(x.strip() for x in value.split(",") if x.strip())
+                  for name, value in (("gpu", gpu_runner), ("cpu", cpu_runner))}
+        click.echo(json.dumps(plan_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"])))
         return 0
     table = Table(box=None, pad_edge=False)
     for col in ("status", "node", "key", "from", "versions", "tags", "why"):

@@ -137,3 +137,25 @@ def make(matrix: Matrix, renderer: Renderer) -> Plan:
                 rendered=rendered,
             ))
     return Plan(tuple(nodes))
+
+
+def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[str, ...]) -> dict[str, Any]:
+    """A GitHub Actions `strategy.matrix` with one job per entry (`--only '<entry>/*'` builds it): CUDA
+    entries go to GPU runners, CPU entries to ordinary ones."""
+    include = []
+    for entry in plan.entries():
+        nodes = [n for n in plan.nodes if n.entry.id == entry.id]
+        include.append({
+            "id": entry.id,
+            "only": f"{entry.id}/*",
+            "torch": entry.torch,
+            "accelerator": entry.accelerator,
+            "python": entry.python,
+            "flavor": entry.flavor,
+            "cuda": entry.cuda or "",
+            "gpu": entry.cuda is not None,
+            "runs_on": list(gpu_runner if entry.cuda else cpu_runner),
+            "nodes": len(nodes),
+            "to_build": sum(n.status != "cached" for n in nodes),
+        })
+    return {"include": include}
