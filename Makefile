@@ -59,7 +59,7 @@ test: env lint
 	$(BIN)/python -m pytest tests -v $(PYTEST_ARGS)
 
 golden: venv
-	$(BIN)/python -m pytest tests/unit/test_render.py -q --update-golden
+	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py -q --update-golden
 
 clean:
 	rm -rf $(VENV) reports imagebuilder-report .pytest_cache .mypy_cache .ruff_cache

@@ -307,6 +307,44 @@ def render(ctx: Context, matrix_file: Path, strict: bool, only: str | None, out_
     return 0
 
 
+@cli.group()
+def export() -> None:
+    """The plan in other tools' formats."""
+
+
+@export.command("bake")
+@matrix_option
+@strict_option
+@only_option
+@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@click.option("-o", "--output", "out_file", type=click.Path(path_type=Path), help="Write docker-bake.json here "
+              "(default: print it).")
+@click.option("--contexts", "contexts_dir", type=click.Path(path_type=Path), help="Where the rendered build "
+              "contexts go (default: bake-contexts/ next to the output, or in the working folder).")
+@click.pass_obj
+def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
+                out_file: Path | None, contexts_dir: Path | None) -> int:
+    """A docker-bake.json for `docker buildx bake`: one target per node, chained through named contexts."""
+    from . import bake
+
+    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    base = out_file.parent if out_file else Path(".")
+    contexts = contexts_dir or base / "bake-contexts"
+    for node in the_plan.nodes:
+        folder = contexts / node.id
+        if folder.exists():
+            shutil.rmtree(folder)
+        node.rendered.write(folder)
+    text = json.dumps(bake.bake_file(the_plan, contexts, base), indent=2) + "\n"
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text, encoding="utf-8")
+        ctx.err.print(f"wrote {out_file} ({len(the_plan.nodes)} targets; contexts in {contexts})", highlight=False)
+    else:
+        click.echo(text, nl=False)
+    return 0
+
+
 def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     out = []
     for item in values:

@@ -1,0 +1,44 @@
+"""The plan as a `docker-bake.json`, for teams that build with BuildKit (`docker buildx bake`).
+
+Each node is a target whose context is its rendered folder. A child's `FROM <parent tag>` is bound to
+the parent's target through a named context (`contexts: {"<parent tag>": "target:<parent>"}`), so
+bake builds the chain in order without a registry round trip. Tags and labels are the ones imagebuilder
+would apply; smoke tests and the GPU gate are not part of bake: run `imagebuilder smoke` on the results.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from . import keys
+from .plan import Node, Plan
+
+
+def target_name(node: Node) -> str:
+    """Bake target names allow letters, digits, `_` and `-`."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", node.id.replace("/", "--"))
+
+
+def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
+    targets: dict[str, Any] = {}
+    for node in plan.nodes:
+        folder = os.path.relpath(contexts / node.id, relative_to)
+        target: dict[str, Any] = {
+            "context": folder,
+            "dockerfile": "Dockerfile",
+            "tags": list(node.tags),
+            "labels": keys.content_labels(node) | ({keys.KEY_LABEL: node.key} if node.key else {}),
+            "network": node.entry.build.network,
+        }
+        if node.parent is not None:
+            parent = plan.node(node.parent)
+            target["contexts"] = {node.rendered.parent_image: f"target:{target_name(parent)}"}
+        targets[target_name(node)] = target
+    groups = {"default": {"targets": [target_name(n) for n in plan.nodes if n.leaf]}}
+    for entry in plan.entries():
+        groups[re.sub(r"[^A-Za-z0-9_-]", "_", entry.id)] = {
+            "targets": [target_name(n) for n in plan.nodes if n.entry.id == entry.id and n.leaf]}
+    return {"group": groups, "target": targets}

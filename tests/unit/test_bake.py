@@ -1,0 +1,58 @@
+"""`export bake`: a docker-bake.json that bake's file format accepts, chains layers through named
+contexts, and matches its golden file for the default matrix."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from imagebuilder.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "docker-bake.json"
+SCHEMA = json.loads((Path(__file__).parent / "data" / "bake.schema.json").read_text())
+
+
+def export(tmp_path: Path) -> dict[str, dict[str, dict[str, object]]]:
+    out = tmp_path / "out" / "docker-bake.json"
+    code = main(["--offline", "--engine", "unix:///nonexistent.sock", "export", "bake", "--matrix",
+                 str(ROOT / "matrix.yaml"), "-o", str(out)])
+    assert code == 0
+    return dict(json.loads(out.read_text()))
+
+
+def test_bake_file_is_valid_and_chained(tmp_path: Path) -> None:
+    doc = export(tmp_path)
+    jsonschema.validate(doc, SCHEMA)
+    targets = doc["target"]
+    assert len(targets) == 15  # 5 entries x base, business, task
+    for name, target in targets.items():
+        dockerfile = (tmp_path / "out" / str(target["context"]) / "Dockerfile").read_text()
+        first_from = re.search(r"^FROM (\S+)", dockerfile, re.MULTILINE)
+        assert first_from, name
+        if name.endswith("--base"):
+            assert "contexts" not in target and first_from.group(1) in ("debian:bookworm", "ubuntu:24.04",
+                                                                        "ubuntu:22.04")
+        else:  # the parent tag the Dockerfile names is bound to the parent's target
+            contexts = target["contexts"]
+            assert isinstance(contexts, dict) and list(contexts) == [first_from.group(1)]
+            parent = str(contexts[first_from.group(1)]).removeprefix("target:")
+            assert parent in targets and first_from.group(1) in targets[parent]["tags"]  # type: ignore[operator]
+    for group in doc["group"].values():
+        assert all(t in targets for t in group["targets"])  # type: ignore[union-attr]
+
+
+def test_schema_check_can_fail() -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"target": {"x": {"context": ".", "tag": ["typo"]}}}, SCHEMA)
+
+
+def test_bake_golden(tmp_path: Path, update_golden: bool) -> None:
+    text = json.dumps(export(tmp_path), indent=2) + "\n"
+    if update_golden:
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8"), "docker-bake.json changed; run with --update-golden"
