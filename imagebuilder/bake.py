@@ -15,6 +15,7 @@ from typing import Any
 
 from . import keys
 from .plan import Node, Plan
+from .tags import KEY_PENDING
 
 
 def target_name(node: Node) -> str:
@@ -29,7 +30,8 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
         target: dict[str, Any] = {
             "context": folder,
             "dockerfile": "Dockerfile",
-            "tags": list(node.tags),
+            # immutable tags whose key is not known here (no engine to resolve the base) are left out
+            "tags": [t for t in node.tags if KEY_PENDING not in t] + list(node.aliases),
             "labels": keys.content_labels(node) | ({keys.KEY_LABEL: node.key} if node.key else {}),
             "network": node.entry.build.network,
         }

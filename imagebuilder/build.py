@@ -248,6 +248,9 @@ class Builder:
                     steps.append(f"smoke:{node.id}")
             out.append(schedule.Task(f"publish:{entry.id}", functools.partial(self.run_publish, entry, nodes),
                                      tuple(steps)))
+        if self.plan.alias_cover:
+            out.append(schedule.Task("aliases", self.move_aliases, tuple(t.id for t in out if t.id.startswith(
+                "publish:"))))
         return out
 
     # -- shared helpers ------------------------------------------------------------------------------
@@ -488,46 +491,119 @@ class Builder:
             self.say(f"[yellow]{escape(entry.id)}: CUDA images not GPU-verified are not pushed; "
                      "pass --allow-untested-gpu to push them anyway[/]")
             return False
-        published = [self.publish_node(node) for node in nodes]  # every node, even after one fails
-        return all(published)
+        if not self.options.push:
+            tagged = [self.tag_locally(node) for node in nodes]  # every node, even after one fails
+            return all(tagged)
+        return self.publish_entry(nodes)
 
-    def publish_node(self, node: Node) -> bool:
-        """Tag a node of a passing entry. With push: make sure the registry holds its key tag (pushing the
-        image once if not), then point each tag at that manifest in the registry (a manifest copy: no layer
-        moves, and a tag that already points there is left alone); the local tags follow."""
+    def tag_locally(self, node: Node) -> bool:
         result = self.results[node.id]
-        engine = self.worker_engine()
-        start = time.monotonic()
         try:
-            if not self.options.push:
-                image = self.local_image(node)
-                for ref in node.tags:
-                    engine.tag(image, ref)
-                result.tags = list(node.tags)
-                result.publish = Status.TAGGED
-                return True
-            digest = self.push_key_tag(node, engine)
-            moved = 0
+            image = self.local_image(node)
             for ref in node.tags:
-                moved += self.point_tag(node, ref, digest)
-                if node.id in self.images:
-                    engine.tag(self.images[node.id], ref)
-            result.tags = list(node.tags)
-            result.digest = digest
-            if node.id in self.smoke_keys and result.smoke in (Status.PASSED, Status.CACHED) \
-                    and result.gpu_verified is not False:  # record the pass for other machines
-                self.point_tag(node, cache_ref(node).rsplit(":", 1)[0] + ":" + keys.smoke_tag(self.smoke_keys[node.id]),
-                               digest)
-            result.publish = Status.PUSHED if moved else Status.CURRENT
-            self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{digest}[/]")
-            return True
+                self.worker_engine().tag(image, ref)
         except ImageBuilderError as exc:
             result.publish = Status.FAILED
             result.error = exc.message
-            self.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
             return False
-        finally:
-            result.durations["publish"] = time.monotonic() - start
+        result.tags = list(node.tags)
+        result.publish = Status.TAGGED
+        return True
+
+    def publish_entry(self, nodes: list[Node]) -> bool:
+        """All or nothing per entry. First every image goes to the registry under its key tag (pushed once,
+        verified by digest) and every immutable tag is checked: one that already names another digest is
+        never overwritten. Only when all of that held are the tags pointed at the digests (manifest copies
+        inside the registry; a tag already there is left alone); the local tags follow."""
+        engine = self.worker_engine()
+        starts = {n.id: time.monotonic() for n in nodes}
+        digests: dict[str, str] = {}
+        failure: tuple[Node, str] | None = None
+        for node in nodes:
+            try:
+                digests[node.id] = self.push_key_tag(node, engine)
+                for ref in node.tags:
+                    held = self.registry_digest(ref)
+                    if held is not None and held != digests[node.id]:
+                        raise EngineError(f"immutable tag {ref} already names {held}; this build is "
+                                          f"{digests[node.id]}: not overwritten (use {{key12}} or {{date}} in "
+                                          "`tags:`, and `aliases:` for names that move)")
+            except ImageBuilderError as exc:
+                failure = (node, exc.message)
+                break
+        if failure is not None:
+            bad, message = failure
+            for node in nodes:
+                result = self.results[node.id]
+                result.durations["publish"] = time.monotonic() - starts[node.id]
+                result.publish = Status.FAILED if node is bad else Status.HELD
+                if node is bad:
+                    result.error = message
+                elif result.error is None:
+                    result.error = f"not tagged: {bad.id} could not be published"
+            self.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
+            self.say(f"[yellow]{escape(bad.entry.id)}: no tag of this entry was applied[/]")
+            return False
+        ok = True
+        for node in nodes:
+            result = self.results[node.id]
+            try:
+                moved = sum(self.point_tag(node, ref, digests[node.id]) for ref in node.tags)
+                if node.id in self.images:
+                    for ref in node.tags:
+                        engine.tag(self.images[node.id], ref)
+                if node.id in self.smoke_keys and result.smoke in (Status.PASSED, Status.CACHED) \
+                        and result.gpu_verified is not False:  # record the pass for other machines
+                    self.point_tag(node, _with_tag(cache_ref(node), keys.smoke_tag(self.smoke_keys[node.id])),
+                                   digests[node.id])
+                result.tags = list(node.tags)
+                result.digest = digests[node.id]
+                result.publish = Status.PUSHED if moved else Status.CURRENT
+                self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{result.digest}[/]")
+            except ImageBuilderError as exc:
+                ok = False
+                result.publish = Status.FAILED
+                result.error = exc.message
+                self.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
+            finally:
+                result.durations["publish"] = time.monotonic() - starts[node.id]
+        return ok
+
+    def move_aliases(self) -> bool:
+        """After every entry: each alias moves to the last node it covers (in matrix order), and only when
+        every node it covers in the whole matrix passed in this run."""
+        ok_states = (Status.PUSHED, Status.CURRENT, Status.TAGGED)
+        ok = True
+        for ref, covered in self.plan.alias_cover:
+            missing = [n for n in covered if n not in self.results]
+            failed = [n for n in covered if n in self.results and self.results[n].publish not in ok_states]
+            target = covered[-1]
+            if missing or failed:
+                why = (f"{failed[0]} did not pass" if failed else f"{missing[0]} is not part of this run (--only)")
+                for node_id in covered:
+                    if node_id in self.results:
+                        self.results[node_id].aliases_held.append(ref)
+                self.say(f"[yellow]alias {escape(ref)} not moved: {escape(why)}[/]")
+                continue
+            result = self.results[target]
+            node = self.plan.node(target)
+            try:
+                if self.options.push:
+                    assert result.digest is not None
+                    self.point_tag(node, ref, result.digest)
+                if node.id in self.images or not self.options.push:
+                    self.worker_engine().tag(self.local_image(node), ref)
+                result.aliases.append(ref)
+            except ImageBuilderError as exc:
+                ok = False
+                result.aliases_held.append(ref)
+                self.say(f"[bold red]✗ alias {escape(ref)}: {escape(exc.message)}[/]")
+        return ok
+
+    def registry_digest(self, ref: str) -> str | None:
+        assert self.cache is not None
+        host, repo, tag = split_reference(ref)
+        return self.cache.registry(host).manifest_digest(repo, tag)
 
     def push_key_tag(self, node: Node, engine: Engine) -> str:
         assert self.cache is not None
@@ -562,6 +638,10 @@ class Builder:
         if held != digest:
             raise EngineError(f"tag {ref}: the registry holds {held}, not {digest}")
         return 1
+
+
+def _with_tag(ref: str, tag: str) -> str:
+    return ref.rsplit(":", 1)[0] + ":" + tag
 
 
 def run_meta(matrix_file: Path) -> dict[str, Any]:

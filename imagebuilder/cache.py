@@ -101,7 +101,7 @@ class Cache:
         image its first tag names in the registry (its labels carry them)."""
         self.local()
         labels = self._by_node.get(_lineage(keys.content_labels(node)))
-        host, repo, tag = split_reference(node.tags[0])
+        host, repo, tag = split_reference(node.aliases[0] if node.aliases else node.tags[0])  # the newest
         if labels is None and self.use_registry and host not in self._down:
             try:
                 labels = self.registry(host).labels(repo, tag)
@@ -156,7 +156,7 @@ def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> tuple[Plan, di
             else:
                 status, why = "build", keys.reason(node, cache.previous_inputs(node), None)
         decided[node.id] = dataclasses.replace(node, status=status, reason=why)
-    return Plan(tuple(decided[n.id] for n in plan.nodes)), hits
+    return plan.with_nodes([decided[n.id] for n in plan.nodes]), hits
 
 
 @dataclass(frozen=True)

@@ -150,8 +150,8 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     except EngineUnavailable as exc:
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
                       highlight=False)
-        the_plan = plan_mod.Plan(tuple(dataclasses.replace(n, status="unknown", reason="no engine to resolve "
-                                                           "the base image") for n in the_plan.nodes))
+        the_plan = the_plan.with_nodes([dataclasses.replace(n, status="unknown", reason="no engine to resolve "
+                                                            "the base image") for n in the_plan.nodes])
     fmt = "json" if as_json else fmt
     if explain:
         explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .plan import Node, Plan
 from .render import CONTEXT_DIR
+from .tags import KEY_PENDING
 
 SCHEME = "imagebuilder-key/1"
 KEY_LABEL = "io.imagebuilder.key"
@@ -95,8 +96,9 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
     for node in plan.nodes:
         parent_key = base_ids.get(node.base_image or "", "") if node.parent is None else keyed[node.parent].key
         key, inputs = node_key(node, parent_key, hasher) if parent_key else ("", ())
-        keyed[node.id] = dataclasses.replace(node, key=key, inputs=inputs)
-    return Plan(tuple(keyed[n.id] for n in plan.nodes))
+        tags = tuple(t.replace(KEY_PENDING, short(key)) for t in node.tags) if key else node.tags
+        keyed[node.id] = dataclasses.replace(node, key=key, inputs=inputs, tags=tags)
+    return plan.with_nodes([keyed[n.id] for n in plan.nodes])
 
 
 def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -49,14 +49,18 @@ AXES = ("torch", "accelerator", "python", "flavor", "base_image")
 TORCH_EXTRAS = ("torchvision", "torchaudio")
 ENTRY_ONLY_KEYS = ("name",)
 CASCADED_KEYS = (
-    "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "vars", "torch_extras", "smoke",
+    "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "aliases", "vars",
+    "torch_extras", "smoke",
     "nccl", "cudnn", "allow_major_override",
 )
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
 TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
 SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
-DEFAULT_TAGS = ("{entry}-{layer}",)  # entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}]
+# Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
+# image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
+DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)
+DEFAULT_ALIASES = ("{entry}-{layer}",)
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 
 
@@ -117,6 +121,7 @@ class Entry:
     where: Where
     overrides: tuple[tuple[str, str], ...] = ()  # (wheel, version) installed over torch's own pin
     driver_floor: str | None = None  # the minimum NVIDIA driver for this CUDA
+    aliases: tuple[str, ...] = DEFAULT_ALIASES  # floating tag templates
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -362,6 +367,10 @@ class _Loader:
         tags = tuple(self.tag_template(t, (*tags_path, i))
                      for i, t in enumerate(self.listof(tags_raw, tags_path, nonempty=True))) \
             if tags_raw is not None else DEFAULT_TAGS
+        aliases_raw, aliases_path = self.cascaded(top, combo, "aliases")
+        aliases = tuple(self.tag_template(t, (*aliases_path, i))
+                        for i, t in enumerate(self.listof(aliases_raw, aliases_path))) \
+            if aliases_raw is not None else DEFAULT_ALIASES
         extras_raw, extras_path = self.cascaded(top, combo, "torch_extras")
         extras = set(TORCH_EXTRAS) if extras_raw is None else {
             self.choice(x, TORCH_EXTRAS, (*extras_path, i)) for i, x in enumerate(self.listof(extras_raw, extras_path))
@@ -391,7 +400,7 @@ class _Loader:
             pins=variant.packages, base_image=base_image, registry=registry, repository=repository,
             layers=layers, layers_path=layers_path, build=build, smoke=smoke, tags=tags,
             vars=tuple(var_pairs), where=where, overrides=overrides,
-            driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None,
+            driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
         )
 
     def overrides(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant, label: str, where: Where,

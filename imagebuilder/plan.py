@@ -7,6 +7,7 @@ template error stops the run before anything slow starts.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import fnmatch
 import functools
 from dataclasses import dataclass
@@ -27,13 +28,14 @@ class Node:
     entry: Entry
     parent: str | None
     base_image: str | None
-    tags: tuple[str, ...]
+    tags: tuple[str, ...]  # immutable: once pushed, never pointed elsewhere
     leaf: bool
     rendered: RenderedNode
     key: str = ""  # content address (keys.assign); "" until the base image is resolved
     inputs: tuple[tuple[str, str], ...] = ()  # what the key is made of, for saying why a node rebuilds
     status: str = "build"  # build | cached | blocked | unknown (cache.decide)
     reason: str = ""
+    aliases: tuple[str, ...] = ()  # floating: moved once every node they cover passed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +46,7 @@ class Node:
             "base_image": self.base_image,
             "entry": {"id": self.entry.id, **self.entry.versions()},
             "tags": list(self.tags),
+            "aliases": list(self.aliases),
             "leaf": self.leaf,
             "key": self.key or None,
             "status": self.status,
@@ -54,6 +57,9 @@ class Node:
 @dataclass(frozen=True)
 class Plan:
     nodes: tuple[Node, ...]
+    # alias reference -> every node of the whole matrix it names, in plan order (the last one is its target);
+    # kept whole by `only`, so an alias is not moved by a run that did not build everything it covers
+    alias_cover: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @functools.cached_property
     def _index(self) -> dict[str, Node]:
@@ -93,16 +99,22 @@ class Plan:
         parents = {n.parent for n in kept}
         return Plan(tuple(
             n if (n.id not in parents) == n.leaf else _with_leaf(n, n.id not in parents) for n in kept
-        ))
+        ), self.alias_cover)
+
+    def with_nodes(self, nodes: list[Node]) -> Plan:
+        return Plan(tuple(nodes), self.alias_cover)
 
 
 def _with_leaf(node: Node, leaf: bool) -> Node:
     return dataclasses.replace(node, leaf=leaf)
 
 
-def make(matrix: Matrix, renderer: Renderer) -> Plan:
+def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
+    """`today` (yyyymmdd, UTC) fills `{date}` in tag templates; default: now."""
+    today = today or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
     nodes: list[Node] = []
     owners: dict[str, str] = {}
+    cover: dict[str, list[str]] = {}
     catalogs: dict[tuple[Any, ...], LayerCatalog] = {}
     for entry in matrix.entries:
         catalog = catalogs.setdefault(entry.layers_path, LayerCatalog.for_paths(entry.layers_path))
@@ -111,7 +123,7 @@ def make(matrix: Matrix, renderer: Renderer) -> Plan:
         for spec in entry.layers:
             layer = catalog.find(spec.layer, where=entry.where)
             node_id = f"{entry.id}/{spec.name}"
-            values = tagging.fields(entry.versions(), entry=entry.id, layer=spec.name, node=node_id)
+            values = tagging.fields(entry.versions(), entry=entry.id, layer=spec.name, node=node_id, date=today)
             refs_for_node = []
             for template in entry.tags:
                 tag = tagging.render(template, values, where=entry.where)
@@ -122,7 +134,14 @@ def make(matrix: Matrix, renderer: Renderer) -> Plan:
                         where=entry.where, hint="add fields to the tag templates that tell them apart")
                 owners[ref] = node_id
                 refs_for_node.append(ref)
-            refs[spec.name] = refs_for_node[0]
+            aliases = []
+            for template in entry.aliases:
+                ref = tagging.reference(entry.registry, entry.repository,
+                                        tagging.render(template, values, where=entry.where))
+                if ref not in aliases:
+                    aliases.append(ref)
+                    cover.setdefault(ref, []).append(node_id)
+            refs[spec.name] = aliases[0] if aliases else refs_for_node[0]  # what children's FROM shows
             parent_image = entry.base_image if spec.parent is None else refs[spec.parent]
             rendered = renderer.render(entry, layer, node_id, parent_image)
             nodes.append(Node(
@@ -135,8 +154,14 @@ def make(matrix: Matrix, renderer: Renderer) -> Plan:
                 tags=tuple(refs_for_node),
                 leaf=spec.name in leaves,
                 rendered=rendered,
+                aliases=tuple(aliases),
             ))
-    return Plan(tuple(nodes))
+    for ref, covered in cover.items():
+        if ref in owners:
+            node = next(n for n in nodes if n.id == covered[0])
+            raise InputError(f"alias {ref!r} of {covered[0]!r} is also the immutable tag of {owners[ref]!r}",
+                             where=node.entry.where, hint="aliases float and tags never move: keep them apart")
+    return Plan(tuple(nodes), tuple((ref, tuple(ids)) for ref, ids in cover.items()))
 
 
 def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[str, ...]) -> dict[str, Any]:

@@ -51,6 +51,8 @@ class Result:
     key: str | None = None
     reason: str = ""  # why it was built (or is cached)
     cache: str | None = None  # where a cached image was found: local | registry
+    aliases: list[str] = field(default_factory=list)  # aliases moved to this node's image
+    aliases_held: list[str] = field(default_factory=list)  # aliases not moved (something they cover failed)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +75,8 @@ class Result:
             "key": self.key, "reason": self.reason, "cache": self.cache,
             "status": self.outcome(), "ok": self.ok,
             "build": _v(self.build), "smoke": _v(self.smoke), "publish": _v(self.publish),
-            "image": self.image, "digest": self.digest, "tags": self.tags, "error": self.error,
+            "image": self.image, "digest": self.digest, "tags": self.tags, "aliases": self.aliases,
+            "aliases_held": self.aliases_held, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
             "gpu_verified": self.gpu_verified, "smoke_report": self.smoke_report,
         }

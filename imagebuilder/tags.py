@@ -14,16 +14,19 @@ from collections.abc import Mapping
 from .errors import InputError, Where, did_you_mean
 
 TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+KEY_PENDING = "k3y12pending"  # stands for {key12} until keys are computed (12 characters, like the key)
 
 
-def fields(versions: Mapping[str, str | None], *, entry: str, layer: str, node: str) -> dict[str, str]:
-    """The fields a tag template may use. Missing versions (cpu's cuda, ...) read as 'none'."""
+def fields(versions: Mapping[str, str | None], *, entry: str, layer: str, node: str, date: str = "") \
+        -> dict[str, str]:
+    """The fields a tag template may use. Missing versions (cpu's cuda, ...) read as 'none'. `{key12}` is the
+    node's content key (filled in once keys are known); `{date}` the run's UTC date, yyyymmdd."""
     out = {k: (v if v is not None else "none") for k, v in versions.items()}
     torch_parts = (versions.get("torch") or "").split(".")
     out["torch_minor"] = ".".join(torch_parts[:2])
     cudnn = versions.get("cudnn")
     out["cudnn_major"] = f"cudnn{cudnn.split('.')[0]}" if cudnn else "none"
-    out.update(entry=entry, layer=layer, node=node)
+    out.update(entry=entry, layer=layer, node=node, key12=KEY_PENDING, date=date or "nodate")
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from imagebuilder.engine import Engine
 
-from .conftest import CliRun, cpu_matrix, registry_tags, report
+from .conftest import REGISTRY, CliRun, cpu_matrix, registry_tags, report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,12 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     assert checks["distributed.gloo_init"]["value"]["world_size"] == 2
     assert checks["layer.task.0"]["status"] == "pass"  # the task layer's own check ran in the leaf
     assert checks["layer.business.0"]["status"] == "pass"  # ...and so did its parent's, inherited
+    # Each node: an immutable tag carrying its key, and the floating alias {entry}-{layer}.
     assert registry_tags(registry, f"itest/{repository}") == sorted(
-        f"2.13.0-cpu-py3.11-runtime-{layer}" for layer in ("base", "business", "task"))
+        [f"2.13.0-cpu-py3.11-runtime-{layer}" for layer in ("base", "business", "task")]
+        + [f"2.13.0-cpu-py3.11-runtime-{n['layer']}-{n['key'][:12]}" for n in nodes.values()])
+    assert nodes["2.13.0-cpu-py3.11-runtime/task"]["aliases"] == [
+        f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-task"]
     # One key tag per node, and one tag recording the leaf's passed smoke suite.
     every = registry_tags(registry, f"itest/{repository}", cache=True)
     smoke_tags = [t for t in every if t.startswith("cache-smoke-")]
@@ -161,6 +165,7 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
     (broken / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo 'step fails' && false\n")
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]", extra=textwrap.dedent(f"""
         layers_path: [layers]
+        aliases: ["{{entry}}-{{layer}}", "shared-{{layer}}"]
         include:
           - {{base_image: "{twin}", layers: [broken, base]}}
         """))
@@ -177,7 +182,12 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
     failed = [n for k, n in nodes.items() if "itest" in k]
     assert [n["status"] for n in failed] == ["failed", "blocked"]
     assert "step fails" in run.out
-    assert registry_tags(registry, f"itest/{repository}") == ["2.13.0-cpu-py3.11-runtime-debian-bookworm-base"]
+    # The passing entry's tag and own alias; `shared-base` also covers the failed entry, so it did not move.
+    assert registry_tags(registry, f"itest/{repository}") == [
+        "2.13.0-cpu-py3.11-runtime-debian-bookworm-base", f"2.13.0-cpu-py3.11-runtime-debian-bookworm-base-"
+        f"{ok['key'][:12]}"]
+    assert ok["aliases_held"] == [f"{REGISTRY}/itest/{repository}:shared-base"]
+    assert "alias 127.0.0.1:5000/itest/" in run.out and "shared-base not moved" in run.out
 
 
 def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(

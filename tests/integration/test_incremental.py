@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder.engine import Engine
+from imagebuilder.registry import Registry
 
 from .conftest import CliRun, cpu_matrix, registry_tags, report
 
@@ -106,3 +107,32 @@ def test_resmoke_and_no_cache(engine: Engine, registry: str, wheelhouse: Path, b
     assert statuses(tmp_path / "r2") == {"base": ("cached", "passed", "tagged")}  # tested again
     plan = cli("plan", "--matrix", str(matrix), "--json", "--no-cache")
     assert [n["status"] for n in json.loads(plan.out)] == ["build"]
+
+
+def test_an_immutable_tag_is_never_overwritten_and_the_entry_stays_untagged(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    layers = tmp_path / "layers"
+    shutil.copytree(ROOT / "layers" / "task", layers / "task")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, task]",
+                        extra='layers_path: [layers]\ntags: ["fixed-{entry}-{layer}"]\nsmoke: {timeout: 600}\n')
+    first = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"), "--no-smoke")
+    assert first.code == 0, first.text[-3000:]
+    before = {n["layer"]: n["digest"] for n in report(tmp_path / "r1")["nodes"]}
+    reg = Registry.for_host(registry)
+    repo = f"itest/{repository}"
+
+    template = layers / "task" / "Dockerfile.j2"
+    template.write_text(template.read_text() + "RUN echo other > /etc/imagebuilder-itest\n")
+    second = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r2"), "--no-smoke")
+    assert second.code == 1
+    nodes = {n["layer"]: n for n in report(tmp_path / "r2")["nodes"]}
+    assert nodes["task"]["publish"] == "failed"
+    assert f"immutable tag {registry}/{repo}:fixed-{ENTRY}-task already names {before['task']}" in \
+        nodes["task"]["error"]
+    assert nodes["base"]["publish"] == "held"
+    assert "no tag of this entry was applied" in second.out
+    # The registry still names the first build under the fixed tag and under the alias.
+    assert reg.manifest_digest(repo, f"fixed-{ENTRY}-task") == before["task"]
+    assert reg.manifest_digest(repo, f"{ENTRY}-task") == before["task"]
+    assert nodes["task"]["aliases_held"] == [f"{registry}/{repo}:{ENTRY}-task"]

@@ -15,7 +15,7 @@ def test_promote_moves_tags_by_digest_without_a_build(
         engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]",
-                        extra='tags: ["nightly-{entry}-{layer}"]\n')
+                        extra='aliases: ["nightly-{entry}-{layer}"]\n')
     built = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke")
     assert built.code == 0, built.text[-3000:]
     digests = {n["layer"]: n["digest"] for n in report(tmp_path / "r")["nodes"]}

@@ -43,7 +43,9 @@ def test_node_contract_and_shared_parents(write_matrix: MatrixWriter, table: Com
     assert base["entry"] == {"id": "2.6.0-cpu-py3.11-runtime", "torch": "2.6.0", "accelerator": "cpu",
                              "python": "3.11", "flavor": "runtime", "cuda": None, "cudnn": None, "nccl": None,
                              "triton": None, "torchvision": "0.21.0", "torchaudio": "2.6.0"}
-    assert ev["tags"] == ["127.0.0.1:5000/ml/pytorch:2.6.0-cpu-py3.11-runtime-eval"]
+    # The default immutable tag carries the content key (known once keys are assigned); the alias floats.
+    assert ev["tags"] == ["127.0.0.1:5000/ml/pytorch:2.6.0-cpu-py3.11-runtime-eval-" + tags.KEY_PENDING]
+    assert ev["aliases"] == ["127.0.0.1:5000/ml/pytorch:2.6.0-cpu-py3.11-runtime-eval"]
     assert base["status"] == "build"
 
 
@@ -66,6 +68,26 @@ def test_tag_templates_are_validated(write_matrix: MatrixWriter, table: CompatTa
                                      message: str) -> None:
     with pytest.raises(InputError, match=message):
         make(write_matrix(TREE + f"tags: [{template}]\n"), table)
+
+
+def test_aliases_cover_nodes_and_never_equal_an_immutable_tag(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    plan = make(write_matrix(TREE + 'aliases: ["{entry}-{layer}", "latest-{layer}"]\n'), table)
+    cover = dict(plan.alias_cover)
+    assert cover["127.0.0.1:5000/ml/pytorch:latest-task"] == ("2.6.0-cpu-py3.11-runtime/task",
+                                                               "2.7.1-cpu-py3.11-runtime/task")
+    assert cover["127.0.0.1:5000/ml/pytorch:2.6.0-cpu-py3.11-runtime-base"] == ("2.6.0-cpu-py3.11-runtime/base",)
+    assert dict(plan.only("2.6.0-*/task").alias_cover) == cover  # coverage stays whole under --only
+    with pytest.raises(InputError, match="is also the immutable tag of"):
+        make(write_matrix(TREE + 'tags: ["{entry}-{layer}"]\naliases: ["{entry}-{layer}"]\n'), table)
+
+
+def test_keys_fill_the_key_field_of_tags(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    from imagebuilder import keys
+    plan = keys.assign(make(write_matrix(TREE + 'tags: ["{torch}-{layer}-{key12}-{date}"]\n'), table),
+                       {"debian:bookworm": "sha256:" + "1" * 64})
+    node = plan.nodes[0]
+    today = plan_mod.datetime.datetime.now(plan_mod.datetime.timezone.utc).strftime("%Y%m%d")
+    assert node.tags[0].endswith(f"2.6.0-base-{node.key[:12]}-{today}")
 
 
 def test_tag_fields() -> None:
