@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .plan import Node, Plan
-from .render import CONTEXT_DIR
+from .render import CONTEXT_DIR, VERSIONS_PATH
 from .tags import KEY_PENDING
 
 SCHEME = "imagebuilder-key/1"
@@ -52,6 +52,7 @@ def content_labels(node: Node) -> dict[str, str]:
         f"{LABEL_PREFIX}.node": node.id,
         f"{LABEL_PREFIX}.entry": entry.id,
         f"{LABEL_PREFIX}.layer": node.layer.name,
+        f"{LABEL_PREFIX}.versions": VERSIONS_PATH,
     }
     for name, value in entry.versions().items():
         if value is not None:

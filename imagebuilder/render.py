@@ -26,6 +26,12 @@ from .layers import Layer, project_dir
 from .matrix import Entry
 
 CONTEXT_DIR = "_imagebuilder"
+VERSIONS_PATH = "/opt/imagebuilder/versions.json"  # every image's versions manifest (label io.imagebuilder.versions)
+VERSIONS_STEP = f"""
+# imagebuilder: this image's versions manifest (pip and dpkg packages; CUDA, cuDNN, NCCL)
+COPY {CONTEXT_DIR}/versions_manifest.py /opt/imagebuilder/versions_manifest.py
+RUN python3 /opt/imagebuilder/versions_manifest.py > {VERSIONS_PATH}
+"""
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
 
@@ -171,8 +177,11 @@ class Renderer:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
         check_first_from(text, parent_image, layer.template)
+        text += VERSIONS_STEP
         layer_files, executables = self.layer_files(layer)
-        files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode())]
+        files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),
+                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(Path(__file__).parent / "data" /
+                                                                    "versions_manifest.py"))]
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))

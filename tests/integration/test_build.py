@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 from collections.abc import Callable
@@ -65,6 +66,12 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     assert labels["io.imagebuilder.version.accelerator"] == "cpu"
     assert engine.inspect(business["image"])["Config"]["Labels"]["org.opencontainers.image.base.digest"] \
         == base["image"]
+
+    # The versions manifest: what pip and dpkg installed, at the path the label names.
+    path = labels["io.imagebuilder.versions"]
+    manifest = json.loads(engine.run(task["image"], ["cat", path], timeout=60).logs)
+    assert manifest["torch"] == "2.13.0+cpu" and manifest["cuda"] is None and manifest["python"].startswith("3.11.")
+    assert "numpy" in manifest["pip"] and "python3" in manifest["dpkg"]
 
     # Pull back by digest: the registry's manifest yields the very image that was built.
     ref = task["tags"][0]

@@ -40,6 +40,13 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
                      "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) -print 2>/dev/null"], timeout=120)
     assert sorted(out.logs.split()) == ["nvidia-cudnn-cu12==9.1.0.70", "nvidia-nccl-cu12==2.21.5"]
 
+    # The versions manifest inside the image, at the path its label names.
+    path = engine.inspect(node["image"])["Config"]["Labels"]["io.imagebuilder.versions"]
+    manifest = json.loads(engine.run(node["image"], ["cat", path], timeout=60).logs)
+    assert (manifest["torch"], manifest["cuda"], manifest["cudnn"], manifest["nccl"]) == (
+        "2.6.0", "12.4", "9.1.0.70", "2.21.5")
+    assert manifest["pip"]["nvidia-cudnn-cu12"] == "9.1.0.70" and "python3" in manifest["dpkg"]
+
 
 def cuda_matrix(tmp_path: Path, repository: str, extra: str = "") -> Path:
     """torch 2.6.0 with PyPI's CUDA 12.4 wheels, base layer only."""
