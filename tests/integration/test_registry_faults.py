@@ -1,0 +1,96 @@
+"""A registry that goes away in the middle of a push: retried, then a clean failure, and no tag of the
+entry applied. The registry sits behind a TCP proxy of the test's own, which stops forwarding (and
+then refuses connections) once some megabytes have passed."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.engine import Engine
+
+from .conftest import REGISTRY, CliRun, cpu_matrix, registry_tags, report
+
+
+class CuttingProxy:
+    """Forwards 127.0.0.1:<port> to the registry until `limit` bytes went upstream, then closes every
+    connection and stops listening (a registry that died mid-push)."""
+
+    def __init__(self, upstream: tuple[str, int], limit: int) -> None:
+        self.upstream, self.limit, self.sent = upstream, limit, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.cut = threading.Event()
+        self.lock = threading.Lock()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while not self.cut.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self.pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self.pipe, args=(upstream, client, False), daemon=True).start()
+
+    def pipe(self, src: socket.socket, dst: socket.socket, counted: bool) -> None:
+        try:
+            while not self.cut.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+                if counted:
+                    with self.lock:
+                        self.sent += len(data)
+                        if self.sent > self.limit:
+                            self.stop()
+                            return
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        self.cut.set()
+        self.server.close()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+@pytest.fixture
+def dying_registry(registry: str) -> Iterator[CuttingProxy]:
+    host, port = registry.split(":")
+    proxy = CuttingProxy((host, int(port)), limit=40 * 2**20)
+    yield proxy
+    proxy.stop()
+
+
+def test_a_registry_that_dies_mid_push_is_retried_and_leaves_no_tag(
+        engine: Engine, dying_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
+        tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
+              "--registry", f"127.0.0.1:{dying_registry.port}/itest")
+    assert run.code == 1, run.text[-3000:]
+    assert dying_registry.cut.is_set() and dying_registry.sent > 40 * 2**20  # it died mid-push
+    assert "retrying push" in run.text  # the push was retried with backoff before giving up
+    assert "Traceback" not in run.text
+    nodes = {n["layer"]: n for n in report(tmp_path / "r")["nodes"]}
+    assert nodes["base"]["publish"] == "failed" and nodes["base"]["digest"] is None
+    assert nodes["business"]["publish"] == "held"
+    assert "no tag of this entry was applied" in run.out
+    # Straight to the registry: not one tag of this repository, key tags included.
+    assert registry_tags(REGISTRY, f"itest/{repository}", cache=True) == []
