@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from . import keys, schedule
-from .cache import Cache, Hit, SmokeCache, cache_ref
+from .cache import Cache, Hit, SmokeCache, cache_ref, smoke_ref
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
@@ -70,7 +70,9 @@ def labels(node: Node, parent_id: str) -> dict[str, str]:
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """What the smoke suite checks in an entry's images: the resolved versions, floors, and overrides."""
-    expect: dict[str, Any] = {k: v for k, v in entry.versions().items() if k != "flavor"}
+    expect: dict[str, Any] = dict(entry.versions())
+    user = entry.user.settings()
+    expect["user"] = {"uid": user["uid"], "gid": user["gid"], "home": user["home"]}
     expect.update(driver_floor=entry.driver_floor, throughput_floor=entry.smoke.throughput_floor,
                   cpu_gflops_floor=entry.smoke.cpu_gflops_floor)
     if any(name.startswith("nvidia-cudnn") for name, _ in entry.overrides):
@@ -214,10 +216,7 @@ class Builder:
             self.renderer = Renderer(wheelhouse_urls=urls)
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
-            except KeyboardInterrupt:
-                self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
-                raise
-            finally:
+            finally:  # also on Ctrl-C: no container of this run outlives it
                 self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
         if outcome.error is not None:
             raise outcome.error
@@ -338,7 +337,8 @@ class Builder:
                 result.build = Status.FAILED
                 result.error = f"cannot get the cached parent: {exc.message}"
                 return False
-        rendered = with_labels(self.renderer.render(node.entry, node.layer, node.id, parent_id),
+        rendered = with_labels(self.renderer.render(node.entry, node.layer, node.id, parent_id,
+                                                           root=node.base_image is not None),
                                labels(node, parent_id))
         log_path = self.log_file(node)
         result.log = str(log_path)
@@ -385,7 +385,8 @@ class Builder:
             return True
         assert self.cache is not None
         smoke_cache = SmokeCache(self.options.cache_dir)
-        smoke_key = SmokeCache.key(node.key, self.smoke_spec(node))
+        spec = self.smoke_spec(node)
+        smoke_key = SmokeCache.key(node.key, spec)
         self.smoke_keys[node.id] = smoke_key
         # A pass is reused only for an image that was itself reused: an image built in this run is new
         # (apt and pip may have resolved differently since), so it is tested.
@@ -414,8 +415,8 @@ class Builder:
                 def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
                     log.write(line + "\n")
                     log.flush()
-                    self.display.line(step, node.id, line) if self.display.mode == "tail" else None
-                spec = self.smoke_spec(node)
+                    if self.display.mode == "tail":  # a progress row only: the suite's lines are not streamed
+                        self.display.line(step, node.id, line)
                 try:
                     image = self.local_image(node)
                     report = run_smoke(self.worker_engine(), image, spec["expect"],
@@ -455,13 +456,11 @@ class Builder:
     def registry_smoke_record(self, node: Node, smoke_key: str) -> dict[str, Any] | None:
         """A pass recorded in the registry by another machine: the smoke tag names the leaf's key tag's manifest."""
         assert self.cache is not None
-        if not node.entry.registry or not self.cache.use_registry:
+        if not self.cache.use_registry:
             return None
-        host, repo, tag = split_reference(cache_ref(node))
         try:
-            registry = self.cache.registry(host)
-            digest = registry.manifest_digest(repo, tag)
-            passed = digest is not None and registry.manifest_digest(repo, keys.smoke_tag(smoke_key)) == digest
+            digest = self.cache.digest(cache_ref(node))
+            passed = digest is not None and self.cache.digest(smoke_ref(node, smoke_key)) == digest
         except ImageBuilderError:
             return None
         return {"passed": True, "date": f"an earlier run (registry tag {keys.smoke_tag(smoke_key)})",
@@ -554,8 +553,7 @@ class Builder:
                         engine.tag(self.images[node.id], ref)
                 if node.id in self.smoke_keys and result.smoke in (Status.PASSED, Status.CACHED) \
                         and result.gpu_verified is not False:  # record the pass for other machines
-                    self.point_tag(node, _with_tag(cache_ref(node), keys.smoke_tag(self.smoke_keys[node.id])),
-                                   digests[node.id])
+                    self.point_tag(node, smoke_ref(node, self.smoke_keys[node.id]), digests[node.id])
                 result.tags = list(node.tags)
                 result.digest = digests[node.id]
                 result.publish = Status.PUSHED if moved else Status.CURRENT
@@ -602,46 +600,33 @@ class Builder:
 
     def registry_digest(self, ref: str) -> str | None:
         assert self.cache is not None
-        host, repo, tag = split_reference(ref)
-        return self.cache.registry(host).manifest_digest(repo, tag)
+        return self.cache.digest(ref)
 
     def push_key_tag(self, node: Node, engine: Engine) -> str:
-        assert self.cache is not None
         ref = cache_ref(node)
-        host, repo, tag = split_reference(ref)
-        registry = self.cache.registry(host)
-        digest = registry.manifest_digest(repo, tag)
+        digest = self.registry_digest(ref)
         if digest is not None:
             return digest
         engine.tag(self.local_image(node), ref)
         self.say(f"[bold]▶ push {escape(ref)}[/]")
         digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"))
-        held = registry.manifest_digest(repo, tag)
+        held = self.registry_digest(ref)
         if held != digest:
             raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
         return digest
 
     def point_tag(self, node: Node, ref: str, digest: str) -> int:
-        """Make `ref` name `digest` in the registry; 1 if it moved, 0 if it already did."""
+        """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
+        moved, 0 if it already did."""
         assert self.cache is not None
-        host, repo, tag = split_reference(ref)
-        key_host, key_repo, _key_tag = split_reference(cache_ref(node))
-        registry = self.cache.registry(host)
-        if registry.manifest_digest(repo, tag) == digest:
+        if self.registry_digest(ref) == digest:
             return 0
-        if (host, repo) == (key_host, key_repo):
-            registry.retag(repo, digest, tag)
-        else:  # another repository: the engine moves the layers
-            self.worker_engine().tag(self.local_image(node), ref)
-            self.worker_engine().push(ref)
-        held = registry.manifest_digest(repo, tag)
+        host, repo, tag = split_reference(ref)
+        self.cache.registry(host).copy(split_reference(cache_ref(node))[1], digest, repo, tag)
+        held = self.registry_digest(ref)
         if held != digest:
             raise EngineError(f"tag {ref}: the registry holds {held}, not {digest}")
         return 1
-
-
-def _with_tag(ref: str, tag: str) -> str:
-    return ref.rsplit(":", 1)[0] + ":" + tag
 
 
 def run_meta(matrix_file: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import keys
+from . import tags as tagging
 from .engine import Engine
 from .errors import EngineError
 from .plan import Node, Plan
@@ -39,7 +40,13 @@ class Hit:
 
 
 def cache_ref(node: Node) -> str:
-    return f"{node.entry.registry.rstrip('/')}/{node.entry.repository}:{keys.cache_tag(node.key)}"
+    """The node's key tag in its registry."""
+    return tagging.reference(node.entry.registry, node.entry.repository, keys.cache_tag(node.key))
+
+
+def smoke_ref(node: Node, smoke_key: str) -> str:
+    """The tag that records a passed smoke suite, beside the leaf's key tag."""
+    return tagging.reference(node.entry.registry, node.entry.repository, keys.smoke_tag(smoke_key))
 
 
 @dataclass
@@ -63,6 +70,11 @@ class Cache:
                 self._registries[host].on_retry = lambda line: self.on_retry(line) if self.on_retry else None
             return self._registries[host]
 
+    def digest(self, ref: str) -> str | None:
+        """The manifest digest a reference names in its registry (a manifest HEAD); None when there is none."""
+        host, repo, tag = split_reference(ref)
+        return self.registry(host).manifest_digest(repo, tag)
+
     def local(self) -> dict[str, tuple[str, dict[str, str]]]:
         if self._local is None:
             found: dict[str, tuple[str, dict[str, str]]] = {}
@@ -85,11 +97,11 @@ class Cache:
         if not self.use_registry:
             return None
         ref = cache_ref(node)
-        host, repo, tag = split_reference(ref)
+        host = split_reference(ref)[0]
         if host in self._down:
             return None
         try:
-            digest = self.registry(host).manifest_digest(repo, tag)
+            digest = self.digest(ref)
         except EngineError as exc:
             self._down.add(host)
             self.warnings.append(f"cache lookup failed: {exc.message}; its key tags count as absent in this run")

@@ -326,6 +326,9 @@ def _split_ref(ref: str) -> tuple[str, str | None]:
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:
+    """The files as a tar for put_archive. The folder holding each file is writable by anyone, sticky like
+    /tmp, so an image's non-root user can write its results beside them."""
+    holders = {"/".join(path.strip("/").split("/")[:-1]) for path in files}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         dirs: set[str] = set()
@@ -337,7 +340,7 @@ def _tar(files: Mapping[str, bytes]) -> bytes:
                     dirs.add(d)
                     info = tarfile.TarInfo(d)
                     info.type = tarfile.DIRTYPE
-                    info.mode = 0o755
+                    info.mode = 0o1777 if d in holders else 0o755
                     tar.addfile(info)
             info = tarfile.TarInfo(path.strip("/"))
             info.size = len(data)

@@ -44,18 +44,21 @@ PATTERNS: dict[str, str] = {
     "float": r"\d{1,6}(?:\.\d+)?",
     "abspath": r"/[A-Za-z0-9._/-]*",
     "libversion": r"\d+(?:\.\d+){1,3}",
+    "username": r"[a-z_][a-z0-9_-]{0,31}",
+    "id": r"[1-9]\d{0,9}",
 }
 AXES = ("torch", "accelerator", "python", "flavor", "base_image")
 TORCH_EXTRAS = ("torchvision", "torchaudio")
 ENTRY_ONLY_KEYS = ("name",)
 CASCADED_KEYS = (
     "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "aliases", "vars",
-    "torch_extras", "smoke",
+    "torch_extras", "smoke", "user",
     "nccl", "cudnn", "allow_major_override",
 )
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
 TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
-BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network")
+BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
+USER_KEYS = ("name", "uid", "gid", "workdir")
 SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
 # Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
@@ -80,6 +83,25 @@ class BuildSettings:
     torch_index_url: str
     index_url: str
     network: str
+    cuda_toolkit: str = "pip"  # devel flavor: nvcc from NVIDIA's wheels (`pip`) or from the base image (`image`)
+
+
+@dataclass(frozen=True)
+class UserSpec:
+    """The non-root user every image runs as (matrix `user:`): created in the root layer, with a writable
+    home and workdir, and set as each layer's final `USER uid:gid`."""
+
+    name: str = "ml"
+    uid: int = 1000
+    gid: int = 1000
+    workdir: str = "/workspace"
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.name}"
+
+    def settings(self) -> dict[str, Any]:
+        return {"name": self.name, "uid": self.uid, "gid": self.gid, "home": self.home, "workdir": self.workdir}
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,8 @@ class Entry:
     overrides: tuple[tuple[str, str], ...] = ()  # (wheel, version) installed over torch's own pin
     driver_floor: str | None = None  # the minimum NVIDIA driver for this CUDA
     aliases: tuple[str, ...] = DEFAULT_ALIASES  # floating tag templates
+    user: UserSpec = UserSpec()
+    toolkit: tuple[str, ...] = ()  # devel flavor of a CUDA entry: nvcc and CUDA headers as pip requirements
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -251,6 +275,7 @@ class _Loader:
         # Shape first, so a misspelt key is reported before any entry is resolved.
         self.mapping(top.get("build") or {}, ("build",), BUILD_KEYS)
         self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS)
+        self.mapping(top.get("user") or {}, ("user",), USER_KEYS)
         if "vars" in top:
             self.mapping(top["vars"] or {}, ("vars",), tuple(top["vars"] or {}))
         combos, excluded = self.expand(top)
@@ -384,6 +409,14 @@ class _Loader:
                 raise self.fail(f"invalid variable name {k!r}", ("vars", k))
             var_pairs.append((k, self.scalar(v, "var", ("vars", k))))
         overrides, resolved = self.overrides(top, combo, variant, label, where, build.torch_index_url)
+        user = self.user(top, combo)
+        if flavor == "devel" and variant.cuda and int(variant.cuda.split(".")[0]) < 13 \
+                and build.cuda_toolkit == "pip":
+            raise InputError(
+                f"{label} devel: NVIDIA publishes no nvcc for CUDA {variant.cuda} on PyPI "
+                "(nvidia-cuda-nvcc-cu12 holds only ptxas); the pip toolkit needs CUDA 13 or newer",
+                where=where, hint="use a cu13x entry, or a base_image with nvcc (e.g. nvidia/cuda:"
+                f"{variant.cuda}.1-devel-ubuntu24.04) and `build: {{cuda_toolkit: image}}`")
         entry_id = combo.get("name")
         if entry_id is not None:
             entry_id = self.scalar(entry_id, "name", (*origin, "name"))
@@ -401,7 +434,30 @@ class _Loader:
             layers=layers, layers_path=layers_path, build=build, smoke=smoke, tags=tags,
             vars=tuple(var_pairs), where=where, overrides=overrides,
             driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
+            user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
         )
+
+    def user(self, top: dict[str, Any], combo: dict[str, Any]) -> UserSpec:
+        """`user: {name, uid, gid, workdir}` (entry keys override the top-level ones); never root."""
+        merged = {**self.mapping(top.get("user") or {}, ("user",), USER_KEYS),
+                  **self.mapping(combo.get("user") or {}, ("user",), USER_KEYS)}
+        default = UserSpec()
+        name = self.scalar(merged.get("name", default.name), "username", ("user", "name"))
+        if name == "root":
+            raise self.fail("images run as a non-root user; `root` is not allowed here", ("user", "name"))
+        ids = {}
+        for key in ("uid", "gid"):
+            raw = merged.get(key, getattr(default, key))
+            if raw == 0 or raw == "0":
+                raise self.fail(f"{key} 0 is root; images run as a non-root user", ("user", key),
+                                hint="the default is 1000; use the UID your cluster or volumes expect")
+            ids[key] = int(self.scalar(raw, "id", ("user", key)))
+            if ids[key] > 2**31 - 1:
+                raise self.fail(f"{key} {ids[key]} is out of range", ("user", key))
+        workdir = self.scalar(merged.get("workdir", default.workdir), "abspath", ("user", "workdir"))
+        if workdir.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/var", "/tmp"):
+            raise self.fail(f"workdir {workdir!r} is a system folder; it becomes the user's", ("user", "workdir"))
+        return UserSpec(name, ids["uid"], ids["gid"], workdir)
 
     def overrides(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant, label: str, where: Where,
                   index_url: str) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
@@ -532,7 +588,8 @@ class _Loader:
             raise self.fail(f"unknown placeholder in {torch_url!r}; only {{accelerator}} is known",
                             ("build", "pip_index_url"))
         network = self.scalar(merged.get("network", "host"), "network", ("build", "network"))
-        return BuildSettings(ca, wheelhouse, torch_url, index_url, network)
+        toolkit = self.choice(merged.get("cuda_toolkit", "pip"), ("pip", "image"), ("build", "cuda_toolkit"))
+        return BuildSettings(ca, wheelhouse, torch_url, index_url, network, toolkit)
 
     def smoke_settings(self, top: dict[str, Any], combo: dict[str, Any]) -> SmokeSettings:
         merged = {**self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS),
@@ -568,6 +625,24 @@ class _Loader:
                 raise InputError(f"{what} {e.id!r} (first from {first.where})", where=e.where,
                                  hint="remove one, or give one a distinct `name:` in its include")
             seen[e.id] = e
+
+
+TOOLKIT_EXTRAS = "cccl,crt,nvcc,nvvm"  # cuda-toolkit's extras that make a working nvcc with CUDA C++ headers
+
+
+def cuda_toolkit(variant: Variant, source: str) -> tuple[str, ...]:
+    """What the devel flavor of a CUDA entry installs to build extensions, as pip requirements.
+
+    `pip`: NVIDIA's `cuda-toolkit` wheels with nvcc, its front end (crt), NVVM and the CUDA C++ headers, at
+    the exact toolkit version torch pins (else the entry's CUDA minor). NVIDIA ships the nvcc driver in
+    wheels from CUDA 13 on; CUDA 12's nvidia-cuda-nvcc-cu12 holds only ptxas, so CUDA 12 entries need
+    `image` (a base image that already has nvcc, such as nvidia/cuda:*-devel): nothing is installed and
+    the build checks that the image's nvcc is the entry's CUDA."""
+    if not variant.cuda or source == "image":
+        return ()
+    pins = dict(variant.packages)
+    version = pins.get("cuda-toolkit") or ".".join(variant.cuda.split(".")[:2]) + ".*"
+    return (f"cuda-toolkit[{TOOLKIT_EXTRAS}]=={version}",)
 
 
 def _tree_order(specs: list[LayerSpec], where: Where) -> list[LayerSpec]:

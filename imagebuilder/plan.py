@@ -143,7 +143,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
                     cover.setdefault(ref, []).append(node_id)
             refs[spec.name] = aliases[0] if aliases else refs_for_node[0]  # what children's FROM shows
             parent_image = entry.base_image if spec.parent is None else refs[spec.parent]
-            rendered = renderer.render(entry, layer, node_id, parent_image)
+            rendered = renderer.render(entry, layer, node_id, parent_image, root=spec.parent is None)
             nodes.append(Node(
                 id=node_id,
                 name=spec.name,

@@ -193,11 +193,6 @@ class Registry:
                               f"{resp.text[:200]}")
         return resp.headers.get("Docker-Content-Digest", "")
 
-    def retag(self, repo: str, source: str, tag: str) -> str:
-        """Point `tag` at the manifest `source` names (same repository: its blobs are already there)."""
-        body, media_type = self.manifest(repo, source)
-        return self.put_manifest(repo, tag, body, media_type)
-
     def tags(self, repo: str) -> list[str]:
         """Every tag of a repository (following the registry's pagination)."""
         out: list[str] = []

@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import tarfile
 import traceback
 import zlib
@@ -32,6 +33,15 @@ VERSIONS_STEP = f"""
 COPY {CONTEXT_DIR}/versions_manifest.py /opt/imagebuilder/versions_manifest.py
 RUN python3 /opt/imagebuilder/versions_manifest.py > {VERSIONS_PATH}
 """
+# Every layer's own steps run as root (a parent image ends with its non-root USER); the root layer creates
+# the user, and every layer ends as that user, so no image runs as root and platform layers need no USER.
+USER_STEP = f"""
+# imagebuilder: the non-root user this image runs as (matrix `user:`), with a writable home and workdir
+COPY {CONTEXT_DIR}/add_user.sh /opt/imagebuilder/add_user.sh
+RUN sh /opt/imagebuilder/add_user.sh {{name}} {{uid}} {{gid}} {{home}} {{workdir}}
+WORKDIR {{workdir}}
+"""
+FINAL_USER = "USER {uid}:{gid}\n"
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
 
@@ -89,10 +99,12 @@ class Renderer:
                 jinja2.FileSystemLoader(str(layer.path.parent.parent / "templates")),
                 jinja2.FileSystemLoader(str(project_dir("templates"))),
             ])
-            self._envs[layer.path] = jinja2.Environment(
+            env = jinja2.Environment(
                 loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                 trim_blocks=True, lstrip_blocks=True, autoescape=False,
             )
+            env.filters["shquote"] = shlex.quote  # for words a shell must not expand (`pkg[extra]==1.0`)
+            self._envs[layer.path] = env
         return self._envs[layer.path]
 
     def context(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> dict[str, Any]:
@@ -111,6 +123,8 @@ class Renderer:
             "entry": {**versions, "id": entry.id, "pins": dict(entry.pins), "vars": dict(entry.vars),
                       "overrides": dict(entry.overrides)},
             "overrides": dict(entry.overrides),
+            "toolkit": list(entry.toolkit),
+            "user": entry.user.settings(),
             "vars": dict(entry.vars),
             "parent_image": parent_image,
             "build": build,
@@ -162,7 +176,8 @@ class Renderer:
             self._blobs[path] = path.read_bytes()
         return self._blobs[path]
 
-    def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> RenderedNode:
+    def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str, *, root: bool) -> RenderedNode:
+        """`root`: the node builds FROM the base image (it creates the image's user)."""
         try:
             template = self.template(layer)
             text = template.render(self.context(entry, layer, node_id, parent_image))
@@ -176,12 +191,18 @@ class Renderer:
         except jinja2.TemplateError as exc:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
-        check_first_from(text, parent_image, layer.template)
-        text += VERSIONS_STEP
+        line = check_first_from(text, parent_image, layer.template)
+        lines = text.splitlines(keepends=True)
+        text = "".join([*lines[:line], "USER 0\n", *lines[line:]])
+        user = entry.user.settings()
+        data = Path(__file__).parent / "data"
         layer_files, executables = self.layer_files(layer)
         files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),
-                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(Path(__file__).parent / "data" /
-                                                                    "versions_manifest.py"))]
+                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(data / "versions_manifest.py"))]
+        if root:
+            text += USER_STEP.format(**user)
+            files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(data / "add_user.sh")))
+        text += VERSIONS_STEP + FINAL_USER.format(**user)
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
@@ -206,14 +227,15 @@ def constraints(entry: Entry) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_first_from(text: str, parent_image: str, template: Path) -> None:
+def check_first_from(text: str, parent_image: str, template: Path) -> int:
+    """The line number of the first instruction, which must be `FROM <parent_image>`."""
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#") or stripped.upper().startswith("ARG "):
             continue
         match = FIRST_FROM.match(stripped)
         if match and match.group(1) == parent_image:
-            return
+            return number
         raise InputError(
             f"the first instruction must be `FROM {{{{ parent_image }}}}`; found {stripped[:60]!r}",
             where=Where(str(template), number))

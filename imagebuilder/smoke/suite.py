@@ -9,7 +9,12 @@ Checks, each with its own timeout, each a record {name, status, value, expected,
   versions    torch/python/triton/torchvision/torchaudio, accelerator, torch.version.cuda, cuDNN
               (run time = compile time = pin), the NCCL really loaded, sm_XY of every GPU in the arch
               list, driver >= the CUDA floor. Run in a child with LD_LIBRARY_PATH cleaned.
-  health      /dev/shm size, memlock limit, default user (warn).
+  health      /dev/shm size, memlock limit, the image's user (non-root, the planned UID/GID) and a
+              writable home and working folder.
+  toolchain   a C compiler that builds and runs a program (torch.compile needs one: Inductor on CPU,
+              Triton's launchers on GPU). devel images: a C++ extension built with
+              torch.utils.cpp_extension.load_inline and its result checked; CUDA devel images: nvcc is
+              the image's CUDA, and a CUDA kernel is built, loaded and (on a GPU) run and checked.
   distributed one process per GPU: NCCL eager init, all_reduce, all_gather_into_tensor,
               reduce_scatter_tensor with exact values, barrier, destroy (gloo x2 on CPU). On failure
               it is re-run with NCCL_DEBUG=INFO and the log is attached.
@@ -302,7 +307,7 @@ def check_gpu_versions(expect: dict[str, Any]) -> list[Record]:
 # ------------------------------------------------------------------------------------------- health
 
 
-def check_health(min_shm: int = 1 << 30) -> list[Record]:
+def check_health(expect: dict[str, Any], min_shm: int = 1 << 30) -> list[Record]:
     import resource
 
     out: list[Record] = []
@@ -321,10 +326,138 @@ def check_health(min_shm: int = 1 << 30) -> list[Record]:
                       value="unlimited" if unlimited else soft, expected="unlimited",
                       reason="" if unlimited else f"memlock is {soft} bytes; NCCL over InfiniBand/RDMA needs it "
                                                   "unlimited: --ulimit memlock=-1"))
-    uid = os.geteuid()
-    out.append(record("health.user", "warn" if uid == 0 else "pass", value=uid,
-                      reason="the image's default user is root; prefer a non-root USER" if uid == 0 else ""))
+    out.extend(check_user(expect.get("user")))
     return out
+
+
+def check_user(want: dict[str, Any] | None) -> list[Record]:
+    """The image's default user: not root, the UID/GID the matrix planned, a writable home and cwd."""
+    uid, gid = os.geteuid(), os.getegid()
+    value = f"{uid}:{gid}"
+    if not want:
+        return [record("health.user", "warn" if uid == 0 else "pass", value=value,
+                       reason="the image's default user is root; prefer a non-root USER" if uid == 0 else "")]
+    expected = f"{want['uid']}:{want['gid']}"
+    if uid == 0:
+        rec = record("health.user", "fail", value=value, expected=expected,
+                     reason="the image runs as root; every imagebuilder image ends with its non-root USER")
+    else:
+        rec = compare("health.user", value, expected, what="the image's user (uid:gid)")
+    out = [rec]
+    home = os.environ.get("HOME", "")
+    for name, path in (("health.home", home), ("health.workdir", os.getcwd())):
+        ok = bool(path) and os.path.isdir(path) and os.access(path, os.W_OK)
+        out.append(record(name, "pass" if ok else "fail", value=path,
+                          reason="" if ok else f"{path or '$HOME (unset)'} is not a folder the user can write"))
+    if home and want.get("home"):
+        out.append(compare("health.home_path", home, want["home"], what="$HOME"))
+    return out
+
+
+# --------------------------------------------------------------------------------------- toolchain
+
+C_PROGRAM = "#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 6 * 7); return 0; }\n"
+CPP_OP = "torch::Tensor axpb(torch::Tensor x, double a, double b) { return x * a + b; }"
+CUDA_OP = r"""
+__global__ void axpb_kernel(const float* x, float* y, float a, float b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + b;
+}
+torch::Tensor axpb_cuda(torch::Tensor x, double a, double b) {
+  auto y = torch::empty_like(x);
+  int n = x.numel();
+  axpb_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (float)a, (float)b, n);
+  return y;
+}
+"""
+CUDA_DECL = "torch::Tensor axpb_cuda(torch::Tensor x, double a, double b);"
+NO_COMPILER = ("no C compiler (cc/gcc) in this image: torch.compile cannot build kernels here (Inductor on CPU "
+               "and Triton's launchers on GPU call one); keep gcc in every flavor")
+
+
+def check_compiler() -> Record:
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return record("toolchain.cc", "fail", reason=NO_COMPILER)
+    work = tempfile.mkdtemp(prefix="ib-cc-")
+    src, exe = os.path.join(work, "t.c"), os.path.join(work, "t")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(C_PROGRAM)
+    build = subprocess.run([cc, src, "-o", exe], capture_output=True, text=True)
+    if build.returncode != 0:
+        return record("toolchain.cc", "fail", value=cc,
+                      reason=f"{cc} cannot build a C program: {(build.stderr.strip().splitlines() or ['?'])[-1]}")
+    got = subprocess.run([exe], capture_output=True, text=True).stdout.strip()
+    return compare("toolchain.cc", got, "42", what=f"a C program built by {cc}")
+
+
+def check_toolchain(expect: dict[str, Any], gpus: int) -> list[Record]:
+    out = [check_compiler()]
+    if expect.get("flavor") != "devel":
+        return out
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    t0 = time.monotonic()
+    try:
+        module = load_inline("ib_cpp_ext", cpp_sources=[CPP_OP], functions=["axpb"],
+                             build_directory=tempfile.mkdtemp(prefix="ib-ext-"))
+    except Exception as exc:  # noqa: BLE001 - a failed build is the finding
+        out.append(record("toolchain.cpp_extension", "fail", reason=_build_error("a C++ extension", exc)))
+        return out
+    x = torch.arange(8, dtype=torch.float64)
+    ok = torch.equal(module.axpb(x, 3.0, 1.0), x * 3 + 1)
+    out.append(record("toolchain.cpp_extension", "pass" if ok else "fail", value="3x+1 on arange(8)",
+                      duration=time.monotonic() - t0,
+                      reason="" if ok else "the C++ extension built by load_inline returned a wrong result"))
+    if expect.get("accelerator") in (None, "cpu"):
+        return out
+    out.append(check_nvcc(expect.get("cuda")))
+    if out[-1]["status"] != "pass":
+        return out
+    if gpus == 0:  # build for one architecture only: nothing here can say which GPU will run it
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    t0 = time.monotonic()
+    try:
+        module = load_inline("ib_cuda_ext", cpp_sources=[CUDA_DECL], cuda_sources=[CUDA_OP], functions=["axpb_cuda"],
+                             build_directory=tempfile.mkdtemp(prefix="ib-cuda-ext-"))
+    except Exception as exc:  # noqa: BLE001
+        out.append(record("toolchain.cuda_extension", "fail", reason=_build_error("a CUDA extension", exc)))
+        return out
+    out.append(record("toolchain.cuda_extension", "pass", value="built and loaded with nvcc",
+                      duration=time.monotonic() - t0))
+    if gpus == 0:
+        out.append(record("toolchain.cuda_kernel", "skip", reason=NO_GPU))
+        return out
+    x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    y = module.axpb_cuda(x, 3.0, 1.0)
+    torch.cuda.synchronize()
+    ok = torch.equal(y, x * 3 + 1)
+    out.append(record("toolchain.cuda_kernel", "pass" if ok else "fail", value="3x+1 on 2^20 floats",
+                      reason="" if ok else "the CUDA kernel built with nvcc returned a wrong result"))
+    return out
+
+
+def _build_error(what: str, exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()] or lines
+    return f"building {what} with load_inline failed: " + " | ".join(errors[-4:])[:600]
+
+
+def check_nvcc(cuda: str | None) -> Record:
+    import re
+
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    try:
+        text = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return record("toolchain.nvcc", "fail", expected=cuda, reason=f"no working nvcc at {nvcc}: {exc}")
+    match = re.search(r"release (\d+\.\d+)", text)
+    want = ".".join(str(cuda).split(".")[:2]) if cuda else None
+    return compare("toolchain.nvcc", match.group(1) if match else None, want, what=f"CUDA of {nvcc}")
 
 
 # --------------------------------------------------------------------------------------- processes
@@ -706,6 +839,8 @@ def _worker(kind: str, payload: dict[str, Any], out_path: str) -> int:
             records = check_fsdp(payload["backend"], payload["world"])
         elif kind == "throughput":
             records = check_throughput(expect, payload["gpus"])
+        elif kind == "toolchain":
+            records = check_toolchain(expect, payload["gpus"])
         else:
             raise ValueError(f"unknown worker {kind}")
     except Exception as exc:  # noqa: BLE001 - a crash in a check is that check failing
@@ -761,7 +896,7 @@ def run(expect: dict[str, Any], commands: list[dict[str, str]] | None = None,
         if dropped:
             checks[-1]["dropped"] = dropped
     if want("health"):
-        checks.extend(check_health())
+        checks.extend(check_health(expect))
     backend, world = ("nccl", gpus) if gpu_run else ("gloo", 2)
     if want("distributed"):
         timed("distributed", {"backend": backend, "world": world}, 240, nccl_debug=gpu_run)
@@ -775,6 +910,8 @@ def run(expect: dict[str, Any], commands: list[dict[str, str]] | None = None,
         timed("throughput", {"gpus": gpus if gpu_run else 0}, 300)
         if cuda_image and not gpu_run:
             checks.append(record("throughput.cuda", "skip", reason=NO_GPU))
+    if want("toolchain"):
+        timed("toolchain", {"gpus": gpus if gpu_run else 0}, 900)
     if want("layers"):
         checks.extend(check_commands(commands or []))
     return {

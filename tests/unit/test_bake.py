@@ -29,7 +29,7 @@ def test_bake_file_is_valid_and_chained(tmp_path: Path) -> None:
     doc = export(tmp_path)
     jsonschema.validate(doc, SCHEMA)
     targets = doc["target"]
-    assert len(targets) == 15  # 5 entries x base, business, task
+    assert len(targets) == 35  # 7 entries x base, business, task, jupyter, ssh
     for name, target in targets.items():
         dockerfile = (tmp_path / "out" / str(target["context"]) / "Dockerfile").read_text()
         first_from = re.search(r"^FROM (\S+)", dockerfile, re.MULTILINE)

@@ -27,13 +27,15 @@ def generated(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, list
 def test_one_job_per_entry_on_the_right_runners(capsys: pytest.CaptureFixture[str]) -> None:
     doc = generated(capsys, "--gpu-runner", "self-hosted,h100", "--cpu-runner", "ubuntu-24.04")
     jobs = {j["id"]: j for j in doc["include"]}
-    assert set(jobs) == {"2.8.0-cu128-py3.11-runtime", "2.8.0-cu128-py3.11-devel", "2.6.0-cu124-py3.11-runtime",
-                         "2.7.1-cu126-py3.11-runtime", "2.8.0-cpu-py3.11-runtime"}
+    assert set(jobs) == {"2.11.0-cu130-py3.11-runtime", "2.11.0-cu130-py3.11-devel", "2.6.0-cu124-py3.11-runtime",
+                         "2.7.1-cu126-py3.11-runtime", "2.8.0-cu128-py3.11-runtime", "2.8.0-cpu-py3.11-runtime",
+                         "2.8.0-cpu-py3.11-devel"}
+    assert {j["flavor"] for j in jobs.values()} == {"runtime", "devel"}
     assert jobs["2.6.0-cu124-py3.11-runtime"]["runs_on"] == ["self-hosted", "h100"]
     assert jobs["2.6.0-cu124-py3.11-runtime"]["gpu"] is True and jobs["2.6.0-cu124-py3.11-runtime"]["cuda"] == "12.4"
     assert jobs["2.8.0-cpu-py3.11-runtime"]["runs_on"] == ["ubuntu-24.04"]
     assert jobs["2.8.0-cpu-py3.11-runtime"]["only"] == "2.8.0-cpu-py3.11-runtime/*"
-    assert all(j["nodes"] == 3 for j in jobs.values())
+    assert all(j["nodes"] == 5 for j in jobs.values())  # base, business, task, jupyter, ssh
 
 
 def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,10 +35,15 @@ def keyed(path: Path, table: CompatTable, bases: dict[str, str] | None = None) -
     return {n.id: n for n in keys.assign(plan, BASES if bases is None else bases).nodes}
 
 
-def local_task(tmp: Path) -> Path:
+def local_task(tmp: Path, write_matrix: MatrixWriter) -> tuple[Path, Path]:
+    """A copy of the task layer found through layers_path, and a matrix using it: (layers folder, matrix)."""
     layers = tmp / "team-layers"
     shutil.copytree(project_dir("layers") / "task", layers / "task")
-    return layers
+    return layers, write_matrix(matrix_text(layers_path=f"layers_path: [{layers}]"))
+
+
+def append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
 
 
 def test_keys_are_stable_distinct_and_chained(write_matrix: MatrixWriter, table: CompatTable) -> None:
@@ -73,11 +78,10 @@ def test_unknown_base_gives_no_key(write_matrix: MatrixWriter, table: CompatTabl
 
 def test_task_template_change_changes_only_task_keys(write_matrix: MatrixWriter, table: CompatTable,
                                                      tmp_path: Path) -> None:
-    layers = local_task(tmp_path)
-    path = write_matrix(matrix_text(layers_path=f"layers_path: [{layers}]"))
+    layers, path = local_task(tmp_path, write_matrix)
     before = keyed(path, table)
     template = layers / "task" / "Dockerfile.j2"
-    template.write_text(template.read_text() + "RUN true\n")
+    append(template, "RUN true\n")
     after = keyed(path, table)
     changed = sorted(k for k in before if before[k].key != after[k].key)
     assert changed == ["2.6.0-cpu-py3.11-runtime/task", "2.7.1-cpu-py3.11-runtime/task"]
@@ -88,11 +92,9 @@ def test_task_template_change_changes_only_task_keys(write_matrix: MatrixWriter,
 
 def test_a_jinja_comment_changes_no_key_but_a_context_file_does(write_matrix: MatrixWriter, table: CompatTable,
                                                                  tmp_path: Path) -> None:
-    layers = local_task(tmp_path)
-    path = write_matrix(matrix_text(layers_path=f"layers_path: [{layers}]"))
+    layers, path = local_task(tmp_path, write_matrix)
     before = keyed(path, table)
-    template = layers / "task" / "Dockerfile.j2"
-    template.write_text(template.read_text() + "{# a note for readers; renders nothing #}\n")
+    append(layers / "task" / "Dockerfile.j2", "{# a note for readers; renders nothing #}\n")
     commented = keyed(path, table)
     assert {k: n.key for k, n in commented.items()} == {k: n.key for k, n in before.items()}
 

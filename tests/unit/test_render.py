@@ -68,10 +68,26 @@ def test_children_render_from_their_parent() -> None:
 
 def test_the_devel_flavor_adds_a_toolchain() -> None:
     plan = default_plan()
-    devel = plan.node("2.8.0-cu128-py3.11-devel/base").rendered.dockerfile
-    runtime = plan.node("2.8.0-cu128-py3.11-runtime/base").rendered.dockerfile
+    devel = plan.node("2.11.0-cu130-py3.11-devel/base").rendered.dockerfile
+    runtime = plan.node("2.11.0-cu130-py3.11-runtime/base").rendered.dockerfile
     assert "g++ python3-dev build-essential ninja-build" in devel
     assert "build-essential" not in runtime
+    # CUDA devel: nvcc and headers of the very toolkit torch pins, from NVIDIA's wheels, under CUDA_HOME
+    assert "'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2'" in devel  # quoted: a shell must not glob it
+    assert "RUN python3 /opt/imagebuilder/cuda_home.py 13.0 /usr/local/cuda" in devel
+    assert "CUDA_HOME" not in runtime and "cuda-toolkit[" not in runtime
+    cpu_devel = plan.node("2.8.0-cpu-py3.11-devel/base").rendered.dockerfile
+    assert "build-essential ninja-build" in cpu_devel and "CUDA_HOME" not in cpu_devel
+
+
+def test_every_layer_runs_its_steps_as_root_and_ends_as_the_user() -> None:
+    for node in default_plan().nodes:
+        lines = node.rendered.dockerfile.splitlines()
+        assert lines[1] == "USER 0", node.id
+        assert lines[-1] == "USER 1000:1000", node.id
+        creates = "RUN sh /opt/imagebuilder/add_user.sh ml 1000 1000 /home/ml /workspace" in lines
+        assert creates == (node.parent is None), node.id  # only the root layer creates the user
+        assert ("WORKDIR /workspace" in lines) == (node.parent is None), node.id
 
 
 def team_layer(tmp_path: Path, template: str) -> Path:
