@@ -38,6 +38,9 @@ from .smoke_runner import run_smoke
 LABEL_PREFIX = keys.LABEL_PREFIX
 RUN_LABEL = f"{LABEL_PREFIX}.run"
 LOG_MODES = ("stream", "tail", "none")
+CUDA_BUILD_SPACE = 20 * 2**30  # a CUDA base layer (~6 GB) plus its downloaded wheels and the commit's copy
+CPU_BUILD_SPACE = 4 * 2**30
+_NO_SPACE = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,7 @@ class Builder:
         mode = "none" if self.options.quiet else self.options.logs
         with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
             self._display = display
+            self.check_disk()
             self.renderer = Renderer(wheelhouse_urls=urls)
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
@@ -357,7 +361,7 @@ class Builder:
                 except ImageBuilderError as exc:
                     log.write(f"ERROR: {exc.message}\n")
                     result.build = Status.FAILED
-                    result.error = exc.message
+                    result.error = self.explain_build_error(exc.message, tail)
                     result.log_tail = "\n".join(tail[-25:])
                     self.say(f"[bold red]✗ {escape(node.id)}: {escape(exc.message)}[/]")
                     self.show_log(result)
@@ -369,6 +373,28 @@ class Builder:
         result.build = Status.BUILT
         self.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {result.durations['build']:.1f}s[/]")
         return True
+
+    def check_disk(self) -> None:
+        """Warn before anything builds when the engine's storage is short for what must be built: a CUDA
+        layer is several GB and is written twice while the builder commits it."""
+        building = [n for n in self.plan.nodes if n.status != "cached"]
+        if not building:
+            return
+        root, free = self.engine.storage()
+        need = (CUDA_BUILD_SPACE if any(n.entry.cuda for n in building) else CPU_BUILD_SPACE)
+        if free is not None and free < need:
+            self.say(f"[yellow]warning: only {free / 2**30:.1f} GiB free in {escape(root)}; building these images "
+                     f"needs about {need / 2**30:.0f} GiB while they build, and a full disk fails the build[/]")
+
+    def explain_build_error(self, message: str, tail: list[str]) -> str:
+        """A build error as users can act on it: a full disk is said as such, with where and what to do."""
+        if not any(_NO_SPACE.search(line) for line in [message, *tail]):
+            return message
+        root, free = self.worker_engine().storage()
+        where = f" ({root}, {free / 2**30:.1f} GiB free now)" if free is not None else (f" ({root})" if root else "")
+        return (f"out of disk space: the engine's storage{where} filled up during this build; free space "
+                "(docker image prune, docker builder prune) and run again: finished nodes are cached. "
+                f"Engine said: {message}")
 
     # -- smoke -------------------------------------------------------------------------------------------
     def smoke_spec(self, node: Node) -> dict[str, Any]:

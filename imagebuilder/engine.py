@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 import threading
@@ -134,6 +135,18 @@ class Engine:
         if image is None:
             raise EngineError("build finished without an image ID")
         return image
+
+    def storage(self) -> tuple[str, int | None]:
+        """The engine's data folder and its free bytes (None when the engine is not on this machine)."""
+        try:
+            root = str(self.api.info().get("DockerRootDir") or "")
+        except docker.errors.APIError:
+            return "", None
+        try:
+            st = os.statvfs(root) if root else None
+        except OSError:
+            st = None
+        return root, None if st is None else st.f_bavail * st.f_frsize
 
     def tag(self, image: str, ref: str) -> None:
         repo, tag = _split_ref(ref)

@@ -59,6 +59,27 @@ def wheelhouse() -> Path:
     return WHEELHOUSE
 
 
+CUDA_TEST_SPACE = 25 * 2**30  # a CUDA base layer is ~6 GB, written twice while it is committed, plus its wheels
+
+
+@pytest.fixture(autouse=True)
+def _room_for_cuda_images(request: pytest.FixtureRequest) -> None:
+    """A test that builds a CUDA image needs room on the engine's disk: first the images other tests left
+    untagged are pruned, and if that is not enough the test is skipped, saying how much was free (a full
+    disk would fail it for a reason that has nothing to do with the code)."""
+    if request.node.get_closest_marker("cuda") is None:
+        return
+    engine: Engine = request.getfixturevalue("engine")
+    root, free = engine.storage()
+    if free is not None and free < CUDA_TEST_SPACE:
+        engine.api.prune_images(filters={"dangling": True})
+        engine.api.prune_builds()
+        root, free = engine.storage()
+    if free is not None and free < CUDA_TEST_SPACE:
+        pytest.skip(f"building a CUDA image needs {CUDA_TEST_SPACE / 2**30:.0f} GiB free in {root}; "
+                    f"{free / 2**30:.1f} GiB are free")
+
+
 @pytest.fixture(scope="session")
 def base_image(engine: Engine) -> str:
     if engine.image_id("debian:bookworm") is None:
@@ -127,7 +148,8 @@ def itest_matrix(tmp: Path, repository: str, *, layers: str, body: str, extra: s
     return path
 
 
-def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "") -> Path:
+def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "",
+               flavor: str = "runtime") -> Path:
     """torch 2.13.0 for the CPU, from the wheelhouse (its dependencies from PyPI)."""
     return itest_matrix(tmp, repository, layers=layers, extra=extra, body=f"""
         torch_extras: []
@@ -138,6 +160,7 @@ def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, ext
           torch: ["2.13.0"]
           accelerator: [cpu]
           python: ["3.11"]
+          flavor: [{flavor}]
         """)
 
 

@@ -4,7 +4,7 @@ libraries still load, so the versions inside the image are checked against the p
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,14 @@ from imagebuilder.engine import Engine
 from .conftest import CliRun, itest_matrix, registry_tags, report
 
 pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_cuda_images(engine: Engine) -> Iterator[None]:
+    """The CUDA images are several GB each and nothing after this module builds on them: remove them."""
+    yield
+    for image in engine.images_with_label("io.imagebuilder.version.cuda"):
+        engine.remove_image(image["Id"])
 
 
 def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, repository: str, tmp_path: Path,

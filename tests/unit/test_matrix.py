@@ -309,3 +309,56 @@ def test_unreachable_index_only_warns(write_matrix: MatrixWriter, header: str, t
     m = load(path, table, index_versions=down)
     assert m.entries[0].nccl == "2.23.4"
     assert "could not check nvidia-nccl-cu12==2.23.4" in m.warnings[0]
+
+
+def test_user_defaults_and_overrides(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    path = write_matrix(header + """
+user: {name: researcher, uid: 4242}
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}
+include:
+  - {torch: "2.7.1", accelerator: cpu, python: "3.11", user: {uid: 2000, gid: 2000}}
+""")
+    first, second = load(path, table).entries
+    assert first.user == matrix.UserSpec("researcher", 4242, 1000, "/workspace")
+    assert second.user == matrix.UserSpec("researcher", 2000, 2000, "/workspace")  # merged key by key
+    assert second.user.home == "/home/researcher"
+    plain = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n", "plain.yaml")
+    assert load(plain, table).entries[0].user == matrix.UserSpec("ml", 1000, 1000, "/workspace")
+
+
+@pytest.mark.parametrize(("user", "message"), [
+    ("{uid: 0}", "uid 0 is root"),
+    ("{gid: 0}", "gid 0 is root"),
+    ("{name: root}", "non-root user"),
+    ("{name: 'ml; rm -rf /'}", "invalid username"),
+    ("{uid: -5}", "invalid id"),
+    ("{uid: '1000\\nUSER root'}", "invalid id"),
+    ("{workdir: relative/path}", "invalid abspath"),
+    ("{workdir: /usr}", "system folder"),
+    ("{home: /x}", "unknown key 'home'"),
+    ("[ml]", "expected a mapping"),
+])
+def test_bad_users(write_matrix: MatrixWriter, header: str, table: CompatTable, user: str, message: str) -> None:
+    path = write_matrix(header + f"user: {user}\nmatrix: {{torch: [2.6.0], accelerator: [cpu], python: ['3.11']}}\n")
+    with pytest.raises(InputError, match=message) as err:
+        load(path, table)
+    assert err.value.where is not None and err.value.where.line == 6  # the `user:` line of the file
+
+
+def test_cuda_devel_gets_the_toolkit_torch_pins() -> None:
+    variant = CompatTable.load().release("2.11.0").variant("cu130")  # type: ignore[union-attr]
+    assert variant is not None
+    assert matrix.cuda_toolkit(variant, "pip") == ("cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2",)
+    assert matrix.cuda_toolkit(variant, "image") == ()
+
+
+def test_cuda12_devel_needs_a_toolkit_from_the_image(write_matrix: MatrixWriter, header: str,
+                                                     table: CompatTable) -> None:
+    body = "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11'], flavor: [devel]}\n"
+    with pytest.raises(InputError, match=r"NVIDIA publishes no nvcc for CUDA 12\.4 on PyPI") as err:
+        load(write_matrix(header + body), table)
+    assert "cuda_toolkit: image" in str(err.value.hint)
+    (entry,) = load(write_matrix(header + "build: {cuda_toolkit: image}\n" + body, "image.yaml"), table).entries
+    assert entry.toolkit == () and entry.build.cuda_toolkit == "image"
+    (runtime,) = load(write_matrix(header + body.replace("devel", "runtime"), "rt.yaml"), table).entries
+    assert runtime.toolkit == ()

@@ -145,3 +145,38 @@ def test_transient_push_errors(message: str, retry: bool) -> None:
     from imagebuilder.engine import transient
 
     assert transient(message) is retry
+
+
+def test_user_check_fails_on_root_and_on_another_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    want = {"uid": 1000, "gid": 1000, "home": "/home/ml"}
+    monkeypatch.setattr(suite.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(suite.os, "getegid", lambda: 0)
+    (rec, *_rest) = suite.check_user(want)
+    assert (rec["status"], rec["value"]) == ("fail", "0:0") and "runs as root" in rec["reason"]
+    monkeypatch.setattr(suite.os, "geteuid", lambda: 1001)
+    monkeypatch.setattr(suite.os, "getegid", lambda: 1000)
+    (rec, *_rest) = suite.check_user(want)
+    assert (rec["status"], rec["expected"]) == ("fail", "1000:1000")
+    monkeypatch.setattr(suite.os, "geteuid", lambda: 0)
+    (rec,) = suite.check_user(None)  # no plan for the user (imagebuilder smoke IMAGE): root is a warning
+    assert rec["status"] == "warn"
+
+
+def test_home_that_the_user_cannot_write_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(suite.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(suite.os, "getegid", lambda: 1000)
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    got = {r["name"]: r for r in suite.check_user({"uid": 1000, "gid": 1000, "home": "/home/ml"})}
+    assert got["health.user"]["status"] == "pass"
+    assert got["health.home"]["status"] == "fail" and "/nonexistent-home" in got["health.home"]["reason"]
+    assert got["health.home_path"]["status"] == "fail"
+
+
+def test_a_missing_compiler_is_said_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    rec = suite.check_compiler()
+    assert rec["status"] == "fail" and "torch.compile cannot build kernels" in rec["reason"]
+
+
+def test_the_host_compiler_builds_and_runs_the_probe() -> None:
+    assert suite.check_compiler()["status"] == "pass"  # this machine has gcc (make test installs nothing else)
