@@ -29,6 +29,29 @@ def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
+def copy_host_cuda(dest: Path) -> None:
+    """What torch.utils.cpp_extension needs of the host's CUDA toolkit: the compiler driver and its tools,
+    NVVM, the headers and the CUDA runtime library (links followed, so the copy stands on its own)."""
+    found = shutil.which("nvcc")  # may be a wrapper script in /usr/local/bin: prefer the toolkit's own folder
+    homes = [Path("/usr/local/cuda").resolve(), *([Path(found).resolve().parent.parent] if found else [])]
+    home = next(h for h in homes if (h / "bin" / "nvcc").is_file() and (h / "nvvm").is_dir())
+    tools = ("nvcc", "nvcc.profile", "ptxas", "fatbinary", "nvlink", "cudafe++", "bin2c", "crt")
+    for tool in tools:
+        src = home / "bin" / tool
+        if src.is_dir():
+            shutil.copytree(src, dest / "bin" / tool, dirs_exist_ok=True)
+        elif src.exists():
+            (dest / "bin").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / "bin" / tool)
+    for part in ("nvvm", "include"):
+        shutil.copytree(home / part, dest / part, dirs_exist_ok=True)
+    lib = next(p for p in (home / "lib64", home / "targets/x86_64-linux/lib") if p.is_dir())
+    (dest / "lib64").mkdir(parents=True, exist_ok=True)
+    for so in [*lib.glob("libcudart*"), *lib.glob("libcudadevrt*")]:
+        shutil.copy2(so, dest / "lib64" / so.name)
+    # targets/<arch>/{include,lib}, where nvcc.profile looks, are links: the gpu-task layer makes them.
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -37,6 +60,10 @@ def main() -> None:
     parser.add_argument("--host-headers", action="store_true",
                         help="copy the host's /usr/include and /usr/libexec/gcc into the gpu-task layer "
                              "(the kit's base image has a gcc without them)")
+    parser.add_argument("--host-cuda", action="store_true",
+                        help="copy the host's CUDA toolkit (nvcc, NVVM, headers, libcudart) into the gpu-task layer "
+                             "as /usr/local/cuda, for the devel flavor's CUDA extension check (the host has no "
+                             "network, so NVIDIA's wheels cannot be installed there)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "160"}
@@ -51,6 +78,9 @@ def main() -> None:
             if Path("/usr", part).is_dir():
                 shutil.copytree(Path("/usr", part), toolchain / part, dirs_exist_ok=True, symlinks=True)
 
+    if args.host_cuda:
+        copy_host_cuda(toolchain / "local" / "cuda")
+
     (entry,) = matrix_mod.load(ROOT / args.matrix, CompatTable.load()).entries
     expect = expectations(entry, ())
 
@@ -62,7 +92,8 @@ def main() -> None:
     (args.out / "build.log").write_text(build.stdout + build.stderr)
     container = json.loads((args.out / "container" / "report.json").read_text())
 
-    host_cmd = [sys.executable, str(ROOT / "imagebuilder/smoke/suite.py"), "--expect", json.dumps(expect),
+    host_expect = {k: v for k, v in expect.items() if k != "user"}  # the host runs it as its own user (root)
+    host_cmd = [sys.executable, str(ROOT / "imagebuilder/smoke/suite.py"), "--expect", json.dumps(host_expect),
                 "--report", str(args.out / "host.json")]
     t0 = time.monotonic()
     host = sh(host_cmd, cwd=ROOT)
@@ -81,7 +112,7 @@ def main() -> None:
     result = {
         "benchmark": args.name,
         "command": f"python3 benchmarks/gpu_smoke.py --out $OUT --name {args.name}"
-                   + (" --host-headers" if args.host_headers else ""),
+                   + (" --host-headers" if args.host_headers else "") + (" --host-cuda" if args.host_cuda else ""),
         "build_command": " ".join(build_cmd),
         "host_suite_command": "python3 imagebuilder/smoke/suite.py --expect <the entry's expectations> --report ...",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

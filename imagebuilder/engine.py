@@ -228,7 +228,9 @@ class Engine:
         """Run a command in a fresh container: copy `files` in, wait (killing it after `timeout`),
         collect logs and the `fetch` paths, and remove the container."""
         start = time.monotonic()
-        opts: dict[str, Any] = {"host_config": dict(host_config or {}), "environment": dict(env or {})}
+        # One-shot commands: an image's HEALTHCHECK (a server's) means nothing in them, so it is off.
+        opts: dict[str, Any] = {"host_config": dict(host_config or {}), "environment": dict(env or {}),
+                                "healthcheck": {"test": ["NONE"]}}
         if user:
             opts["user"] = user
         try:

@@ -378,6 +378,7 @@ NO_COMPILER = ("no C compiler (cc/gcc) in this image: torch.compile cannot build
 def check_compiler() -> Record:
     import shutil
 
+    t0 = time.monotonic()
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return record("toolchain.cc", "fail", reason=NO_COMPILER)
@@ -390,7 +391,9 @@ def check_compiler() -> Record:
         return record("toolchain.cc", "fail", value=cc,
                       reason=f"{cc} cannot build a C program: {(build.stderr.strip().splitlines() or ['?'])[-1]}")
     got = subprocess.run([exe], capture_output=True, text=True).stdout.strip()
-    return compare("toolchain.cc", got, "42", what=f"a C program built by {cc}")
+    rec = compare("toolchain.cc", got, "42", what=f"a C program built by {cc}")
+    rec["duration"] = round(time.monotonic() - t0, 3)
+    return rec
 
 
 def check_toolchain(expect: dict[str, Any], gpus: int) -> list[Record]:

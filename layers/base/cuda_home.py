@@ -36,6 +36,13 @@ def link_tree(roots: list[str], dest: str) -> None:
                 link = os.path.join(dest, target, name)
                 if not os.path.lexists(link):  # the first part that has a file wins
                     os.symlink(os.path.join(src, name), link)
+    # nvcc finds its tools, NVVM and headers relative to the folder it is called from (nvcc.profile's TOP,
+    # with headers under targets/<arch>/include), so DEST mirrors that layout too.
+    target = os.path.join(dest, "targets", "x86_64-linux")
+    os.makedirs(target, exist_ok=True)
+    for name, to in (("include", "../../include"), ("lib", "../../lib64")):
+        if not os.path.lexists(os.path.join(target, name)):
+            os.symlink(to, os.path.join(target, name))
     lib64 = os.path.join(dest, "lib64")
     for name in sorted(os.listdir(lib64)) if os.path.isdir(lib64) else []:
         match = re.fullmatch(r"(lib.+\.so)\.\d+(?:\.\d+)*", name)

@@ -104,3 +104,31 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     assert checks["fsdp.compiled_step_cpu"]["status"] == "skip"
     assert "FSDP2 does not run on CPU in torch 2.6.0" in checks["fsdp.compiled_step_cpu"]["reason"]
     assert registry_tags(registry, f"itest/{repository}") == []
+
+
+def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: str, repository: str, tmp_path: Path,
+                                                  cli: Callable[..., CliRun]) -> None:
+    """The devel flavor of a CUDA 13 entry: nvcc and the CUDA headers from NVIDIA's cuda-toolkit wheels (at the
+    version torch pins), gathered under CUDA_HOME; without a GPU the kernel is built and loaded, not run."""
+    matrix = itest_matrix(tmp_path, repository, layers="[base]", body="""
+        torch_extras: []
+        matrix:
+          torch: ["2.11.0"]
+          accelerator: [cu130]
+          python: ["3.11"]
+          flavor: [devel]
+        """)
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
+    assert run.code == 0, run.text[-4000:]
+    (node,) = report(tmp_path / "r")["nodes"]
+    checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
+    assert (checks["toolchain.nvcc"]["status"], checks["toolchain.nvcc"]["value"]) == ("pass", "13.0")
+    assert checks["toolchain.cpp_extension"]["status"] == "pass"
+    assert checks["toolchain.cuda_extension"]["status"] == "pass", checks["toolchain.cuda_extension"]
+    assert (checks["toolchain.cuda_kernel"]["status"], checks["toolchain.cuda_kernel"]["reason"]) == (
+        "skip", "no GPU visible in this container")
+    env = engine.inspect(node["image"])["Config"]["Env"]
+    assert "CUDA_HOME=/usr/local/cuda" in env
+    out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^(cuda-toolkit|nvidia-cuda-nvcc)=='"],
+                     timeout=120)
+    assert "cuda-toolkit==13.0.2" in out.logs.split(), out.logs

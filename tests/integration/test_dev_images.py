@@ -36,7 +36,7 @@ def dev_images(engine: Engine, registry: str, wheelhouse: Path, base_image: str,
     matrix = cpu_matrix(tmp, repository, wheelhouse, layers=DEV_LAYERS, flavor="devel")
     run = run_cli("build", "--matrix", str(matrix), "--report", str(tmp / "r"), "--no-push")
     assert run.code == 0, run.text[-6000:]
-    nodes = {n["name"]: n for n in report(tmp / "r")["nodes"]}
+    nodes = {n["node"].rsplit("/", 1)[1]: n for n in report(tmp / "r")["nodes"]}
     yield nodes
     for image in engine.api.images(name=f"{REGISTRY}/itest/{repository}"):
         for ref in image.get("RepoTags") or []:
@@ -63,9 +63,9 @@ def test_the_devel_image_builds_and_loads_a_cpp_extension(dev_images: dict[str, 
 def test_every_image_runs_as_the_user_not_root(engine: Engine, dev_images: dict[str, Any]) -> None:
     for node in dev_images.values():
         config = engine.inspect(node["image"])["Config"]
-        assert config["User"] == "1000:1000", node["id"]
+        assert config["User"] == "1000:1000", node["node"]
         out = engine.run(node["image"], ["sh", "-c", "id -u; id -g; id -un; echo $HOME; pwd"], timeout=60)
-        assert out.logs.split() == ["1000", "1000", "ml", "/home/ml", "/workspace"], node["id"]
+        assert out.logs.split() == ["1000", "1000", "ml", "/home/ml", "/workspace"], node["node"]
 
 
 def test_a_file_written_to_a_bind_mount_has_the_configured_uid(engine: Engine, registry: str, base_image: str,
