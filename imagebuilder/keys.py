@@ -119,9 +119,40 @@ def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tupl
         "settings": _sha(json.dumps(settings, sort_keys=True).encode()),
         "parent": parent_key,
         **{f"template:{path}": digest for path, digest in rendered.templates},
-        **{f"file:{rel}": f"{digest}{'+x' if exe else ''}" for rel, digest, exe in files},
+        **file_inputs(files),
     }
     return key, tuple(sorted(inputs.items()))
+
+
+MAX_FILE_INPUTS = 64  # the inputs label must stay small: a Dockerfile line holds at most 64 KiB
+
+
+def file_inputs(files: list[tuple[str, str, bool]]) -> dict[str, str]:
+    """One input per context file, so a rebuild can name the file that changed. A layer that copies in a
+    whole tree (thousands of headers, say) gets one input per folder instead, at the deepest level that
+    keeps them within MAX_FILE_INPUTS (`file:usr/include/**`); imagebuilder's own files stay separate."""
+    def one(digest: str, exe: bool) -> str:
+        return f"{digest}{'+x' if exe else ''}"
+
+    ours = CONTEXT_DIR + "/"
+    own = [f for f in files if not f[0].startswith(ours)]
+    out = {f"file:{rel}": one(digest, exe) for rel, digest, exe in files if rel.startswith(ours)}
+    if len(own) <= MAX_FILE_INPUTS:
+        return {**out, **{f"file:{rel}": one(digest, exe) for rel, digest, exe in own}}
+    best: dict[str, list[str]] = {"**": [f"{rel}\0{one(d, x)}" for rel, d, x in own]}
+    for depth in range(1, max(rel.count("/") for rel, _, _ in own) + 1):
+        groups: dict[str, list[str]] = {}
+        for rel, digest, exe in own:
+            parts = rel.split("/")
+            name = "/".join(parts[:depth]) + "/**" if len(parts) > depth else rel
+            groups.setdefault(name, []).append(f"{rel}\0{one(digest, exe)}")
+        if len(groups) > MAX_FILE_INPUTS:
+            break
+        best = groups
+    for name, items in best.items():  # a folder: the digest of its files; a file: its own
+        out[f"file:{name}"] = _sha("\n".join(sorted(items)).encode()) if name.endswith("**") else \
+            items[0].split("\0", 1)[1]
+    return out
 
 
 _SPECIAL_FILES = {f"{CONTEXT_DIR}/constraints.txt": "pins (constraints.txt)",

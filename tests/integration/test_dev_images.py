@@ -164,8 +164,8 @@ def test_jupyter_answers_only_with_its_token(engine: Engine, dev_images: dict[st
         good = requests.get(f"{base}/api/status", headers={"Authorization": f"token {token}"}, timeout=10)
         assert good.status_code == 200 and "started" in good.json()
         wait_for(lambda: health(engine, cid) == "healthy", "the HEALTHCHECK", timeout=90)
-        top = engine.api.top(cid, ps_args="-o uid,comm")["Processes"]
-        assert top and all(p[0] == "1000" for p in top), top
+        top = engine.api.top(cid, ps_args="-o pid,uid,comm")["Processes"]
+        assert top and all(p[1] == "1000" for p in top), top
         assert token not in logs(engine, cid)  # the token is never printed
 
 
@@ -232,8 +232,8 @@ def test_ssh_takes_keys_only_and_never_root(engine: Engine, dev_images: dict[str
         # another key is refused too.
         with pytest.raises(paramiko.AuthenticationException):
             ssh_run(port, "ml", paramiko.ECDSAKey.generate(bits=256), "id")
-        top = engine.api.top(cid, ps_args="-o uid,comm")["Processes"]
-        assert all(p[0] == "1000" for p in top), top  # sshd itself runs as the user
+        top = engine.api.top(cid, ps_args="-o pid,uid,comm")["Processes"]
+        assert top and all(p[1] == "1000" for p in top), top  # sshd itself runs as the user
         wait_for(lambda: health(engine, cid) == "healthy", "the HEALTHCHECK", timeout=90)
 
 

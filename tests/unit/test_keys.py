@@ -114,3 +114,20 @@ def test_reasons(write_matrix: MatrixWriter, table: CompatTable) -> None:
     pins = dict(business.inputs)
     pins["file:_imagebuilder/constraints.txt"] = "0" * 64
     assert keys.reason(business, pins, None) == "pins (constraints.txt) changed"
+
+
+def test_a_layer_with_a_whole_tree_gets_one_input_per_folder() -> None:
+    files = [(f"usr/include/h{i}.h", f"d{i}", False) for i in range(500)]
+    files += [("usr/local/cuda/bin/nvcc", "n1", True), ("step.py", "s1", False),
+              ("_imagebuilder/constraints.txt", "c1", False)]
+    inputs = keys.file_inputs(files)
+    assert set(inputs) == {"file:usr/include/**", "file:usr/local/**", "file:step.py",
+                           "file:_imagebuilder/constraints.txt"}  # depth 3 would give 501 inputs
+    assert inputs["file:_imagebuilder/constraints.txt"] == "c1" and inputs["file:step.py"] == "s1"
+    changed = keys.file_inputs([("usr/include/h7.h", "other", False) if f[0] == "usr/include/h7.h" else f
+                                for f in files])
+    assert [k for k in inputs if inputs[k] != changed[k]] == ["file:usr/include/**"]
+    said = keys.changes(inputs, changed, "layers/gpu-task")
+    assert said == ["file layers/gpu-task/usr/include/** changed"]
+    small = keys.file_inputs(files[:3])
+    assert set(small) == {"file:usr/include/h0.h", "file:usr/include/h1.h", "file:usr/include/h2.h"}
