@@ -10,6 +10,7 @@ import datetime
 import functools
 import http.server
 import json
+import os
 import re
 import socket
 import threading
@@ -24,7 +25,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from . import keys, schedule
+from . import keys, redact, schedule
+from . import tags as tagging
 from .cache import Cache, Hit, SmokeCache, cache_ref, smoke_ref
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
@@ -203,6 +205,7 @@ class Builder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _display: _Display | None = None
     smoke_keys: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -212,6 +215,7 @@ class Builder:
         if self.cache is None:
             self.cache = Cache(self.engine)
         self.cache.on_retry = lambda line: self.say(f"[yellow]  {escape(line)}[/]")
+        self.secrets = redact.known_secrets(os.environ, self.registry_passwords())
         wheelhouses = {e.build.wheelhouse for e in self.plan.entries() if e.build.wheelhouse}
         mode = "none" if self.options.quiet else self.options.logs
         with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
@@ -232,6 +236,31 @@ class Builder:
                     result.error = result.error or "not started: --fail-fast stopped the run after a failure"
                     if kind == "build":
                         result.build = Status.CANCELLED
+        return self.scrubbed()
+
+    def interrupted(self) -> list[Result]:
+        """The results of a run stopped by Ctrl-C or SIGTERM: what finished stays as it is; every step that
+        had not finished is `interrupted`, and an entry that was not published has no tag applied."""
+        for result in self.results.values():
+            if result.build is None:
+                result.build = Status.INTERRUPTED
+            elif result.leaf and result.build in (Status.BUILT, Status.CACHED) and result.smoke is None \
+                    and self.options.smoke:
+                result.smoke = Status.INTERRUPTED
+            if result.publish is None and result.build in (Status.BUILT, Status.CACHED):
+                result.publish = Status.HELD
+            if Status.INTERRUPTED in (result.build, result.smoke) or result.publish == Status.HELD:
+                result.error = result.error or "interrupted before this node finished; nothing of its entry was tagged"
+        return self.scrubbed()
+
+    def scrubbed(self) -> list[Result]:
+        """The results, with every known secret value masked: nothing secret reaches the summary or reports."""
+        if self.secrets:
+            for result in self.results.values():
+                result.error = redact.mask(result.error, self.secrets) if result.error else result.error
+                result.log_tail = redact.mask(result.log_tail, self.secrets) if result.log_tail else result.log_tail
+                if result.smoke_report is not None:
+                    result.smoke_report = json.loads(redact.mask(json.dumps(result.smoke_report), self.secrets))
         return list(self.results.values())
 
     def tasks(self) -> list[schedule.Task]:
@@ -256,6 +285,17 @@ class Builder:
                 "publish:"))))
         return out
 
+    def registry_passwords(self) -> list[tuple[str, str]]:
+        assert self.cache is not None
+        hosts = {split_reference(tagging.reference(e.registry, e.repository, "latest"))[0] for e in self.plan.entries()}
+        return [(f"the password for registry {host}", auth[1]) for host in sorted(hosts)
+                if (auth := self.cache.registry(host).auth) is not None]
+
+    def auth(self, ref: str) -> tuple[str, str] | None:
+        """The credentials for the registry a reference names (for the engine's push and pull)."""
+        assert self.cache is not None
+        return self.cache.registry(split_reference(ref)[0]).auth
+
     # -- shared helpers ------------------------------------------------------------------------------
     @property
     def display(self) -> _Display:
@@ -263,7 +303,7 @@ class Builder:
         return self._display
 
     def say(self, text: str) -> None:
-        self.display.say(text)
+        self.display.say(redact.mask(text, self.secrets))
 
     def worker_engine(self) -> Engine:
         """This thread's own connection to the engine."""
@@ -280,6 +320,7 @@ class Builder:
 
     def sink(self, step: str, node: Node, log: TextIO, tail: list[str]) -> LineSink:
         def emit(line: str) -> None:
+            line = redact.mask(line, self.secrets)
             log.write(line + "\n")
             log.flush()
             tail.append(line)
@@ -302,7 +343,7 @@ class Builder:
                 hit = self.hits[node.id]
                 assert hit.ref is not None
                 self.say(f"[dim]pulling {escape(hit.ref)} (cached {escape(node.id)})[/]")
-                self.images[node.id] = self.worker_engine().pull(hit.ref)
+                self.images[node.id] = self.worker_engine().pull(hit.ref, auth=self.auth(hit.ref))
                 self.results[node.id].image = self.images[node.id]
             return self.images[node.id]
 
@@ -370,6 +411,12 @@ class Builder:
             result.durations["build"] = time.monotonic() - start
             self.display.stop(step)
         self.images[node.id] = result.image = image
+        leaks = redact.find_in_image(engine.inspect(image), engine.history(image), self.secrets)
+        if leaks:  # the image stays local and untagged; nothing of its entry is published
+            result.build = Status.FAILED
+            result.error = "a secret was baked into the image: " + "; ".join(leaks)
+            self.say(f"[bold red]✗ {escape(node.id)}: {escape(result.error)}[/]")
+            return False
         result.build = Status.BUILT
         self.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {result.durations['build']:.1f}s[/]")
         return True
@@ -439,6 +486,7 @@ class Builder:
                 log.write("---- smoke ----\n")
 
                 def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
+                    line = redact.mask(line, self.secrets)
                     log.write(line + "\n")
                     log.flush()
                     if self.display.mode == "tail":  # a progress row only: the suite's lines are not streamed
@@ -635,7 +683,7 @@ class Builder:
             return digest
         engine.tag(self.local_image(node), ref)
         self.say(f"[bold]▶ push {escape(ref)}[/]")
-        digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"))
+        digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"), auth=self.auth(ref))
         held = self.registry_digest(ref)
         if held != digest:
             raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
@@ -655,10 +703,11 @@ class Builder:
         return 1
 
 
-def run_meta(matrix_file: Path) -> dict[str, Any]:
+def run_meta(matrix_file: Path, *, interrupted: bool = False) -> dict[str, Any]:
     return {
         "tool": "imagebuilder",
         "matrix": str(matrix_file),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
+        "interrupted": interrupted,
     }

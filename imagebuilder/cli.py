@@ -7,7 +7,9 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,21 @@ from rich.table import Table
 
 from . import cache as cache_mod
 from . import compat as compat_mod
-from . import compat_refresh, keys
+from . import compat_refresh, keys, lock
 from . import matrix as matrix_mod
 from . import plan as plan_mod
+from . import tags as tagging
 from .build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
 from .engine import Engine
-from .errors import EngineUnavailable, ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
+from .errors import (
+    EngineUnavailable,
+    ImageBuilderError,
+    IndexUnavailable,
+    InputError,
+    RunFailed,
+    Terminated,
+    did_you_mean,
+)
 from .render import Renderer
 from .report import print_summary, write_reports
 from .smoke_runner import run_smoke
@@ -388,14 +399,26 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
     options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
                            no_cache=no_cache, allow_untested_gpu=allow_untested_gpu, jobs=jobs,
                            fail_fast=fail_fast, resmoke=resmoke, logs=logs, cache_dir=ctx.cache_dir)
+    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
+    with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
+        return run_build(ctx, matrix_file, the_plan, engine, options)
+
+
+def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: Engine, options: BuildOptions) -> int:
+    quiet, report_dir = options.quiet, options.report_dir
     check_bases(the_plan, engine, lambda line: None if quiet else ctx.out.print(line, highlight=False))
-    the_plan, hits, cache = decide(ctx, the_plan, rebuild=no_cache)
+    the_plan, hits, cache = decide(ctx, the_plan, rebuild=options.no_cache)
     if not quiet:
         counts = {s: sum(n.status == s for n in the_plan.nodes) for s in ("build", "cached")}
         ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
                       highlight=False)
     builder = Builder(engine, the_plan, options, ctx.out, hits=hits, cache=cache)
-    results = builder.run()
+    try:
+        results = builder.run()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what finished, in the reports too, then stop
+        results = builder.interrupted()
+        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True))
+        raise
     written = write_reports(results, report_dir, run_meta(matrix_file))
     print_summary(ctx.out, results)
     ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
@@ -464,24 +487,30 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     return 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)  # stop like Ctrl-C: containers removed, reports written
     try:
         code = cli.main(args=argv, prog_name="imagebuilder", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
         err.print("interrupted: containers were removed, nothing more was tagged or pushed")
-        return 130
+        return Terminated.exit_code if isinstance(exc.__cause__, Terminated) else 130
     except click.ClickException as exc:
         exc.show()
         return int(exc.exit_code)
     except ImageBuilderError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         err.print("interrupted")
-        return 130
+        return Terminated.exit_code if isinstance(exc, Terminated) else 130
     return int(code or 0)
 
 

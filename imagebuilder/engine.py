@@ -99,10 +99,10 @@ class Engine:
         except docker.errors.APIError as exc:
             raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
 
-    def pull(self, ref: str, sink: LineSink | None = None) -> str:
+    def pull(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
         repo, tag = _split_ref(ref)
         try:
-            stream = self.api.pull(repo, tag=tag, stream=True, decode=True)
+            stream = self.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=_auth_config(auth))
             _drain(stream, sink, f"pull {ref}")
         except docker.errors.APIError as exc:
             raise EngineError(f"pull {ref}: {_short(exc)}") from None
@@ -148,6 +148,13 @@ class Engine:
             st = None
         return root, None if st is None else st.f_bavail * st.f_frsize
 
+    def history(self, image: str) -> list[dict[str, Any]]:
+        """The image's build history, newest step first (each with the instruction that made it)."""
+        try:
+            return [dict(step) for step in self.api.history(image)]
+        except docker.errors.APIError as exc:
+            raise EngineError(f"history of {image[:19]}: {_short(exc)}") from None
+
     def tag(self, image: str, ref: str) -> None:
         repo, tag = _split_ref(ref)
         try:
@@ -164,7 +171,8 @@ class Engine:
         with suppress(docker.errors.APIError):
             self.api.remove_image(ref, force=True)
 
-    def push(self, ref: str, sink: LineSink | None = None, *, attempts: int = 4, wait_max: float = 30.0) -> str:
+    def push(self, ref: str, sink: LineSink | None = None, *, attempts: int = 4, wait_max: float = 30.0,
+             auth: tuple[str, str] | None = None) -> str:
         """Push one reference; returns the manifest digest the registry reported. Transient failures
         (connection reset/refused, timeouts, 5xx) are retried with exponential backoff; others are not."""
         def notice(state: tenacity.RetryCallState) -> None:
@@ -179,12 +187,12 @@ class Engine:
             before_sleep=notice,
             reraise=True,
         )
-        return str(retrying(self._push_once, ref, None))
+        return str(retrying(self._push_once, ref, None, auth))
 
-    def _push_once(self, ref: str, sink: LineSink | None) -> str:
+    def _push_once(self, ref: str, sink: LineSink | None, auth: tuple[str, str] | None = None) -> str:
         repo, tag = _split_ref(ref)
         try:
-            stream = self.api.push(repo, tag=tag, stream=True, decode=True)
+            stream = self.api.push(repo, tag=tag, stream=True, decode=True, auth_config=_auth_config(auth))
             records = _drain(stream, sink, f"push {ref}")
         except docker.errors.APIError as exc:
             raise EngineError(f"push {ref}: {_short(exc)}") from None
@@ -328,6 +336,11 @@ def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]
         elif "status" in rec and "progressDetail" not in rec:
             sink(" ".join(str(rec.get(k, "")) for k in ("id", "status") if rec.get(k)))
     return records
+
+
+def _auth_config(auth: tuple[str, str] | None) -> dict[str, str] | None:
+    """Credentials for one push or pull (None: the engine uses the Docker config docker-py read)."""
+    return None if auth is None else {"username": auth[0], "password": auth[1]}
 
 
 def _split_ref(ref: str) -> tuple[str, str | None]:

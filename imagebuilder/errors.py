@@ -76,6 +76,12 @@ class RunFailed(ImageBuilderError):
     exit_code = 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, a pod stopped): handled like Ctrl-C, but the exit code is 143."""
+
+    exit_code = 143
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A ' (did you mean X?)'-style hint, or None if nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

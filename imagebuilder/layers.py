@@ -12,6 +12,7 @@ from typing import Any
 
 from . import source
 from .errors import InputError, Where, did_you_mean, unknown_key
+from .redact import looks_secret
 
 LAYER_KEYS = ("description", "packages", "pip", "vars", "smoke")
 NOT_CONTEXT = ("Dockerfile.j2", "layer.yaml", "README.md")
@@ -114,6 +115,11 @@ def _read_layer(name: str, path: Path) -> Layer:
     if not isinstance(raw_vars, dict):
         assert doc is not None
         raise InputError("`vars` must be a mapping", where=doc.where(("vars",)))
+    for key in raw_vars:
+        if looks_secret(str(key)):
+            assert doc is not None
+            raise InputError(f"{key!r} looks like a secret; a layer's vars are rendered into its image",
+                             where=doc.where(("vars", key)), hint="give secrets to containers at run time")
     return Layer(
         name=name,
         path=path,

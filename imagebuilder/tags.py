@@ -49,5 +49,9 @@ def render(template: str, values: Mapping[str, str], where: Where | None = None)
     return tag
 
 
+def repository_ref(registry: str, repository: str) -> str:
+    return f"{registry.rstrip('/')}/{repository}"
+
+
 def reference(registry: str, repository: str, tag: str) -> str:
-    return f"{registry.rstrip('/')}/{repository}:{tag}"
+    return f"{repository_ref(registry, repository)}:{tag}"
