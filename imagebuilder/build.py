@@ -12,11 +12,13 @@ import http.server
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -206,6 +208,8 @@ class Builder:
     _display: _Display | None = None
     smoke_keys: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
+    signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
+    _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -216,6 +220,10 @@ class Builder:
             self.cache = Cache(self.engine)
         self.cache.on_retry = lambda line: self.say(f"[yellow]  {escape(line)}[/]")
         self.secrets = redact.known_secrets(os.environ, self.registry_passwords())
+        self.signing = signing_status(self.options.push, os.environ)
+        for node in self.plan.nodes:  # supply chain: what each root image was built on, by digest
+            if node.base_image is not None:
+                self.results[node.id].base = self.base_info(node.base_image)
         wheelhouses = {e.build.wheelhouse for e in self.plan.entries() if e.build.wheelhouse}
         mode = "none" if self.options.quiet else self.options.logs
         with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
@@ -290,6 +298,23 @@ class Builder:
         hosts = {split_reference(tagging.reference(e.registry, e.repository, "latest"))[0] for e in self.plan.entries()}
         return [(f"the password for registry {host}", auth[1]) for host in sorted(hosts)
                 if (auth := self.cache.registry(host).auth) is not None]
+
+    def base_info(self, ref: str) -> dict[str, Any]:
+        if ref not in self._bases:
+            info = self.engine.inspect(ref) if self.engine.image_id(ref) else {}
+            self._bases[ref] = {"name": ref, "id": info.get("Id"), "repo_digests": info.get("RepoDigests") or []}
+        return self._bases[ref]
+
+    def sign(self, node: Node, ref: str) -> None:
+        """Sign a published image by digest with cosign, where it is installed and a key is given; a failed
+        signature is noted on the node, never a failure of the run."""
+        if self.signing.get("status") != "on":
+            return
+        proc = subprocess.run(["cosign", "sign", "--yes", "--tlog-upload=false", "--key", self.signing["key"], ref],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "COSIGN_YES": "true"})
+        result = self.results[node.id]
+        result.signed = "signed" if proc.returncode == 0 else \
+            f"not signed: cosign exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}"
 
     def auth(self, ref: str) -> tuple[str, str] | None:
         """The credentials for the registry a reference names (for the engine's push and pull)."""
@@ -631,6 +656,7 @@ class Builder:
                 result.tags = list(node.tags)
                 result.digest = digests[node.id]
                 result.publish = Status.PUSHED if moved else Status.CURRENT
+                self.sign(node, cache_ref(node).rsplit(":", 1)[0] + "@" + digests[node.id])
                 self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{result.digest}[/]")
             except ImageBuilderError as exc:
                 ok = False
@@ -703,11 +729,25 @@ class Builder:
         return 1
 
 
-def run_meta(matrix_file: Path, *, interrupted: bool = False) -> dict[str, Any]:
+def signing_status(push: bool, env: Mapping[str, str]) -> dict[str, str]:
+    """Whether published images are signed with cosign (optional: where it is installed and given a key
+    in IMAGEBUILDER_COSIGN_KEY), and why not otherwise; never a reason to fail."""
+    if not push:
+        return {"tool": "cosign", "status": "skipped", "reason": "nothing is pushed (--no-push)"}
+    if shutil.which("cosign") is None:
+        return {"tool": "cosign", "status": "skipped", "reason": "cosign is not installed; images are not signed"}
+    if not env.get("IMAGEBUILDER_COSIGN_KEY"):
+        return {"tool": "cosign", "status": "skipped", "reason": "set IMAGEBUILDER_COSIGN_KEY to sign with cosign"}
+    return {"tool": "cosign", "status": "on", "key": env["IMAGEBUILDER_COSIGN_KEY"]}
+
+
+def run_meta(matrix_file: Path, *, interrupted: bool = False, signing: Mapping[str, str] | None = None) \
+        -> dict[str, Any]:
     return {
         "tool": "imagebuilder",
         "matrix": str(matrix_file),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "interrupted": interrupted,
+        "signing": {k: v for k, v in (signing or {}).items() if k != "key"},
     }

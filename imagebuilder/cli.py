@@ -417,9 +417,9 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
         results = builder.run()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what finished, in the reports too, then stop
         results = builder.interrupted()
-        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True))
+        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True, signing=builder.signing))
         raise
-    written = write_reports(results, report_dir, run_meta(matrix_file))
+    written = write_reports(results, report_dir, run_meta(matrix_file, signing=builder.signing))
     print_summary(ctx.out, results)
     ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
     if not all(r.ok for r in results):

@@ -54,6 +54,8 @@ class Result:
     cache: str | None = None  # where a cached image was found: local | registry
     aliases: list[str] = field(default_factory=list)  # aliases moved to this node's image
     aliases_held: list[str] = field(default_factory=list)  # aliases not moved (something they cover failed)
+    base: dict[str, Any] | None = None  # root nodes: the base image's name, image ID and registry digests
+    signed: str | None = None  # the signature's outcome (cosign), when signing was on
 
     @property
     def ok(self) -> bool:
@@ -79,7 +81,8 @@ class Result:
             "image": self.image, "digest": self.digest, "tags": self.tags, "aliases": self.aliases,
             "aliases_held": self.aliases_held, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
-            "gpu_verified": self.gpu_verified, "smoke_report": self.smoke_report,
+            "gpu_verified": self.gpu_verified, "base": self.base, "signed": self.signed,
+            "smoke_report": self.smoke_report,
         }
 
 

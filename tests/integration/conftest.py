@@ -59,6 +59,15 @@ def wheelhouse() -> Path:
     return WHEELHOUSE
 
 
+@pytest.fixture(autouse=True)
+def _no_container_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After every test, no container that imagebuilder (or a test, with its label) started is left."""
+    yield
+    if "engine" in request.fixturenames:
+        engine: Engine = request.getfixturevalue("engine")
+        assert engine.managed_containers() == [], "a container of imagebuilder's was left behind"
+
+
 CUDA_TEST_SPACE = 25 * 2**30  # a CUDA base layer is ~6 GB, written twice while it is committed, plus its wheels
 
 
