@@ -1,0 +1,71 @@
+"""Secrets (names, values, where they show up, masking) and the per-repository build lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import lock, redact
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("HF_TOKEN", True), ("aws_secret_access_key", True), ("apiKey", True), ("GITHUB_PAT", True),
+    ("registry_password", True), ("DB_PASSWD", True), ("cache_key", True), ("AUTH", True),
+    ("team", False), ("venv", False), ("KEYRING_PATH", False), ("monkey", False), ("passenger", False),
+    ("tokenizer", False), ("PIP_CERT", False),
+])
+def test_secret_looking_names(name: str, secret: bool) -> None:
+    assert redact.looks_secret(name) is secret
+
+
+def test_known_secrets_come_from_credentials_and_secret_looking_variables() -> None:
+    env = {"HF_TOKEN": "hf_abcdefgh", "SHORT_TOKEN": "abc", "HOME": "/root", "PATH": "/usr/bin"}
+    found = redact.known_secrets(env, [("the password for registry r:5000", "pw-123456")])
+    assert found == {"the password for registry r:5000": "pw-123456", "$HF_TOKEN": "hf_abcdefgh"}
+
+
+def test_a_secret_is_found_in_history_env_and_labels_by_name_never_by_value() -> None:
+    inspect = {"Config": {"Env": ["PATH=/usr/bin", "NOTE=x-hf_abcdefgh-y"],
+                          "Labels": {"io.example.note": "hf_abcdefgh"}}}
+    history = [{"CreatedBy": "/bin/sh -c echo ok"}, {"CreatedBy": "/bin/sh -c curl -H 'auth: hf_abcdefgh' x"}]
+    found = redact.find_in_image(inspect, history, {"$HF_TOKEN": "hf_abcdefgh"})
+    assert len(found) == 3
+    assert found[0] == "$HF_TOKEN appears in the image's environment (NOTE)"
+    assert found[1] == "$HF_TOKEN appears in the image's label io.example.note"
+    assert found[2].startswith("$HF_TOKEN appears in the image's history step 1 (/bin/sh -c curl")
+    assert not any("hf_abcdefgh" in f for f in found)
+    assert redact.find_in_image(inspect, history, {"$OTHER_TOKEN": "zzzzzzzz"}) == []
+
+
+def test_mask_replaces_every_value_longest_first() -> None:
+    secrets = {"a": "pw-123456", "b": "pw-123456-long"}
+    assert redact.mask("x pw-123456-long y pw-123456 z", secrets) == "x *** y *** z"
+    assert redact.mask("nothing here", {}) == "nothing here"
+
+
+def test_the_lock_makes_a_second_holder_wait_and_says_who_holds_it(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from pathlib import Path
+        from imagebuilder import lock
+        with lock.hold(Path({str(tmp_path)!r}), ["reg/repo"], print):
+            print("held", flush=True)
+            time.sleep(2)
+        """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    said: list[str] = []
+    start = time.monotonic()
+    with lock.hold(tmp_path, ["reg/repo", "reg/other"], said.append):
+        waited = time.monotonic() - start
+    holder.wait(timeout=10)
+    assert waited > 1.0
+    assert len(said) == 1 and said[0].startswith(f"waiting for lock on reg/repo held by PID {holder.pid} on ")
+    with lock.hold(tmp_path, ["reg/repo"], said.append):  # free again: taken at once, nothing said
+        pass
+    assert len(said) == 1
