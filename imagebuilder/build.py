@@ -437,9 +437,12 @@ class Builder:
             self.display.stop(step)
         self.images[node.id] = result.image = image
         leaks = redact.find_in_image(engine.inspect(image), engine.history(image), self.secrets)
-        if leaks:  # the image stays local and untagged; nothing of its entry is published
+        if leaks:  # removed, so that no later run finds it by its key; nothing of its entry is published
+            engine.remove_image(image)
+            self.images.pop(node.id, None)
+            result.image = None
             result.build = Status.FAILED
-            result.error = "a secret was baked into the image: " + "; ".join(leaks)
+            result.error = "a secret was baked into the image (it was removed): " + "; ".join(leaks)
             self.say(f"[bold red]✗ {escape(node.id)}: {escape(result.error)}[/]")
             return False
         result.build = Status.BUILT
