@@ -1,8 +1,8 @@
 """Planning cost of large matrices: load + expand + resolve + render every node + assign cache keys.
 
 Synthetic matrices of 10, 100 and 1000 entries x 3 layers (base, business, task), written into a
-temporary folder. The 100- and 1000-entry matrices cross torch 2.8.0 x {cpu, cu128} x 5 Pythons x
-{runtime, devel} with N/20 (fake) base images; the 10-entry one is {cpu, cu128} x 5 Pythons, runtime
+temporary folder. The 100- and 1000-entry matrices cross torch 2.11.0 x {cpu, cu130} x 5 Pythons x
+{runtime, devel} with N/20 (fake) base images; the 10-entry one is {cpu, cu130} x 5 Pythons, runtime
 only. `base_python` is stubbed, so no engine, registry or network is touched. The measured step,
 in-process and after the imports:
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, median, save
 
 LAYERS = ("base", "business", "task")
-PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 TARGET_S = 1.0
 
 
@@ -56,8 +56,8 @@ def matrix_yaml(n: int) -> str:
         "repository: pytorch",
         f"layers: [{', '.join(LAYERS)}]",
         "matrix:",
-        '  torch: ["2.8.0"]',
-        "  accelerator: [cpu, cu128]",
+        '  torch: ["2.11.0"]',
+        "  accelerator: [cpu, cu130]",
         "  python: [" + ", ".join(f'"{p}"' for p in PYTHONS) + "]",
     ]
     if n == 10:

@@ -117,7 +117,9 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
     cover: dict[str, list[str]] = {}
     catalogs: dict[tuple[Any, ...], LayerCatalog] = {}
     for entry in matrix.entries:
-        catalog = catalogs.setdefault(entry.layers_path, LayerCatalog.for_paths(entry.layers_path))
+        if entry.layers_path not in catalogs:
+            catalogs[entry.layers_path] = LayerCatalog.for_paths(entry.layers_path)
+        catalog = catalogs[entry.layers_path]
         leaves = {spec.name for spec in entry.leaves()}
         refs: dict[str, str] = {}
         for spec in entry.layers:

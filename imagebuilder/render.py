@@ -27,6 +27,7 @@ from .layers import Layer, project_dir
 from .matrix import Entry
 
 CONTEXT_DIR = "_imagebuilder"
+DATA = Path(__file__).resolve().parent / "data"  # files imagebuilder adds to build contexts
 VERSIONS_PATH = "/opt/imagebuilder/versions.json"  # every image's versions manifest (label io.imagebuilder.versions)
 VERSIONS_STEP = f"""
 # imagebuilder: this image's versions manifest (pip and dpkg packages; CUDA, cuDNN, NCCL)
@@ -195,13 +196,12 @@ class Renderer:
         lines = text.splitlines(keepends=True)
         text = "".join([*lines[:line], "USER 0\n", *lines[line:]])
         user = entry.user.settings()
-        data = Path(__file__).parent / "data"
         layer_files, executables = self.layer_files(layer)
         files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),
-                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(data / "versions_manifest.py"))]
+                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(DATA / "versions_manifest.py"))]
         if root:
             text += USER_STEP.format(**user)
-            files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(data / "add_user.sh")))
+            files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(DATA / "add_user.sh")))
         text += VERSIONS_STEP + FINAL_USER.format(**user)
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
