@@ -20,7 +20,7 @@ from .plan import Node, Plan
 from .render import CONTEXT_DIR, VERSIONS_PATH
 from .tags import KEY_PENDING
 
-SCHEME = "imagebuilder-key/1"
+SCHEME = "imagebuilder-key/2"
 KEY_LABEL = "io.imagebuilder.key"
 INPUTS_LABEL = "io.imagebuilder.inputs"
 LABEL_PREFIX = "io.imagebuilder"
@@ -111,12 +111,12 @@ def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tupl
     files = [(rel, hasher.blob(data), rel in rendered.executables) for rel, data in rendered.files]
     settings = {"network": node.entry.build.network, "wheelhouse": hasher.wheelhouse(node.entry.build.wheelhouse),
                 "labels": content_labels(node)}
-    payload = {"scheme": SCHEME, "dockerfile": dockerfile, "files": files, "settings": settings,
-               "parent": parent_key}
+    digests = {"dockerfile": _sha(dockerfile.encode()), "settings": _sha(json.dumps(settings, sort_keys=True).encode())}
+    # The key hashes the digests of the parts (each hashed once), not the parts again.
+    payload = {"scheme": SCHEME, **digests, "files": files, "parent": parent_key}
     key = _sha(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
     inputs = {
-        "dockerfile": _sha(dockerfile.encode()),
-        "settings": _sha(json.dumps(settings, sort_keys=True).encode()),
+        **digests,
         "parent": parent_key,
         **{f"template:{path}": digest for path, digest in rendered.templates},
         **file_inputs(files),

@@ -43,6 +43,7 @@ RUN sh /opt/imagebuilder/add_user.sh {{name}} {{uid}} {{gid}} {{home}} {{workdir
 WORKDIR {{workdir}}
 """
 FINAL_USER = "USER {uid}:{gid}\n"
+PARENT = "imagebuilder-parent-image-4f1c2a"  # stands in for parent_image while a template's output is reused
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
 
@@ -92,6 +93,8 @@ class Renderer:
     _sources: dict[Path, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     _files: dict[Path, tuple[tuple[tuple[str, bytes], ...], frozenset[str]]] = field(default_factory=dict)
     _blobs: dict[Path, bytes] = field(default_factory=dict)
+    _reads: dict[Path, tuple[str, ...] | None] = field(default_factory=dict)
+    _outputs: dict[tuple[Path, str], str] = field(default_factory=dict)
 
     def env(self, layer: Layer) -> jinja2.Environment:
         if layer.path not in self._envs:
@@ -132,6 +135,37 @@ class Renderer:
             "layer": layer.settings(),
             "node": {"id": node_id, "layer": layer.name},
         }
+
+    def render_text(self, layer: Layer, context: dict[str, Any], parent_image: str) -> str:
+        """The template's text for this context, blank lines tidied. Large matrices render the same layer
+        for many entries that differ only in what the template never reads (a child layer: in its parent's
+        tag): a template's output is kept per the values of the names it reads, with the parent's
+        reference standing in as a marker, so each distinct output is rendered once."""
+        names = self.reads(layer)
+        if names is None:
+            return _tidy(self.template(layer).render(context))
+        memo_key = (layer.path, repr([(name, context.get(name)) for name in names]))
+        text = self._outputs.get(memo_key)
+        if text is None:
+            text = self._outputs[memo_key] = _tidy(self.template(layer).render({**context, "parent_image": PARENT}))
+        return text.replace(PARENT, parent_image)
+
+    def reads(self, layer: Layer) -> tuple[str, ...] | None:
+        """The top-level names a layer's template reads, or None when its output may depend on more than
+        those (an include, an extends, an import with context), or on `parent_image` other than by printing
+        it as it is."""
+        if layer.path not in self._reads:
+            env = self.env(layer)
+            assert env.loader is not None
+            source = env.loader.get_source(env, "Dockerfile.j2")[0]
+            printed = len(re.findall(r"{{-?\s*parent_image\s*-?}}", source))
+            if re.search(r"{%-?\s*(include|extends)\b|\bwith\s+context\b", source) \
+                    or source.count("parent_image") != printed:
+                self._reads[layer.path] = None
+            else:
+                found = jinja2.meta.find_undeclared_variables(env.parse(source))
+                self._reads[layer.path] = tuple(sorted(found - {"parent_image"}))
+        return self._reads[layer.path]
 
     def template(self, layer: Layer) -> jinja2.Template:
         if layer.path not in self._templates:
@@ -180,8 +214,7 @@ class Renderer:
     def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str, *, root: bool) -> RenderedNode:
         """`root`: the node builds FROM the base image (it creates the image's user)."""
         try:
-            template = self.template(layer)
-            text = template.render(self.context(entry, layer, node_id, parent_image))
+            text = self.render_text(layer, self.context(entry, layer, node_id, parent_image), parent_image)
         except jinja2.TemplateSyntaxError as exc:
             where = Where(exc.filename or str(layer.template), exc.lineno)
             raise InputError(f"template syntax error: {exc.message}", where=where) from None
@@ -191,7 +224,6 @@ class Renderer:
             raise InputError(f"template {exc.name!r} not found", where=_template_where(exc, layer)) from None
         except jinja2.TemplateError as exc:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
-        text = re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"  # tidy blank lines
         line = check_first_from(text, parent_image, layer.template)
         lines = text.splitlines(keepends=True)
         text = "".join([*lines[:line], "USER 0\n", *lines[line:]])
@@ -206,6 +238,11 @@ class Renderer:
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
+
+
+def _tidy(text: str) -> str:
+    """No runs of blank lines, one final newline."""
+    return re.sub(r"\n[ \t]*(?:\n[ \t]*)+\n", "\n\n", text).strip("\n") + "\n"
 
 
 def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:

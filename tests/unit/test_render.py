@@ -145,3 +145,25 @@ def test_labels_are_one_quoted_instruction() -> None:
 
     out = with_labels(RenderedNode("FROM x\n"), {"b": 'say "hi" $HOME\\n', "a": "1"})
     assert out.dockerfile == 'FROM x\nLABEL a="1" \\\n      b="say \\"hi\\" \\$HOME\\\\n"\n'
+
+
+def test_reused_outputs_are_the_same_as_rendering_each_node(write_matrix: MatrixWriter, table: CompatTable,
+                                                            header: str, tmp_path: Path) -> None:
+    """Planning renders a layer's template once per distinct set of values it reads; a template that looks
+    at parent_image (not only prints it) is rendered for every node."""
+    folder = tmp_path / "layers" / "peek"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile.j2").write_text(
+        'FROM {{ parent_image }}\n{% if "2.6.0" in parent_image %}RUN echo old\n{% else %}RUN echo new\n{% endif %}\n')
+    path = write_matrix(header.replace("layers: [base, business, task]", "layers: [base, task, peek]\n"
+                                       "layers_path: [layers]")
+                        + "matrix: {torch: [2.6.0, 2.7.1], accelerator: [cpu], python: ['3.11']}\n")
+    renderer = Renderer()
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}), renderer)
+    fresh = {n.id: Renderer().render(n.entry, n.layer, n.id, n.rendered.parent_image, root=n.parent is None)
+             for n in plan.nodes}
+    assert {n.id: n.rendered.dockerfile for n in plan.nodes} == {k: v.dockerfile for k, v in fresh.items()}
+    assert "RUN echo old" in plan.node("2.6.0-cpu-py3.11-runtime/peek").rendered.dockerfile
+    assert "RUN echo new" in plan.node("2.7.1-cpu-py3.11-runtime/peek").rendered.dockerfile
+    assert renderer.reads(plan.node("2.6.0-cpu-py3.11-runtime/peek").layer) is None
+    assert renderer.reads(plan.node("2.6.0-cpu-py3.11-runtime/task").layer) == ()  # prints its parent, reads nothing
