@@ -258,7 +258,8 @@ class Builder:
             if result.publish is None and result.build in (Status.BUILT, Status.CACHED):
                 result.publish = Status.HELD
             if Status.INTERRUPTED in (result.build, result.smoke) or result.publish == Status.HELD:
-                result.error = result.error or "interrupted before this node finished; nothing of its entry was tagged"
+                result.error = result.error or ("the run was interrupted before this entry was published; "
+                                                "nothing of it was tagged")
         return self.scrubbed()
 
     def scrubbed(self) -> list[Result]:
