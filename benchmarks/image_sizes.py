@@ -23,7 +23,8 @@ LIST = "find / -xdev -type f -printf '%s\\t%T@\\t%p\\n' 2>/dev/null"
 
 
 def files(client: docker.DockerClient, image: str) -> dict[str, tuple[int, str]]:
-    out = client.containers.run(image, ["sh", "-c", LIST], remove=True, network_mode="none", entrypoint=[])
+    # as root: the images run as a non-root user, who cannot read every folder
+    out = client.containers.run(image, ["sh", "-c", LIST], remove=True, network_mode="none", entrypoint=[], user="0")
     table: dict[str, tuple[int, str]] = {}
     for line in out.decode(errors="replace").splitlines():
         size, mtime, path = line.split("\t", 2)
