@@ -660,7 +660,8 @@ class Builder:
                 result.tags = list(node.tags)
                 result.digest = digests[node.id]
                 result.publish = Status.PUSHED if moved else Status.CURRENT
-                self.sign(node, cache_ref(node).rsplit(":", 1)[0] + "@" + digests[node.id])
+                repo = tagging.repository_ref(node.entry.registry, node.entry.repository)
+                self.sign(node, f"{repo}@{digests[node.id]}")
                 self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{result.digest}[/]")
             except ImageBuilderError as exc:
                 ok = False
