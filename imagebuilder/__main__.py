@@ -1,5 +1,22 @@
+"""`python -m imagebuilder` and the `imagebuilder` command. Signal handlers go in before anything heavy is
+imported, so a signal during start-up is handled like one at any later moment."""
+
+from __future__ import annotations
+
 import sys
 
-from .cli import main
+from .interrupts import Interrupts
 
-sys.exit(main())
+
+def main() -> int:
+    interrupts = Interrupts.install()
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return interrupts.finish(130)
+    return cli_main(interrupts=interrupts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -232,7 +232,8 @@ class Builder:
             self.renderer = Renderer(wheelhouse_urls=urls)
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
-            finally:  # also on Ctrl-C: no container of this run outlives it
+            finally:  # also on Ctrl-C: no container of this run outlives it, and no worker starts another
+                self.engine.close_containers()
                 self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
         if outcome.error is not None:
             raise outcome.error

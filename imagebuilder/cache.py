@@ -130,7 +130,7 @@ class Cache:
 
 
 def _lineage(labels: Mapping[str, str]) -> tuple[str, str]:
-    """Images of the same node of the same repository: the title names the repository, the node label the rest."""
+    """Images of the same node (its entry and layer), wherever they were pushed."""
     return labels.get("org.opencontainers.image.title", ""), labels.get(f"{keys.LABEL_PREFIX}.node", "")
 
 

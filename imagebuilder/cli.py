@@ -7,9 +7,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,9 @@ from .errors import (
     IndexUnavailable,
     InputError,
     RunFailed,
-    Terminated,
     did_you_mean,
 )
+from .interrupts import Interrupts
 from .render import Renderer
 from .report import print_summary, write_reports
 from .smoke_runner import run_smoke
@@ -487,30 +485,37 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     return 0
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, interrupts: Interrupts | None = None) -> int:
+    """Run one command; every error becomes its exit code and one message here. A signal always wins:
+    130 after SIGINT, 143 after SIGTERM, whatever the command was doing (see `interrupts`)."""
+    own = interrupts is None  # called inside a longer process (tests): its handlers are put back after
+    interrupts = interrupts or Interrupts.install()
     err = Console(stderr=True)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)  # stop like Ctrl-C: containers removed, reports written
+    try:
+        code = _invoke(argv, err)
+    except KeyboardInterrupt:  # outside click (click turns one inside a command into Abort)
+        err.print("interrupted: containers were removed, nothing more was tagged or pushed")
+        code = 130
+    if own:
+        interrupts.restore()
+        return interrupts.code or code
+    return interrupts.finish(code)
+
+
+def _invoke(argv: list[str] | None, err: Console) -> int:
     try:
         code = cli.main(args=argv, prog_name="imagebuilder", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort as exc:
+    except click.exceptions.Abort:
         err.print("interrupted: containers were removed, nothing more was tagged or pushed")
-        return Terminated.exit_code if isinstance(exc.__cause__, Terminated) else 130
+        return 130
     except click.ClickException as exc:
         exc.show()
         return int(exc.exit_code)
     except ImageBuilderError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt as exc:
-        err.print("interrupted")
-        return Terminated.exit_code if isinstance(exc, Terminated) else 130
     return int(code or 0)
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import docker
@@ -37,21 +37,47 @@ class RunResult:
     duration: float
 
 
+@dataclass
+class Containers:
+    """The containers an engine object and its clones have created and not yet removed. Once closed, no
+    new one is created: a worker thread that was about to start a container when the run was interrupted
+    cannot leave one behind after the clean-up."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ids: set[str] = field(default_factory=set)
+    closed: bool = False
+
+
 class Engine:
     """A connected Docker engine."""
 
     def __init__(self, api: docker.APIClient, run_labels: Mapping[str, str] | None = None,
-                 base_url: str | None = None) -> None:
+                 base_url: str | None = None, containers: Containers | None = None) -> None:
         self.api = api
         self.run_labels = dict(run_labels or {})  # put on every container this engine object creates
         self.base_url = base_url
+        self.containers = containers or Containers()
 
     def clone(self) -> Engine:
-        """Another connection to the same engine, for another thread (one HTTP session each)."""
+        """Another connection to the same engine, for another thread (one HTTP session each); it shares
+        the container bookkeeping, so `close_containers` reaches what every clone started."""
         timeout = int(self.api.timeout)
         api = docker.APIClient(base_url=self.base_url, timeout=timeout) if self.base_url \
             else docker.from_env(timeout=timeout).api
-        return Engine(api, self.run_labels, self.base_url)
+        return Engine(api, self.run_labels, self.base_url, self.containers)
+
+    def close_containers(self) -> int:
+        """Remove every container this engine object and its clones started, and create none from now on;
+        returns how many were removed."""
+        with self.containers.lock:
+            self.containers.closed = True
+            ids = sorted(self.containers.ids)
+        removed = 0
+        for cid in ids:
+            with suppress(docker.errors.APIError, requests.exceptions.RequestException):
+                self.api.remove_container(cid, force=True, v=True)
+                removed += 1
+        return removed
 
     @classmethod
     def connect(cls, base_url: str | None = None, timeout: int = 600) -> Engine:
@@ -218,16 +244,22 @@ class Engine:
         """Create a container and always remove it, whatever happens inside the block."""
         host_config = self.api.create_host_config(**options.pop("host_config", {}))
         labels = {MANAGED_LABEL: "1", **self.run_labels, **options.pop("labels", {})}
-        try:
-            cid = str(self.api.create_container(image, command, host_config=host_config, labels=labels,
-                                                **options)["Id"])
-        except docker.errors.APIError as exc:
-            raise EngineError(f"create container from {image[:19]}: {_short(exc)}") from None
+        with self.containers.lock:  # created and recorded at once, never after close_containers
+            if self.containers.closed:
+                raise EngineError("the run is stopping: no new container is started")
+            try:
+                cid = str(self.api.create_container(image, command, host_config=host_config, labels=labels,
+                                                    **options)["Id"])
+            except docker.errors.APIError as exc:
+                raise EngineError(f"create container from {image[:19]}: {_short(exc)}") from None
+            self.containers.ids.add(cid)
         try:
             yield cid
         finally:
-            with suppress(docker.errors.APIError):
+            with suppress(docker.errors.APIError, requests.exceptions.RequestException):
                 self.api.remove_container(cid, force=True, v=True)
+            with self.containers.lock:
+                self.containers.ids.discard(cid)
 
     def run(self, image: str, command: list[str], *, files: Mapping[str, bytes] | None = None,
             fetch: tuple[str, ...] = (), timeout: float = 600, env: Mapping[str, str] | None = None,

@@ -42,11 +42,12 @@ def smoke_tag(smoke_key: str) -> str:
 
 
 def content_labels(node: Node) -> dict[str, str]:
-    """The labels baked into a node's image. Only content goes here (no tags, no registry), so they can
-    be part of the key: a cached image's labels are still true when it is reused under new tags."""
+    """The labels baked into a node's image. Only content goes here (no tags, no registry, no repository),
+    so they can be part of the key: a cached image's labels are still true when it is reused under new
+    tags or in another repository, and images of one content share one key wherever they are pushed."""
     entry = node.entry
     out = {
-        "org.opencontainers.image.title": f"{entry.repository} {node.name}",
+        "org.opencontainers.image.title": f"{entry.id} {node.name}",
         "org.opencontainers.image.description": node.layer.description or f"imagebuilder layer {node.layer.name}",
         "org.opencontainers.image.vendor": "imagebuilder",
         f"{LABEL_PREFIX}.node": node.id,

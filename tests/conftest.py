@@ -15,6 +15,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden from the current templates")
 
 
+# Each folder's tests carry its marker, so `-m integration` (or `-m "not integration"`, `-m gpu`) selects
+# exactly them: a `pytestmark` in a conftest.py marks nothing.
+FOLDER_MARKERS = {"integration": "integration", "gpu": "gpu"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(str(item.path)).resolve().relative_to(ROOT).parts[1:2]
+        marker = FOLDER_MARKERS.get(folder[0]) if folder else None
+        if marker is not None:
+            item.add_marker(marker)
+
+
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))

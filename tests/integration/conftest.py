@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -18,14 +24,12 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.engine import MANAGED_LABEL, Engine
 from imagebuilder.errors import EngineUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILDER_TEST_WHEELHOUSE", ROOT / ".wheelhouse"))
-
-pytestmark = pytest.mark.integration
 
 
 def _need(what: str, how: str) -> None:
@@ -61,11 +65,113 @@ def wheelhouse() -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_container_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After every test, no container that imagebuilder (or a test, with its label) started is left."""
+    """After every test, no container that imagebuilder (or a test, with its label) started is left. One
+    that is left fails this test and is removed, so the next test starts clean: one defect, one failure."""
     yield
     if "engine" in request.fixturenames:
         engine: Engine = request.getfixturevalue("engine")
-        assert engine.managed_containers() == [], "a container of imagebuilder's was left behind"
+        left = engine.managed_containers()
+        if left:
+            removed = engine.remove_containers(MANAGED_LABEL)
+            pytest.fail(f"{len(left)} container(s) of imagebuilder's were left behind ({removed} removed now)",
+                        pytrace=False)
+
+
+class Processes:
+    """imagebuilder processes a test starts. Whatever still runs when the test ends is killed with its
+    whole process group, so a test that fails half-way cannot leave a build running into the next test."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None,
+              ignore_sigint: bool = False) -> subprocess.Popen[str]:
+        """`python -m imagebuilder ARGS` with output piped. `ignore_sigint`: started with SIGINT ignored, as a
+        background job of a non-interactive shell (CI) is; imagebuilder must still stop on SIGINT."""
+        def prepare() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.SIG_DFL)
+
+        proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=prepare,
+                                env={"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200",
+                                     "NO_COLOR": "1", **(env or {})})
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    procs = Processes()
+    try:
+        yield procs
+    finally:
+        procs.kill_all()
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 300, every: float = 0.2) -> Any:
+    """Poll `condition` until it returns something true (and return that), or fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(every)
+
+
+class Gate:
+    """An HTTP gate on a free loopback port: 404 until `open()`, then 200. A layer step that waits on it
+    (`gate.step()`) runs exactly as long as the test wants, so no test sleeps for a fixed time (builds use
+    the host's network)."""
+
+    def __init__(self) -> None:
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if gate.opened.is_set() else 404)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                pass
+
+        self.opened = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def step(self) -> str:
+        """A Dockerfile RUN line that waits until the gate opens (the image's own python3)."""
+        return (f"RUN until python3 -c \"import urllib.request as u; u.urlopen('http://127.0.0.1:{self.port}/gate', "
+                "timeout=5)\" 2>/dev/null; do sleep 0.2; done")
+
+    def open(self) -> None:
+        self.opened.set()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    g = Gate()
+    try:
+        yield g
+    finally:
+        g.close()
+
+
+def running_containers(engine: Engine, label: str = MANAGED_LABEL) -> list[dict[str, Any]]:
+    return [dict(c) for c in engine.api.containers(filters={"label": label, "status": "running"})]
 
 
 CUDA_TEST_SPACE = 25 * 2**30  # a CUDA base layer is ~6 GB, written twice while it is committed, plus its wheels
@@ -175,3 +281,57 @@ def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, ext
 
 def report(folder: Path) -> dict[str, Any]:
     return dict(json.loads((folder / "report.json").read_text()))
+
+
+def salted_layers(folder: Path, names: list[str], salt: str) -> Path:
+    """Copies of the project's layers whose description carries `salt`. The description is a label, so it
+    enters every key while the Dockerfile text stays the same: imagebuilder builds them anew (its key is
+    new) but the engine's build cache serves every RUN step, so a "first build" costs seconds once the
+    stock layers were built anywhere in the session. The folder goes into `layers_path`."""
+    import yaml
+
+    for name in names:
+        target = folder / name
+        shutil.copytree(ROOT / "layers" / name, target)
+        meta = yaml.safe_load((target / "layer.yaml").read_text(encoding="utf-8")) or {}
+        meta["description"] = f"{meta.get('description') or name} [{salt}]"
+        (target / "layer.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+    return folder
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The CPU chain (base -> business -> task) built, smoke-tested and pushed once per test session."""
+
+    repository: str
+    folder: Path  # its matrix, layers and report
+    run: CliRun
+    planned: dict[str, str]  # node -> what `plan` said before the build (`build` or `cached`)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return report(self.folder / "report")
+
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["layer"]: n for n in self.report["nodes"]}
+
+
+@pytest.fixture(scope="session")
+def cpu_chain(engine: Engine, registry: str, wheelhouse: Path, base_image: str,
+              tmp_path_factory: pytest.TempPathFactory) -> Chain:
+    """The widest-scope build: every test that only needs "a built, smoke-tested, pushed CPU image" takes it
+    from here. Its layers are salted with this session's id, so it is a real first build on every run (on a
+    warm engine its RUN steps come from the build cache); tests that build the stock layers afterwards find
+    the engine's cache warm, and their smoke passes are shared through the session's cache folder."""
+    folder = tmp_path_factory.mktemp("cpu-chain")
+    repository = f"itest-chain-{uuid.uuid4().hex[:8]}"
+    salted_layers(folder / "layers", ["base", "business", "task"], f"itest session {repository}")
+    matrix = cpu_matrix(folder, repository, wheelhouse, layers="[base, business, task]",
+                        extra="layers_path: [layers]\n")
+    plan = run_cli("plan", "--matrix", str(matrix), "--json")
+    assert plan.code == 0, plan.text[-3000:]
+    planned = {n["layer"]: n["status"] for n in json.loads(plan.out)}
+    run = run_cli("build", "--matrix", str(matrix), "--report", str(folder / "report"))
+    assert run.code == 0, run.text[-3000:]
+    return Chain(repository, folder, run, planned)

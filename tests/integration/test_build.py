@@ -4,34 +4,45 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, cpu_matrix, registry_tags, report
+from .conftest import (
+    REGISTRY,
+    Chain,
+    CliRun,
+    Processes,
+    cpu_matrix,
+    registry_tags,
+    report,
+    running_containers,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]")
-    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
-    assert run.code == 0, run.text[-3000:]
+        engine: Engine, registry: str, cpu_chain: Chain) -> None:
+    run, repository = cpu_chain.run, cpu_chain.repository
+    assert cpu_chain.planned == dict.fromkeys(("base", "business", "task"), "build")  # a first build
     # Live log lines are prefixed by node id; the summary is printed at the end.
     assert "2.13.0-cpu-py3.11-runtime/base │" in run.out
     assert "imagebuilder summary" in run.out and "3/3 nodes ok" in run.out
 
-    nodes = {n["node"]: n for n in report(tmp_path / "report")["nodes"]}
+    nodes = {n["node"]: n for n in cpu_chain.report["nodes"]}
     assert [n["status"] for n in nodes.values()] == ["pushed"] * 3
     # The Markdown summary and the JUnit file are written next to report.json.
-    summary = (tmp_path / "report" / "summary.md").read_text()
+    summary = (cpu_chain.folder / "report" / "summary.md").read_text()
     assert "**3/3 nodes ok** · 3 built · 0 cached" in summary
     assert "| `2.13.0-cpu-py3.11-runtime` | 🔨 ✅ pushed ([log](logs/" in summary
-    junit = (tmp_path / "report" / "junit.xml").read_text()
+    junit = (cpu_chain.folder / "report" / "junit.xml").read_text()
     assert '<testsuite name="2.13.0-cpu-py3.11-runtime/task"' in junit and 'name="fsdp.compiled_step_cpu"' in junit
     assert 'failures="0"' in junit
     assert nodes["2.13.0-cpu-py3.11-runtime/task"]["smoke"] == "passed"
@@ -115,19 +126,15 @@ def test_failing_smoke_check_pushes_nothing_for_that_entry(
     assert run.code == 1, run.text[-3000:]
     assert "versions.torch: got '2.13.0', expected '0.0.0'" in run.out
     (node,) = report(tmp_path / "report")["nodes"]
-    assert (node["build"], node["smoke"], node["publish"]) == ("built", "failed", "held")
+    assert (node["build"] in ("built", "cached"), node["smoke"], node["publish"]) == (True, "failed", "held")
     assert node["tags"] == []
     assert registry_tags(registry, f"itest/{repository}") == []
     # Not even a local tag was applied.
     assert engine.image_id(f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-base") is None
 
 
-def test_smoke_command_reports_json(engine: Engine, wheelhouse: Path, base_image: str, repository: str,
-                                   tmp_path: Path, cli: Callable[..., CliRun]) -> None:
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
-    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
-    (node,) = report(tmp_path / "r")["nodes"]
-    assert node["publish"] == "tagged" and node["smoke"] == "skipped"
+def test_smoke_command_reports_json(engine: Engine, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
+    node = cpu_chain.nodes["base"]
     ok = cli("smoke", node["image"], "--expect", "torch=2.13.0", "--expect", "accelerator=cpu",
              "--expect", "cuda=none")
     assert ok.code == 0, ok.text
@@ -197,43 +204,39 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
     assert "alias 127.0.0.1:5000/itest/" in run.out and "shared-base not moved" in run.out
 
 
+def hang_layer(tmp_path: Path) -> None:
+    """A layer whose Python hangs as it starts (a sitecustomize that sleeps): its smoke suite never ends."""
+    hang = tmp_path / "layers" / "hang"
+    hang.mkdir(parents=True)
+    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(900)\n")
+    (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nCOPY sitecustomize.py /opt/hang/sitecustomize.py\n"
+                                        "ENV PYTHONPATH=/opt/hang\n")
+
+
 def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
         engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
-    hang = tmp_path / "layers" / "hang"
-    hang.mkdir(parents=True)
-    (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
-    (hang / "layer.yaml").write_text("smoke: ['sleep 900']\n")
+    hang_layer(tmp_path)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]",
-                        extra="layers_path: [layers]\nsmoke: {timeout: 75}\n")
+                        extra="layers_path: [layers]\nsmoke: {timeout: 20}\n")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 1, run.text[-2000:]
     node = next(n for n in report(tmp_path / "r")["nodes"] if n["layer"] == "hang")
     assert node["smoke"] == "failed"
-    assert "timed out after 75 s; the container was killed" in node["error"]
-    assert node["durations"]["smoke"] < 150
+    assert "timed out after 20 s; the container was killed" in node["error"]
+    assert node["durations"]["smoke"] < 80
     assert engine.managed_containers() == []  # killed and removed
 
 
-def test_ctrl_c_during_smoke_removes_the_container(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
-    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
-    (node,) = report(tmp_path / "r")["nodes"]
-    proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", "smoke", node["image"]], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
-    deadline = time.monotonic() + 60
-    while not engine.managed_containers() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert engine.managed_containers(), "the smoke container never started"
-    time.sleep(2)
+@pytest.mark.interrupt
+@pytest.mark.parametrize("parent", ["sigint-default", "sigint-ignored"])
+def test_ctrl_c_during_smoke_removes_the_container(engine: Engine, cpu_chain: Chain, processes: Processes,
+                                                   parent: str) -> None:
+    """`sigint-ignored`: started as CI starts a background job, with SIGINT ignored by its parent."""
+    node = cpu_chain.nodes["base"]
+    proc = processes.start("smoke", node["image"], ignore_sigint=parent == "sigint-ignored")
+    wait_until(lambda: running_containers(engine) or proc.poll() is not None, "the smoke container to run", 120)
+    assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -257,30 +260,24 @@ def test_an_unreachable_registry_is_retried_then_fails_cleanly(
     assert "Traceback" not in run.text
 
 
+@pytest.mark.interrupt
+@pytest.mark.parametrize("parent", ["sigint-default", "sigint-ignored"])
 def test_ctrl_c_during_a_parallel_build_removes_its_containers(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    hang = tmp_path / "layers" / "hang"
-    hang.mkdir(parents=True)
-    (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
-    (hang / "layer.yaml").write_text("smoke: ['sleep 900']\n")
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        processes: Processes, parent: str) -> None:
+    hang_layer(tmp_path)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]", extra="layers_path: [layers]\n")
-    proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", "build", "--matrix", str(matrix), "--jobs", "2",
-                             "--no-push", "--report", str(tmp_path / "r")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "IMAGEBUILDER_CACHE_DIR": str(tmp_path / "cache")})
-    deadline = time.monotonic() + 600
-    while not engine.managed_containers() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    assert engine.managed_containers(), "the smoke container never started"
-    time.sleep(20)  # well inside the suite: the layer check sleeps
+    proc = processes.start("build", "--matrix", str(matrix), "--jobs", "2", "--no-push", "--report",
+                           str(tmp_path / "r"), env={"IMAGEBUILDER_CACHE_DIR": str(tmp_path / "cache")},
+                           ignore_sigint=parent == "sigint-ignored")
+    wait_until(lambda: running_containers(engine) or proc.poll() is not None, "the smoke container to run", 600)
+    assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err
     assert engine.managed_containers() == []
+    data = report(tmp_path / "r")
+    assert data["interrupted"] is True
+    hang = next(n for n in data["nodes"] if n["layer"] == "hang")
+    assert hang["publish"] == "held" and hang["tags"] == []  # nothing of the entry was tagged

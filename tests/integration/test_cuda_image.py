@@ -92,7 +92,8 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
     assert run.code == 1, run.text[-3000:]
     (node,) = report(tmp_path / "r")["nodes"]
-    assert (node["smoke"], node["publish"], node["gpu_verified"]) == ("passed", "held", False)
+    # The image and its smoke pass may come from the first test of this module (one image, one key).
+    assert (node["smoke"] in ("passed", "cached"), node["publish"], node["gpu_verified"]) == (True, "held", False)
     assert "not GPU-verified" in node["error"] and "--allow-untested-gpu" in node["error"]
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     for name in ("distributed.nccl_init", "fsdp.compiled_step_cuda", "throughput.cuda"):

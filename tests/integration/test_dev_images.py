@@ -127,7 +127,7 @@ def wait_for(probe: Callable[[], bool], what: str, timeout: float = 120) -> None
                 return
         except (OSError, requests.RequestException, paramiko.SSHException, EOFError):
             pass
-        time.sleep(1)
+        time.sleep(0.25)  # a poll interval: the loop waits on the probe, not on the clock
     raise AssertionError(f"{what} did not come up in {timeout:.0f} s")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from imagebuilder.engine import Engine
 from imagebuilder.registry import Registry
 
-from .conftest import CliRun, cpu_matrix, registry_tags, report
+from .conftest import CliRun, cpu_matrix, registry_tags, report, salted_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "2.13.0-cpu-py3.11-runtime"
@@ -31,8 +31,9 @@ def planned(cli: Callable[..., CliRun], matrix: Path) -> dict[str, dict[str, str
 def test_noop_template_change_and_registry_only_cache(
         engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
-    layers = tmp_path / "layers"
-    shutil.copytree(ROOT / "layers" / "task", layers / "task")  # a task layer of this test's own
+    # Layers of this test's own (salted: new keys, so a real first build; the engine's build cache still
+    # serves their RUN steps), so removing their images below touches no other test's images.
+    layers = salted_layers(tmp_path / "layers", ["base", "business", "task"], f"itest {repository}")
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]",
                         extra="layers_path: [layers]\n")
 

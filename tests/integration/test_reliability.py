@@ -9,18 +9,19 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import bcrypt
 import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import _CACHE_DIR, REGISTRY, ROOT, CliRun, cpu_matrix, registry_tags, report
+from .conftest import REGISTRY, CliRun, Gate, Processes, cpu_matrix, registry_tags, report, wait_until
 
 
 def layer(tmp_path: Path, name: str, template: str) -> None:
@@ -144,39 +145,42 @@ def test_an_unreachable_engine_is_an_input_error(tmp_path: Path, wheelhouse: Pat
 
 # -- interruption ----------------------------------------------------------------------------------------
 
-def start_build(*args: str) -> subprocess.Popen[str]:
-    env = {"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200", "NO_COLOR": "1",
-           "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "imagebuilder", "build", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_line(proc: subprocess.Popen[str], text: str, timeout: float = 600) -> list[str]:
-    """Read the process's output until a line contains `text`; the lines read."""
-    assert proc.stdout is not None
+def wait_for_text(stream: IO[str], text: str, timeout: float = 600) -> list[str]:
+    """Read a process's output until a line contains `text`; the lines read."""
     seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if text in line:
-            return seen
-    raise AssertionError(f"{text!r} never came: {''.join(seen[-20:])}")
+
+    def read() -> None:
+        for line in stream:
+            seen.append(line)
+            if text in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not any(text in line for line in seen):
+        raise AssertionError(f"{text!r} never came within {timeout:.0f} s: {''.join(seen[-20:])}")
+    return seen
 
 
+def step_containers(engine: Engine, gate: Gate) -> list[str]:
+    """The builder's containers running the gated step (they carry no label of ours)."""
+    return [c["Id"] for c in engine.api.containers(all=True) if f"127.0.0.1:{gate.port}/gate" in str(c.get("Command"))]
+
+
+@pytest.mark.interrupt
 def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
         engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
-    layer(tmp_path, "slow", """
-        FROM {{ parent_image }}
-        RUN sleep 25 && echo REPO > /tmp/slow
-        """.replace("REPO", repository))  # the test's own step: never in the cache before it
+        cli: Callable[..., CliRun], processes: Processes, gate: Gate) -> None:
+    layer(tmp_path, "slow", f"""
+        FROM {{{{ parent_image }}}}
+        {gate.step()}
+        RUN echo {repository} > /tmp/slow
+        """)  # the test's own step: never in the cache before it
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, slow]", extra="layers_path: [layers]\n")
-    proc = start_build("--matrix", str(matrix), "--report", str(tmp_path / "r"))
-    wait_for_line(proc, "RUN sleep 25")
-    time.sleep(3)
+    proc = processes.start("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+    wait_until(lambda: step_containers(engine, gate) or proc.poll() is not None, "the gated step to run", 600)
+    assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-2000:]
@@ -188,9 +192,10 @@ def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
     assert nodes["slow"]["build"] == "interrupted" and "interrupted" in nodes["slow"]["error"]
     assert registry_tags(registry, f"itest/{repository}", cache=True) == []  # nothing pushed, nothing tagged
     assert engine.managed_containers() == []
-    time.sleep(2)  # the engine cancels the build step the closed connection asked for
-    assert [c for c in engine.api.containers(all=True) if "sleep 25" in str(c.get("Command"))] == []
+    # The engine cancels the build step the closed connection asked for.
+    wait_until(lambda: not step_containers(engine, gate), "the engine to drop the interrupted step", 60)
 
+    gate.open()
     again = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "again"), "--no-smoke")
     assert again.code == 0, again.text[-3000:]
     nodes = {n["node"].rsplit("/", 1)[1]: n for n in report(tmp_path / "again")["nodes"]}
@@ -200,17 +205,24 @@ def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
 # -- concurrency -----------------------------------------------------------------------------------------
 
 def test_two_builds_of_one_matrix_serialize_on_a_lock(engine: Engine, registry: str, wheelhouse: Path,
-                                                      base_image: str, repository: str, tmp_path: Path) -> None:
-    layer(tmp_path, "slow", """
-        FROM {{ parent_image }}
-        RUN sleep 8 && echo REPO > /tmp/slow
-        """.replace("REPO", repository))
+                                                      base_image: str, repository: str, tmp_path: Path,
+                                                      processes: Processes, gate: Gate) -> None:
+    layer(tmp_path, "slow", f"""
+        FROM {{{{ parent_image }}}}
+        {gate.step()}
+        RUN echo {repository} > /tmp/slow
+        """)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, slow]", extra="layers_path: [layers]\n")
-    first = start_build("--matrix", str(matrix), "--report", str(tmp_path / "first"), "--no-smoke")
-    wait_for_line(first, "build ")  # the first run holds the lock from before its first build
-    second = start_build("--matrix", str(matrix), "--report", str(tmp_path / "second"), "--no-smoke")
+    first = processes.start("build", "--matrix", str(matrix), "--report", str(tmp_path / "first"), "--no-smoke")
+    # The first run holds the lock from before its first build, and waits at the gate inside it.
+    wait_until(lambda: step_containers(engine, gate) or first.poll() is not None, "the first run's gated step", 600)
+    second = processes.start("build", "--matrix", str(matrix), "--report", str(tmp_path / "second"), "--no-smoke")
+    assert second.stderr is not None
+    waited = wait_for_text(second.stderr, "waiting for lock", 120)
+    gate.open()
     out1, err1 = first.communicate(timeout=900)
     out2, err2 = second.communicate(timeout=900)
+    err2 = "".join(waited) + err2
     assert first.returncode == 0, (out1 + err1)[-3000:]
     assert second.returncode == 0, (out2 + err2)[-3000:]
     assert f"waiting for lock on {REGISTRY}/itest/{repository} held by PID {first.pid} on " in err2

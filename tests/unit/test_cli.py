@@ -58,7 +58,11 @@ def test_input_errors_exit_2_without_traceback(tmp_path: Path, body: str, needle
 
 
 def test_no_engine_is_exit_2(tmp_path: Path) -> None:
-    proc = run("build", "--matrix", "examples/demo.yaml", "--report", str(tmp_path),
+    path = tmp_path / "m.yaml"  # a valid matrix that needs nothing on disk (no wheelhouse): the engine is missing
+    path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
+                    "torch_extras: []\nbuild: {pip_index_url: {cpu: 'https://pypi.org/simple'}}\n"
+                    "matrix: {torch: [2.13.0], accelerator: [cpu], python: ['3.11']}\n")
+    proc = run("--offline", "build", "--matrix", str(path), "--report", str(tmp_path / "r"),
                env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert proc.returncode == 2
     assert "cannot reach a Docker engine" in proc.stderr

@@ -17,11 +17,12 @@ from ..conftest import MatrixWriter
 BASES = {"debian:bookworm": "sha256:" + "1" * 64}
 
 
-def matrix_text(layers_path: str = "", tags: str = "", extra: str = "") -> str:
+def matrix_text(layers_path: str = "", tags: str = "", extra: str = "", registry: str = "127.0.0.1:5000/ml",
+                repository: str = "pytorch") -> str:
     return f"""
 base_image: debian:bookworm
-registry: 127.0.0.1:5000/ml
-repository: pytorch
+registry: {registry}
+repository: {repository}
 {layers_path}
 {tags}
 layers: [base, business, task]
@@ -60,6 +61,18 @@ def test_tag_templates_do_not_change_keys(write_matrix: MatrixWriter, table: Com
     plain = keyed(write_matrix(matrix_text()), table)
     renamed = keyed(write_matrix(matrix_text(tags='tags: ["nightly-{torch}-{layer}"]')), table)
     assert {k: n.key for k, n in plain.items()} == {k: n.key for k, n in renamed.items()}
+
+
+def test_registry_and_repository_do_not_change_keys(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    """Images of one content share one key wherever they are pushed: no label or input names the place."""
+    plain = keyed(write_matrix(matrix_text()), table)
+    elsewhere = keyed(write_matrix(matrix_text(registry="registry.example.com:443/team", repository="other"),
+                                   "elsewhere.yaml"), table)
+    assert {k: n.key for k, n in plain.items()} == {k: n.key for k, n in elsewhere.items()}
+    assert {k: n.inputs for k, n in plain.items()} == {k: n.inputs for k, n in elsewhere.items()}
+    for node in elsewhere.values():
+        labels = " ".join(keys.content_labels(node).values())
+        assert "registry.example.com" not in labels and "other" not in labels.split()
 
 
 def test_a_new_base_image_id_changes_every_key(write_matrix: MatrixWriter, table: CompatTable) -> None:

@@ -27,7 +27,13 @@ def tool(name: str) -> str:
 
 @pytest.mark.parametrize("matrix", ["matrix.yaml", "examples/demo.yaml"])
 def test_hadolint_passes_on_every_rendered_dockerfile(matrix: str, tmp_path: Path) -> None:
-    plan = plan_mod.make(matrix_mod.load(ROOT / matrix, CompatTable.load(None), env={},
+    # A copy of the project's matrices with an empty wheelhouse beside them: the demo names `.wheelhouse`,
+    # which only `make wheelhouse` fills, and the unit tests run on a fresh clone without it.
+    copy = tmp_path / "project"
+    shutil.copytree(ROOT / "examples", copy / "examples")
+    shutil.copy(ROOT / "matrix.yaml", copy / "matrix.yaml")
+    (copy / ".wheelhouse").mkdir()
+    plan = plan_mod.make(matrix_mod.load(copy / matrix, CompatTable.load(None), env={},
                                          base_python=lambda image: None), Renderer())
     files = []
     for node in plan.nodes:

@@ -1,0 +1,98 @@
+"""Bad input is caught before anything slow starts: every file of tests/corpus/ is a broken input, run
+in-process through `imagebuilder build`'s error path. Each must exit 2 with one or two lines (the error
+naming the file and the key, entry or template line, and maybe a hint), no traceback, and nothing built or
+reported. The engine here is a fake that knows no image and can build nothing; the integration test
+`test_corpus.py` runs the same corpus on the real engine and counts its images before and after.
+
+A corpus file says what it expects in its first comment lines:
+  # expect: text the error must contain
+  # where: text naming the place (default: the file's own name)
+  # hint: text the hint line must contain
+  # args: extra command-line arguments
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import cli
+from imagebuilder.errors import EngineError
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = sorted((ROOT / "tests" / "corpus").glob("*.yaml"))
+
+
+def header(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("# ") or ":" not in line:
+            break
+        key, _, value = line[2:].partition(": ")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class CorpusRun:
+    code: int
+    err: str
+    out: str
+
+
+def run_case(path: Path, report: Path, capsys: pytest.CaptureFixture[str]) -> CorpusRun:
+    """One corpus file through the CLI's `main`, in this process."""
+    args = ["build", "--matrix", str(path.relative_to(ROOT)), "--report", str(report), "--no-push",
+            *shlex.split(header(path).get("args", ""))]
+    capsys.readouterr()
+    code = cli.main(args)
+    captured = capsys.readouterr()
+    return CorpusRun(code, captured.err, captured.out)
+
+
+def check(path: Path, run: CorpusRun, report: Path) -> None:
+    """What every corpus case must show: exit 2, one error line naming the place (and maybe a hint)."""
+    want = header(path)
+    lines = run.err.strip().splitlines()
+    assert run.code == 2, (path.name, run.err[-2000:], run.out[-2000:])
+    assert "Traceback" not in run.err + run.out
+    assert 1 <= len(lines) <= 2, run.err
+    assert lines[0].startswith("error: ") and want["expect"] in lines[0], run.err
+    assert want.get("where", path.name) in lines[0], run.err
+    if "hint" in want:
+        assert len(lines) == 2 and want["hint"] in lines[1], run.err
+    assert not report.exists()  # nothing reported: the run never started
+
+
+@dataclass
+class NoImages:
+    """An engine that has no image and cannot pull one; anything else it is asked is a test failure."""
+
+    asked: list[str] = field(default_factory=list)
+
+    def image_id(self, ref: str) -> str | None:
+        self.asked.append(ref)
+        return None
+
+    def pull(self, ref: str, *args: object, **kwargs: object) -> str:
+        raise EngineError(f"pull {ref}: no such image")
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(CORPUS) >= 25
+    assert all("expect" in header(p) for p in CORPUS)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+def test_a_broken_input_is_one_clear_error(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    engine = NoImages()
+    monkeypatch.setattr(cli.Engine, "connect", classmethod(lambda cls, url=None, timeout=600: engine))
+    monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(ROOT)
+    report = tmp_path / "r"
+    check(path, run_case(path, report, capsys), report)
