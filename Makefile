@@ -5,11 +5,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 WHEELHOUSE := .wheelhouse
+CUDA_WHEELHOUSE := .wheelhouse-cuda
 REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry base-image wheelhouse env demo test unit integration lint golden clean
+.PHONY: help venv engine registry base-image wheelhouse cuda-wheels env demo test unit integration lint golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -40,6 +41,14 @@ base-image: engine venv wheelhouse
 wheelhouse:
 	bash .ci/wheelhouse.sh $(WHEELHOUSE) 2.13.0
 
+# The CUDA tests' wheels (~7 GB from PyPI), downloaded in the background while everything else runs; the
+# CUDA tests wait for it (and download them themselves when nothing started it).
+cuda-wheels:
+	@if [ -e $(CUDA_WHEELHOUSE)/.complete ]; then echo "cuda wheels: present"; \
+	elif kill -0 "$$(cat $(CUDA_WHEELHOUSE)/.pid 2>/dev/null)" 2>/dev/null; then echo "cuda wheels: already downloading"; \
+	else mkdir -p $(CUDA_WHEELHOUSE) && echo "cuda wheels: downloading in the background ($(CUDA_WHEELHOUSE)/download.log)" \
+	  && (setsid bash .ci/cuda-wheels.sh $(CUDA_WHEELHOUSE) >$(CUDA_WHEELHOUSE)/download.log 2>&1 &); fi
+
 env: venv engine registry wheelhouse base-image
 
 demo: env
@@ -49,14 +58,16 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Everything but the integration tests: no engine, no registry, no wheelhouse needed.
 unit: venv
-	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m "not integration" -q $(PYTEST_ARGS)
 
-integration: env
-	$(BIN)/python -m pytest tests/integration -v $(PYTEST_ARGS)
+integration: cuda-wheels env
+	$(BIN)/python -m pytest tests -m integration -v --durations=20 $(PYTEST_ARGS)
 
-test: env lint
-	$(BIN)/python -m pytest tests -v $(PYTEST_ARGS)
+# Lint once, then every test once (what .ci/run runs).
+test: cuda-wheels env lint
+	$(BIN)/python -m pytest tests -v --durations=20 $(PYTEST_ARGS)
 
 golden: venv
 	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py -q --update-golden

@@ -210,6 +210,7 @@ class Builder:
     secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
     signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -232,7 +233,8 @@ class Builder:
             self.renderer = Renderer(wheelhouse_urls=urls)
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
-            finally:  # also on Ctrl-C: no container of this run outlives it, and no worker starts another
+            finally:  # also on Ctrl-C: no container of this run outlives it, no worker starts another, and no
+                self.stopping.set()  # worker still running moves a tag
                 self.engine.close_containers()
                 self.engine.remove_containers(f"{RUN_LABEL}={self.run_id}")
         if outcome.error is not None:
@@ -725,6 +727,8 @@ class Builder:
         """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
         moved, 0 if it already did."""
         assert self.cache is not None
+        if self.stopping.is_set():
+            raise EngineError(f"tag {ref}: not moved, the run was interrupted")
         if self.registry_digest(ref) == digest:
             return 0
         host, repo, tag = split_reference(ref)

@@ -83,6 +83,11 @@ class Processes:
 
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[str]] = []
+        self.logs: list[Path] = []
+
+    def output(self, proc: subprocess.Popen[str]) -> str:
+        """What a started process printed on stdout so far."""
+        return self.logs[self.started.index(proc)].read_text(errors="replace")
 
     def start(self, *args: str, env: dict[str, str] | None = None,
               ignore_sigint: bool = False) -> subprocess.Popen[str]:
@@ -91,7 +96,11 @@ class Processes:
         def prepare() -> None:
             signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.SIG_DFL)
 
-        proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", *args], cwd=ROOT, stdout=subprocess.PIPE,
+        # stdout (the live build log, megabytes) goes to a file: a pipe nobody reads would fill and stall the
+        # run. stderr (warnings, the lock, the last words) stays a pipe for the test to read.
+        log = tempfile.NamedTemporaryFile("w", prefix="imagebuilder-proc-", suffix=".log", delete=False)  # noqa: SIM115
+        self.logs.append(Path(log.name))
+        proc = subprocess.Popen([sys.executable, "-m", "imagebuilder", *args], cwd=ROOT, stdout=log,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=prepare,
                                 env={"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200",
                                      "NO_COLOR": "1", **(env or {})})
@@ -104,6 +113,8 @@ class Processes:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate(timeout=30)
+        for log in self.logs:
+            log.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -205,10 +205,12 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
 
 
 def hang_layer(tmp_path: Path) -> None:
-    """A layer whose Python hangs as it starts (a sitecustomize that sleeps): its smoke suite never ends."""
+    """A layer whose smoke suite hangs as it starts (a sitecustomize that sleeps when Python runs the suite; any
+    other Python, such as the build's own steps, runs as usual)."""
     hang = tmp_path / "layers" / "hang"
     hang.mkdir(parents=True)
-    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(900)\n")
+    (hang / "sitecustomize.py").write_text("import sys, time\n\nif any(a.endswith('/suite.py') for a in sys.argv):\n"
+                                           "    time.sleep(900)\n")
     (hang / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nCOPY sitecustomize.py /opt/hang/sitecustomize.py\n"
                                         "ENV PYTHONPATH=/opt/hang\n")
 
@@ -230,10 +232,15 @@ def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
 
 @pytest.mark.interrupt
 @pytest.mark.parametrize("parent", ["sigint-default", "sigint-ignored"])
-def test_ctrl_c_during_smoke_removes_the_container(engine: Engine, cpu_chain: Chain, processes: Processes,
-                                                   parent: str) -> None:
-    """`sigint-ignored`: started as CI starts a background job, with SIGINT ignored by its parent."""
-    node = cpu_chain.nodes["base"]
+def test_ctrl_c_during_smoke_removes_the_container(
+        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun], processes: Processes, parent: str) -> None:
+    """`sigint-ignored`: started as CI starts a background job, with SIGINT ignored by its parent. The image is
+    the stock base layer (cached after its first build in any test; no session chain, so that
+    benchmarks/interrupts.py can repeat this test cheaply)."""
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
+    (node,) = report(tmp_path / "r")["nodes"]
     proc = processes.start("smoke", node["image"], ignore_sigint=parent == "sigint-ignored")
     wait_until(lambda: running_containers(engine) or proc.poll() is not None, "the smoke container to run", 120)
     assert proc.poll() is None, proc.communicate()

@@ -4,6 +4,8 @@ libraries still load, so the versions inside the image are checked against the p
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,9 +13,38 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import CliRun, itest_matrix, registry_tags, report
+from .conftest import ROOT, CliRun, itest_matrix, registry_tags, report, wait_until
 
 pytestmark = pytest.mark.cuda
+
+
+CUDA_WHEELHOUSE = ROOT / ".wheelhouse-cuda"
+
+
+@pytest.fixture(scope="module")
+def cuda_wheelhouse() -> Path | None:
+    """The CUDA wheels, downloaded by `.ci/cuda-wheels.sh` (which `make test` starts in the background before
+    anything else): wait for it to finish, or download them now when nothing did. The builds read them from
+    this wheelhouse over loopback (pip prefers a find-links file to the index's copy of the same wheel).
+    If the download failed, None: the builds take every wheel from PyPI, as users' builds do."""
+    def state() -> str | None:
+        for name in (".complete", ".failed"):
+            if (CUDA_WHEELHOUSE / name).exists():
+                return name
+        return None
+
+    if state() is None and not _download_running():
+        subprocess.run(["bash", str(ROOT / ".ci" / "cuda-wheels.sh"), str(CUDA_WHEELHOUSE)], check=False)
+    wait_until(state, "the CUDA wheels' download (.ci/cuda-wheels.sh)", timeout=1800, every=2)
+    return CUDA_WHEELHOUSE if state() == ".complete" else None
+
+
+def _download_running() -> bool:
+    try:
+        os.kill(int((CUDA_WHEELHOUSE / ".pid").read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,8 +56,9 @@ def _remove_cuda_images(engine: Engine) -> Iterator[None]:
 
 
 def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, repository: str, tmp_path: Path,
+                                            cuda_wheelhouse: Path | None,
                                             cli: Callable[..., CliRun]) -> None:
-    matrix = cuda_matrix(tmp_path, repository)
+    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
     assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("12.4", "9.1.0.70", "2.21.5")
 
@@ -56,9 +88,13 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
     assert manifest["pip"]["nvidia-cudnn-cu12"] == "9.1.0.70" and "python3" in manifest["dpkg"]
 
 
-def cuda_matrix(tmp_path: Path, repository: str, extra: str = "") -> Path:
+def wheelhouse_setting(wheelhouse: Path | None) -> str:
+    return f"build: {{wheelhouse: {wheelhouse}}}\n" if wheelhouse else ""
+
+
+def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "") -> Path:
     """torch 2.6.0 with PyPI's CUDA 12.4 wheels, base layer only."""
-    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra, body="""
+    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra, body=wheelhouse_setting(wheelhouse) + """
         matrix:
           torch: ["2.6.0"]
           accelerator: [cu124]
@@ -68,9 +104,11 @@ def cuda_matrix(tmp_path: Path, repository: str, extra: str = "") -> Path:
 
 def test_nccl_override_is_installed_and_checked_at_run_time(
         engine: Engine, registry: str, base_image: str, repository: str, tmp_path: Path,
+        cuda_wheelhouse: Path | None,
         cli: Callable[..., CliRun]) -> None:
     # torch 2.6.0 pins nvidia-nccl-cu12==2.21.5; the entry asks for 2.23.4 instead (same major).
-    matrix = cuda_matrix(tmp_path, repository, "include:\n  - {accelerator: cu124, nccl: \"2.23.4\"}\n")
+    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse,
+                         "include:\n  - {accelerator: cu124, nccl: \"2.23.4\"}\n")
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
     assert planned["nccl"] == "2.23.4"
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
@@ -87,8 +125,9 @@ def test_nccl_override_is_installed_and_checked_at_run_time(
 
 
 def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, base_image: str, repository: str,
-                                                tmp_path: Path, cli: Callable[..., CliRun]) -> None:
-    matrix = cuda_matrix(tmp_path, repository)
+                                                tmp_path: Path, cuda_wheelhouse: Path | None,
+                                                cli: Callable[..., CliRun]) -> None:
+    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
     assert run.code == 1, run.text[-3000:]
     (node,) = report(tmp_path / "r")["nodes"]
@@ -108,10 +147,11 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
 
 
 def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: str, repository: str, tmp_path: Path,
+                                                  cuda_wheelhouse: Path | None,
                                                   cli: Callable[..., CliRun]) -> None:
     """The devel flavor of a CUDA 13 entry: nvcc and the CUDA headers from NVIDIA's cuda-toolkit wheels (at the
     version torch pins), gathered under CUDA_HOME; without a GPU the kernel is built and loaded, not run."""
-    matrix = itest_matrix(tmp_path, repository, layers="[base]", body="""
+    matrix = itest_matrix(tmp_path, repository, layers="[base]", body=wheelhouse_setting(cuda_wheelhouse) + """
         torch_extras: []
         matrix:
           torch: ["2.11.0"]

@@ -5,6 +5,7 @@ then refuses connections) once some megabytes have passed."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -14,15 +15,17 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, cpu_matrix, registry_tags, report
+from .conftest import REGISTRY, CliRun, Processes, cpu_matrix, registry_tags, report, wait_until
 
 
 class CuttingProxy:
     """Forwards 127.0.0.1:<port> to the registry until `limit` bytes went upstream, then closes every
-    connection and stops listening (a registry that died mid-push)."""
+    connection and stops listening (a registry that died mid-push); with `stall`, it stops forwarding
+    instead and keeps every connection open (a push that hangs), and sets `stalled`."""
 
-    def __init__(self, upstream: tuple[str, int], limit: int) -> None:
-        self.upstream, self.limit, self.sent = upstream, limit, 0
+    def __init__(self, upstream: tuple[str, int], limit: int, stall: bool = False) -> None:
+        self.upstream, self.limit, self.sent, self.stall = upstream, limit, 0, stall
+        self.stalled = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.cut = threading.Event()
@@ -52,9 +55,13 @@ class CuttingProxy:
                 if counted:
                     with self.lock:
                         self.sent += len(data)
-                        if self.sent > self.limit:
+                        if self.sent > self.limit and self.stall:
+                            self.stalled.set()
+                        elif self.sent > self.limit:
                             self.stop()
                             return
+                while self.stalled.is_set() and not self.cut.is_set():
+                    self.cut.wait(0.5)
         except OSError:
             pass
         finally:
@@ -94,3 +101,32 @@ def test_a_registry_that_dies_mid_push_is_retried_and_leaves_no_tag(
     assert "no tag of this entry was applied" in run.out
     # Straight to the registry: not one tag of this repository, key tags included.
     assert registry_tags(REGISTRY, f"itest/{repository}", cache=True) == []
+
+
+@pytest.fixture
+def hanging_registry(registry: str) -> Iterator[CuttingProxy]:
+    host, port = registry.split(":")
+    proxy = CuttingProxy((host, int(port)), limit=8 * 2**20, stall=True)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.mark.interrupt
+def test_ctrl_c_during_a_push_exits_130_and_applies_no_tag(
+        engine: Engine, hanging_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
+        tmp_path: Path, processes: Processes) -> None:
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]")
+    proc = processes.start("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
+                           "--registry", f"127.0.0.1:{hanging_registry.port}/itest", ignore_sigint=True)
+    wait_until(lambda: hanging_registry.stalled.is_set() or proc.poll() is not None, "the push to hang", 900)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    data = report(tmp_path / "r")
+    assert data["interrupted"] is True
+    assert all(n["publish"] in ("held", "failed") and n["tags"] == [] for n in data["nodes"]), data["nodes"]
+    # Straight to the registry: no tag of this repository but perhaps a key tag (content-addressed, never public).
+    assert [t for t in registry_tags(REGISTRY, f"itest/{repository}", cache=True) if not t.startswith("cache-")] == []
+    assert engine.managed_containers() == []

@@ -220,11 +220,11 @@ def test_two_builds_of_one_matrix_serialize_on_a_lock(engine: Engine, registry: 
     assert second.stderr is not None
     waited = wait_for_text(second.stderr, "waiting for lock", 120)
     gate.open()
-    out1, err1 = first.communicate(timeout=900)
-    out2, err2 = second.communicate(timeout=900)
+    _, err1 = first.communicate(timeout=900)
+    _, err2 = second.communicate(timeout=900)
     err2 = "".join(waited) + err2
-    assert first.returncode == 0, (out1 + err1)[-3000:]
-    assert second.returncode == 0, (out2 + err2)[-3000:]
+    assert first.returncode == 0, (processes.output(first) + err1)[-3000:]
+    assert second.returncode == 0, (processes.output(second) + err2)[-3000:]
     assert f"waiting for lock on {REGISTRY}/itest/{repository} held by PID {first.pid} on " in err2
     second_nodes = report(tmp_path / "second")["nodes"]
     assert all(n["build"] == "cached" for n in second_nodes)  # it went on from what the first one built
