@@ -1,19 +1,22 @@
-"""Where CI's time goes: runs what `bash .ci/run` runs (`make test`: set-up, lint, every test once), timing
-each phase, and writes benchmarks/results/ci_time.json.
+"""Where CI's time goes: runs `bash .ci/run` (what CI runs: `make test`, i.e. set-up, lint, every test
+once), timing each phase, and writes benchmarks/results/ci_time.json.
 
-    python benchmarks/ci_time.py [--out benchmarks/results/ci_time.json] [--label NAME] [--append]
+    python3 benchmarks/ci_time.py [--out benchmarks/results/ci_time.json] [--label TEXT] [--append]
 
-Phases: `setup` (engine, registry, base image, wheelhouse, venv: `make env`), `lint` (`make lint`), and
-the single pytest run, split by the tests' own durations into `unit` (everything not marked
-integration), `integration` (integration, not cuda) and `cuda`. Also recorded: the 20 slowest tests, the
-number of tests collected, passed, failed and skipped, and the whole wall time. `--append` adds this run
-to the file's `runs` (e.g. three runs in a row from fresh clones); without it the file holds this run.
+Phases, from the run's own output as it streams: `setup` (CUDA wheels started in the background, venv,
+engine, registry, wheelhouse, base image), `lint` (ruff, mypy), `pytest` (the one test run); the pytest
+run is split by the tests' own durations (JUnit XML) into `unit` (everything not marked integration),
+`integration` (integration, not cuda) and `cuda`. Also recorded: the 20 slowest tests, the number of
+tests collected, passed, failed and skipped, and the whole wall time. `--append` adds this run to the
+file's `runs` (three runs in a row from fresh clones, say); without it the file holds this run alone.
+Needs nothing but python3: on a fresh machine, .ci/run installs the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -27,13 +30,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed(command: list[str], log: Path) -> tuple[float, int]:
-    start = time.monotonic()
-    with log.open("a", encoding="utf-8") as out:
-        out.write(f"$ {' '.join(command)}\n")
-        out.flush()
-        code = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
-    return time.monotonic() - start, code
+def run_ci(log: Path, junit: Path) -> tuple[int, dict[str, float]]:
+    """`bash .ci/run`, its output into `log`; the exit code and the wall time of each phase, split where
+    the output shows lint and then pytest starting."""
+    env = {**os.environ, "PYTEST_ARGS": f"--junitxml={junit}"}
+    marks = {"setup": time.monotonic()}
+    with log.open("w", encoding="utf-8") as out:
+        proc = subprocess.Popen(["bash", ".ci/run"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            if "lint" not in marks and "ruff check" in line:
+                marks["lint"] = time.monotonic()
+            elif "pytest" not in marks and " -m pytest tests" in line:
+                marks["pytest"] = time.monotonic()
+        code = proc.wait()
+    marks["end"] = time.monotonic()
+    order = [k for k in ("setup", "lint", "pytest", "end") if k in marks]
+    return code, {a: round(marks[b] - marks[a], 1) for a, b in itertools.pairwise(order)}
 
 
 def phase_of(classname: str) -> str:
@@ -73,13 +88,10 @@ def main() -> int:
 
     log = ROOT / "reports" / "ci_time.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("", encoding="utf-8")
-    junit = ROOT / "reports" / "ci_time.junit.xml"
+    junit = (ROOT / "reports" / "ci_time.junit.xml").resolve()
+    junit.unlink(missing_ok=True)
     start = time.monotonic()
-    setup, code = timed(["make", "env"], log)
-    lint, lint_code = timed(["make", "lint"], log) if code == 0 else (0.0, code)
-    pytest = [str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "tests", "-q", f"--junitxml={junit}"]
-    tests, test_code = timed(pytest, log) if lint_code == 0 else (0.0, lint_code)
+    code, phases = run_ci(log, junit)
     total = time.monotonic() - start
     summary = junit_summary(junit) if junit.is_file() else {"tests": {}, "phases": {}, "slowest": []}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -89,9 +101,10 @@ def main() -> int:
         "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "ci": bool(os.environ.get("CI"))},
-        "ok": code == lint_code == test_code == 0,
+        "command": "bash .ci/run",
+        "exit": code,
         "wall_seconds": round(total, 1),
-        "phases_wall_seconds": {"setup": round(setup, 1), "lint": round(lint, 1), "pytest": round(tests, 1)},
+        "phases_wall_seconds": phases,
         "pytest_phases_seconds": summary["phases"],
         "tests": summary["tests"],
         "slowest": summary["slowest"],
@@ -99,13 +112,14 @@ def main() -> int:
     data: dict[str, Any] = {}
     if args.append and args.out.is_file():
         data = json.loads(args.out.read_text(encoding="utf-8"))
-    data["command"] = "python benchmarks/ci_time.py" + (" --append" if args.append else "")
+    data["command"] = "python3 benchmarks/ci_time.py --append --label ..." if args.append else \
+        "python3 benchmarks/ci_time.py"
     data.setdefault("runs", []).append(run)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: run[k] for k in ("wall_seconds", "phases_wall_seconds", "pytest_phases_seconds", "tests")},
-                     indent=2))
-    return 0 if run["ok"] else 1
+    print(json.dumps({k: run[k] for k in ("exit", "wall_seconds", "phases_wall_seconds", "pytest_phases_seconds",
+                                          "tests")}, indent=2))
+    return code
 
 
 if __name__ == "__main__":
