@@ -364,6 +364,22 @@ def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def check_floors(expected: tuple[tuple[str, str], ...], the_plan: plan_mod.Plan) -> None:
+    """`--expect` may raise a floor of the matrix, never lower it (a floor of 0 passes any image)."""
+    for key, value in expected:
+        if key not in ("throughput_floor", "cpu_gflops_floor"):
+            continue
+        try:
+            wanted = float(value)
+        except ValueError:
+            raise InputError(f"--expect {key}={value!r} is not a number") from None
+        for entry in the_plan.entries():
+            floor = entry.smoke.throughput_floor if key == "throughput_floor" else entry.smoke.cpu_gflops_floor
+            if wanted < floor:
+                raise InputError(f"--expect {key}={value} would lower the floor of {entry.id} ({floor:g}); "
+                                 "floors can be raised, never lowered", where=entry.where)
+
+
 @cli.command()
 @matrix_option
 @strict_option
@@ -393,6 +409,7 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
     """Render, build what is not cached, smoke-test, tag and push the matrix."""
     expected = parse_expect(expect)
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    check_floors(expected, the_plan)
     engine = ctx.engine()
     options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
                            no_cache=no_cache, allow_untested_gpu=allow_untested_gpu, jobs=jobs,

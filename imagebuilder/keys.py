@@ -99,8 +99,15 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
         parent_key = base_ids.get(node.base_image or "", "") if node.parent is None else keyed[node.parent].key
         key, inputs = node_key(node, parent_key, hasher) if parent_key else ("", ())
         tags = tuple(t.replace(KEY_PENDING, short(key)) for t in node.tags) if key else node.tags
-        keyed[node.id] = dataclasses.replace(node, key=key, inputs=inputs, tags=tags)
-    return plan.with_nodes([keyed[n.id] for n in plan.nodes])
+        aliases = tuple(a.replace(KEY_PENDING, short(key)) for a in node.aliases) if key else node.aliases
+        keyed[node.id] = dataclasses.replace(node, key=key, inputs=inputs, tags=tags, aliases=aliases)
+    # An alias names the last node it covers: {key12} in it is that node's key (once known).
+    def target_key(covered: tuple[str, ...]) -> str:
+        target = keyed.get(covered[-1])
+        return short(target.key) if target is not None and target.key else KEY_PENDING
+
+    cover = tuple((ref.replace(KEY_PENDING, target_key(covered)), covered) for ref, covered in plan.alias_cover)
+    return dataclasses.replace(plan.with_nodes([keyed[n.id] for n in plan.nodes]), alias_cover=cover)
 
 
 def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -60,6 +60,7 @@ OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry ke
 TOP_KEYS = ("version", "matrix", "exclude", "include", "not_secrets", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
 USER_KEYS = ("name", "uid", "gid", "workdir")
+FLOOR_RANGE = (0.3, 1.0)  # the throughput floor, a fraction of peak: lower would let a broken image through
 SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
 # Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
@@ -601,6 +602,11 @@ class _Loader:
         gpus = self.scalar(merged.get("gpus", "auto"), "gpus", ("smoke", "gpus"))
         driver_dir = self.scalar(merged.get("driver_dir", "/usr/local/nvidia"), "abspath", ("smoke", "driver_dir"))
         floor = float(self.scalar(merged.get("throughput_floor", "0.6"), "fraction", ("smoke", "throughput_floor")))
+        if not FLOOR_RANGE[0] <= floor <= FLOOR_RANGE[1]:  # below it the throughput check would pass anything
+            low, high = FLOOR_RANGE
+            raise self.fail(f"throughput_floor {floor:g} is outside [{low:g}, {high:g}] (a fraction of the GPU "
+                            "model's dense bf16 peak)", ("smoke", "throughput_floor"),
+                            hint="0.6 is the default; a slower GPU host still clears 0.3")
         cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", "5"), "float", ("smoke", "cpu_gflops_floor")))
         raw_env = merged.get("env") or {}
         if not isinstance(raw_env, dict):

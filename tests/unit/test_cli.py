@@ -121,3 +121,22 @@ def test_the_packaged_table_pins_what_the_wheels_pin(tmp_path: Path) -> None:
     constraints = (out / "2.11.0-cu130-py3.11-runtime" / "base" / "_imagebuilder" / "constraints.txt").read_text()
     assert "nvidia-nccl-cu13==" in constraints and "nvidia-cudnn-cu13==" in constraints
     assert "-cu12" not in constraints
+
+
+def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
+    from imagebuilder import cli
+    from imagebuilder import matrix as matrix_mod
+    from imagebuilder import plan as plan_mod
+    from imagebuilder.compat import CompatTable
+    from imagebuilder.errors import InputError
+    from imagebuilder.render import Renderer
+
+    path = tmp_path / "m.yaml"
+    path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
+                    "smoke: {throughput_floor: 0.5, cpu_gflops_floor: 20}\n"
+                    "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(None), env={}), Renderer())
+    cli.check_floors((("throughput_floor", "0.7"), ("cpu_gflops_floor", "20"), ("torch", "2.6.0")), plan)
+    for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x")):
+        with pytest.raises(InputError):
+            cli.check_floors(((key, value),), plan)

@@ -144,3 +144,14 @@ def test_a_layer_with_a_whole_tree_gets_one_input_per_folder() -> None:
     assert said == ["file layers/gpu-task/usr/include/** changed"]
     small = keys.file_inputs(files[:3])
     assert set(small) == {"file:usr/include/h0.h", "file:usr/include/h1.h", "file:usr/include/h2.h"}
+
+
+def test_an_alias_with_key12_carries_the_key(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    nodes = keyed(write_matrix(matrix_text(extra='aliases: ["{entry}-{layer}-{key12}-latest"]')), table)
+    task = nodes["2.6.0-cpu-py3.11-runtime/task"]
+    assert task.aliases == (f"127.0.0.1:5000/ml/pytorch:2.6.0-cpu-py3.11-runtime-task-{task.key[:12]}-latest",)
+    plan = keys.assign(plan_mod.make(matrix_mod.load(write_matrix(matrix_text(
+        extra='aliases: ["{entry}-{layer}-{key12}-latest"]'), "again.yaml"), table, env={}), Renderer()), BASES)
+    cover = dict(plan.alias_cover)
+    assert cover[task.aliases[0]] == (task.id,)
+    assert not [ref for ref in cover if "k3y12pending" in ref]
