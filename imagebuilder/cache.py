@@ -56,7 +56,7 @@ class Cache:
     engine: Engine
     use_registry: bool = True
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
-    _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # (title, node) -> newest labels
+    _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # lineage -> newest labels
     _registries: dict[str, Registry] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     warnings: list[str] = field(default_factory=list)
@@ -81,7 +81,7 @@ class Cache:
             for image in sorted(self.engine.images_with_label(keys.KEY_LABEL), key=lambda i: i.get("Created", 0)):
                 labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
                 found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
-                self._by_node[_lineage(labels)] = labels
+                self._by_node[_lineage(labels.get(f"{keys.LABEL_PREFIX}.node", ""), _inputs(labels))] = labels
             self._local = found
         return self._local
 
@@ -112,7 +112,7 @@ class Cache:
         """The inputs of the image this node had last: the newest local image of the node, else the
         image its first tag names in the registry (its labels carry them)."""
         self.local()
-        labels = self._by_node.get(_lineage(keys.content_labels(node)))
+        labels = self._by_node.get(_lineage(node.id, dict(node.inputs)))
         host, repo, tag = split_reference(node.aliases[0] if node.aliases else node.tags[0])  # the newest
         if labels is None and self.use_registry and host not in self._down:
             try:
@@ -122,16 +122,22 @@ class Cache:
                 labels = None
         if not labels or keys.INPUTS_LABEL not in labels:
             return None
-        try:
-            inputs = json.loads(labels[keys.INPUTS_LABEL])
-        except ValueError:
-            return None
-        return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else None
+        return _inputs(labels) or None
 
 
-def _lineage(labels: Mapping[str, str]) -> tuple[str, str]:
-    """Images of the same node (its entry and layer), wherever they were pushed."""
-    return labels.get("org.opencontainers.image.title", ""), labels.get(f"{keys.LABEL_PREFIX}.node", "")
+def _inputs(labels: Mapping[str, str]) -> dict[str, str]:
+    try:
+        inputs = json.loads(labels.get(keys.INPUTS_LABEL, "{}"))
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
+
+
+def _lineage(node_id: str, inputs: Mapping[str, str]) -> tuple[str, str]:
+    """Earlier images of a node: the same node id, built from the same layer folder (the path of its own
+    template), wherever they were pushed (keys and labels name no repository)."""
+    own = sorted(name for name in inputs if name.startswith("template:") and name.endswith("/Dockerfile.j2"))
+    return node_id, own[0] if own else ""
 
 
 def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:

@@ -36,7 +36,7 @@ from .errors import (
 from .interrupts import Interrupts
 from .render import Renderer
 from .report import print_summary, write_reports
-from .smoke_runner import run_smoke
+from .smoke_runner import CHECK_KINDS, run_smoke
 
 
 @dataclass
@@ -484,10 +484,18 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool) -> int:
               show_default=True, help="auto: the NVIDIA toolkit if present, else raw /dev/nvidia* devices, else none.")
 @click.option("--driver-dir", default="/usr/local/nvidia", show_default=True,
               help="With raw devices: the host's driver folder, mounted read-only and put on the library path.")
+@click.option("--only", "only", metavar="KINDS", default="",
+              help=f"Run only these kinds of checks, comma-separated ({', '.join(CHECK_KINDS)}): a diagnostic run; "
+              "its report says `only` and it is never a pass of the whole suite.")
 @click.pass_obj
 def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str,
-          driver_dir: str) -> int:
+          driver_dir: str, only: str) -> int:
     """Run the smoke suite in an existing IMAGE and print its JSON report."""
+    kinds = tuple(k.strip() for k in only.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in CHECK_KINDS]
+    if unknown:
+        raise InputError(f"--only {only!r}: unknown kind {unknown[0]!r}",
+                         hint=did_you_mean(unknown[0], CHECK_KINDS) or f"kinds: {', '.join(CHECK_KINDS)}")
     expected: dict[str, Any] = dict(parse_expect(expect))
     for key, value in list(expected.items()):
         if value.lower() in ("none", "null"):
@@ -495,8 +503,9 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     engine = ctx.engine()
     if engine.image_id(image) is None:
         raise InputError(f"image {image!r} is not present on the engine")
-    report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir)
-    click.echo(json.dumps({"image": image, **report.to_json()}, indent=2))
+    report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir,
+                       only=kinds)
+    click.echo(json.dumps({"image": image, **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
     if not report.passed:
         raise RunFailed("smoke failed: " + "; ".join(report.failures()))
     return 0

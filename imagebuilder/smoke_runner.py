@@ -15,6 +15,7 @@ from .engine import Engine, LineSink
 from .smoke import suite_source
 
 SUITE_PATH = "/opt/imagebuilder-smoke/suite.py"
+CHECK_KINDS = ("versions", "health", "distributed", "fsdp", "throughput", "toolchain", "layers")  # the suite's
 REPORT_PATH = "/opt/imagebuilder-smoke/report.json"  # not under /tmp: that is a tmpfs, gone when the container stops
 
 
@@ -128,7 +129,10 @@ def _report(file_text: bytes, logs: str) -> dict[str, Any]:
 
 def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: float, shm_size: str,
               gpus: str = "auto", driver_dir: str = "/usr/local/nvidia", env: Mapping[str, str] | None = None,
-              commands: list[dict[str, str]] | None = None, sink: LineSink | None = None) -> SmokeReport:
+              commands: list[dict[str, str]] | None = None, sink: LineSink | None = None,
+              only: tuple[str, ...] = ()) -> SmokeReport:
+    """Run the suite in a fresh container of `image`. `only`: just these kinds of checks (a diagnostic run of
+    `imagebuilder smoke`; a build always runs the whole suite)."""
     import docker.types
 
     devices = nvidia_devices()
@@ -142,7 +146,7 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     }
     command = ["sh", "-c", 'exec "$(command -v python || command -v python3)" "$@"', "smoke",
                SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True),
-               "--commands", json.dumps(commands or []), "--report", REPORT_PATH]
+               "--commands", json.dumps(commands or []), "--report", REPORT_PATH, "--only", ",".join(only)]
     result = engine.run(image, command, files={SUITE_PATH: suite_source()}, fetch=(REPORT_PATH,),
                         timeout=timeout, host_config=host_config,
                         env=container_env(os.environ, env or {}, gpu_env), sink=sink)

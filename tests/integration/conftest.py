@@ -327,6 +327,17 @@ class Chain:
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["layer"]: n for n in self.report["nodes"]}
 
+    @property
+    def matrix(self) -> Path:
+        return self.folder / "matrix.yaml"
+
+    def image(self, engine: Engine, layer: str) -> str:
+        """The layer's image on the engine: pulled back by digest if a test removed it (they may)."""
+        node = self.nodes[layer]
+        if engine.image_id(node["image"]) is None:
+            engine.pull(f"{REGISTRY}/itest/{self.repository}@{node['digest']}")
+        return str(node["image"])
+
 
 @pytest.fixture(scope="session")
 def cpu_chain(engine: Engine, registry: str, wheelhouse: Path, base_image: str,

@@ -134,14 +134,17 @@ def test_failing_smoke_check_pushes_nothing_for_that_entry(
 
 
 def test_smoke_command_reports_json(engine: Engine, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
-    node = cpu_chain.nodes["base"]
+    node = {"image": cpu_chain.image(engine, "base")}
     ok = cli("smoke", node["image"], "--expect", "torch=2.13.0", "--expect", "accelerator=cpu",
              "--expect", "cuda=none")
     assert ok.code == 0, ok.text
     assert '"passed": true' in ok.out
-    bad = cli("smoke", node["image"], "--expect", "python=3.12")
+    bad = cli("smoke", node["image"], "--expect", "python=3.12", "--only", "versions")  # a diagnostic run
     assert bad.code == 1
     assert "versions.python: got '3.11', expected '3.12'" in bad.text
+    report_json = json.loads(bad.out)
+    assert report_json["only"] == ["versions"] and {c["name"].split(".")[0] for c in report_json["checks"]} == {
+        "versions"}
     assert engine.managed_containers() == []  # every smoke container was removed
 
 

@@ -94,7 +94,7 @@ def wheelhouse_setting(wheelhouse: Path | None) -> str:
 
 def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "") -> Path:
     """torch 2.6.0 with PyPI's CUDA 12.4 wheels, base layer only."""
-    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra, body=wheelhouse_setting(wheelhouse) + """
+    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra + wheelhouse_setting(wheelhouse), body="""
         matrix:
           torch: ["2.6.0"]
           accelerator: [cu124]
@@ -151,7 +151,7 @@ def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: st
                                                   cli: Callable[..., CliRun]) -> None:
     """The devel flavor of a CUDA 13 entry: nvcc and the CUDA headers from NVIDIA's cuda-toolkit wheels (at the
     version torch pins), gathered under CUDA_HOME; without a GPU the kernel is built and loaded, not run."""
-    matrix = itest_matrix(tmp_path, repository, layers="[base]", body=wheelhouse_setting(cuda_wheelhouse) + """
+    matrix = itest_matrix(tmp_path, repository, layers="[base]", extra=wheelhouse_setting(cuda_wheelhouse), body="""
         torch_extras: []
         matrix:
           torch: ["2.11.0"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from imagebuilder.engine import Engine
 from imagebuilder.registry import Registry
 
-from .conftest import CliRun, cpu_matrix, registry_tags, report, salted_layers
+from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "2.13.0-cpu-py3.11-runtime"
@@ -29,23 +29,29 @@ def planned(cli: Callable[..., CliRun], matrix: Path) -> dict[str, dict[str, str
 
 
 def test_noop_template_change_and_registry_only_cache(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
-    # Layers of this test's own (salted: new keys, so a real first build; the engine's build cache still
-    # serves their RUN steps), so removing their images below touches no other test's images.
-    layers = salted_layers(tmp_path / "layers", ["base", "business", "task"], f"itest {repository}")
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]",
-                        extra="layers_path: [layers]\n")
+        engine: Engine, registry: str, cpu_chain: Chain, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    """On the session's chain (its own layer folder and repository): its first build, a no-op, the registry
+    as the only cache, and a template change. The chain's template is put back at the end."""
+    matrix, repository = cpu_chain.matrix, cpu_chain.repository
+    template = cpu_chain.folder / "layers" / "task" / "Dockerfile.j2"
+    original = template.read_text()
+    try:
+        check_rebuilds(engine, registry, cpu_chain, matrix, repository, template, tmp_path, cli)
+    finally:
+        template.write_text(original)
 
-    # 1. First build: everything builds, is smoke-tested and pushed, with a key tag per node.
-    first = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"))
-    assert first.code == 0, first.text[-3000:]
-    assert statuses(tmp_path / "r1") == {"base": ("built", None, "pushed"), "business": ("built", None, "pushed"),
-                                         "task": ("built", "passed", "pushed")}
-    nodes = {n["layer"]: n for n in report(tmp_path / "r1")["nodes"]}
+
+def check_rebuilds(engine: Engine, registry: str, cpu_chain: Chain, matrix: Path, repository: str, template: Path,
+                   tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    # 1. First build (the chain's): everything builds, is smoke-tested and pushed, with a key tag per node.
+    assert cpu_chain.planned == dict.fromkeys(("base", "business", "task"), "build")
+    assert statuses(cpu_chain.folder / "report") == {"base": ("built", None, "pushed"),
+                                                     "business": ("built", None, "pushed"),
+                                                     "task": ("built", "passed", "pushed")}
+    nodes = cpu_chain.nodes
     assert len({n["key"] for n in nodes.values()}) == 3
-    for n in nodes.values():
-        assert engine.inspect(n["image"])["Config"]["Labels"]["io.imagebuilder.key"] == n["key"]
+    for layer, n in nodes.items():
+        assert engine.inspect(cpu_chain.image(engine, layer))["Config"]["Labels"]["io.imagebuilder.key"] == n["key"]
 
     # 2. Nothing changed: nothing builds, the smoke result is reused, every tag is already current.
     plan = planned(cli, matrix)
@@ -79,13 +85,11 @@ def test_noop_template_change_and_registry_only_cache(
 
     # 4. Only the task template changes: only the task node builds (on business, pulled by its key
     # tag), and the plan says why.
-    template = layers / "task" / "Dockerfile.j2"
-    template.write_text(template.read_text() + "RUN echo changed > /etc/imagebuilder-itest\n")
+    template.write_text(template.read_text() + f"RUN echo {repository} > /etc/imagebuilder-itest\n")
     plan = planned(cli, matrix)
     assert {layer: n["status"] for layer, n in plan.items()} == {"base": "cached", "business": "cached",
                                                                   "task": "build"}
-    assert plan["task"]["reason"] == "template layers/task/Dockerfile.j2 changed" or \
-        plan["task"]["reason"].endswith("/layers/task/Dockerfile.j2 changed"), plan["task"]["reason"]
+    assert plan["task"]["reason"] == f"template {template} changed", plan["task"]["reason"]
     changed = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r4"))
     assert changed.code == 0, changed.text[-3000:]
     assert statuses(tmp_path / "r4") == {"base": ("cached", None, "current"),
@@ -99,15 +103,14 @@ def test_noop_template_change_and_registry_only_cache(
     assert f"cache-{task['key'][:12]}" in registry_tags(registry, f"itest/{repository}", cache=True)
 
 
-def test_resmoke_and_no_cache(engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str,
-                              tmp_path: Path, cli: Callable[..., CliRun]) -> None:
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
-    assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"), "--no-push").code == 0
-    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r2"), "--no-push", "--resmoke")
+def test_resmoke_and_no_cache(engine: Engine, cpu_chain: Chain, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    # The chain's leaf passed its suite when the chain was built; --resmoke runs it again all the same.
+    run = cli("build", "--matrix", str(cpu_chain.matrix), "--report", str(tmp_path / "r2"), "--no-push", "--resmoke")
     assert run.code == 0, run.text[-3000:]
-    assert statuses(tmp_path / "r2") == {"base": ("cached", "passed", "tagged")}  # tested again
-    plan = cli("plan", "--matrix", str(matrix), "--json", "--no-cache")
-    assert [n["status"] for n in json.loads(plan.out)] == ["build"]
+    assert statuses(tmp_path / "r2") == {"base": ("cached", None, "tagged"), "business": ("cached", None, "tagged"),
+                                         "task": ("cached", "passed", "tagged")}  # tested again
+    plan = cli("plan", "--matrix", str(cpu_chain.matrix), "--json", "--no-cache")
+    assert [n["status"] for n in json.loads(plan.out)] == ["build"] * 3
 
 
 def test_an_immutable_tag_is_never_overwritten_and_the_entry_stays_untagged(

@@ -3,6 +3,7 @@ in tests/integration/test_incremental.py)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from imagebuilder import cache as cache_mod
@@ -103,3 +104,37 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     assert Registry.for_host("127.0.0.1:5000").base == "http://127.0.0.1:5000/v2/"
     assert Registry.for_host("reg.example.com").base == "https://reg.example.com/v2/"
     assert "s3cret" not in repr(Registry("reg.example.com", auth=("robot", "s3cret")))
+
+
+@dataclass
+class Listing:
+    """An engine that lists images (id, creation time, labels) and does nothing else."""
+
+    images: list[dict[str, object]]
+
+    def images_with_label(self, label: str) -> list[dict[str, object]]:
+        return self.images
+
+
+def test_the_previous_image_of_a_node_is_the_newest_from_the_same_layer_folder(
+        write_matrix: MatrixWriter, table: CompatTable) -> None:
+    """Keys name no repository, so another layer folder's image of the same node id (another test, another
+    team's copy of the layer) is not this node's history; a newer one from the same folder is."""
+    plan = keys.assign(plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer()),
+                       {"debian:bookworm": "sha256:" + "1" * 64})
+    task = plan.node("2.6.0-cpu-py3.11-runtime/task")
+    own = next(name for name, _ in task.inputs if name.startswith("template:") and name.endswith("/Dockerfile.j2"))
+
+    def image(created: int, template: str, mark: str) -> dict[str, object]:
+        inputs = {template: "0" * 64, "mark": mark}
+        return {"Id": f"sha256:{created:064d}", "Created": created, "Labels": {
+            keys.KEY_LABEL: f"key{created}", f"{keys.LABEL_PREFIX}.node": task.id,
+            keys.INPUTS_LABEL: json.dumps(inputs)}}
+
+    engine = Listing([image(1, own, "older, same folder"), image(2, own, "newest, same folder"),
+                      image(3, "template:/elsewhere/layers/task/Dockerfile.j2", "newest of all, other folder")])
+    cache = cache_mod.Cache(engine, use_registry=False)  # type: ignore[arg-type]
+    previous = cache.previous_inputs(task)
+    assert previous is not None and previous["mark"] == "newest, same folder"
+    assert cache_mod.Cache(Listing([image(3, "template:/elsewhere/x/Dockerfile.j2", "other")]),  # type: ignore[arg-type]
+                           use_registry=False).previous_inputs(task) is None

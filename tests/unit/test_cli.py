@@ -85,6 +85,12 @@ def test_only_that_selects_nothing_is_an_input_error() -> None:
     assert "selects no node" in proc.stderr
 
 
+def test_smoke_only_takes_known_kinds() -> None:
+    proc = run("smoke", "some-image", "--only", "versions,fsdpp", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert proc.returncode == 2
+    assert "unknown kind 'fsdpp'" in proc.stderr and "did you mean 'fsdp'" in proc.stderr
+
+
 def test_bad_expect_flag() -> None:
     proc = run("smoke", "some-image", "--expect", "torch")
     assert proc.returncode == 2

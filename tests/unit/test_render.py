@@ -70,8 +70,11 @@ def test_the_devel_flavor_adds_a_toolchain() -> None:
     plan = default_plan()
     devel = plan.node("2.11.0-cu130-py3.11-devel/base").rendered.dockerfile
     runtime = plan.node("2.11.0-cu130-py3.11-runtime/base").rendered.dockerfile
-    assert "g++ python3-dev build-essential ninja-build" in devel
+    assert "install -y --no-install-recommends build-essential ninja-build git" in devel
     assert "build-essential" not in runtime
+    # devel builds on the runtime steps: the runtime Dockerfile, up to the torch install, is devel's start
+    shared = runtime[:runtime.index("pip freeze")]
+    assert devel.startswith(shared) and devel.index("build-essential") > devel.index("pip freeze")
     # CUDA devel: nvcc and headers of the very toolkit torch pins, from NVIDIA's wheels, under CUDA_HOME
     assert "'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2'" in devel  # quoted: a shell must not glob it
     assert "RUN python3 /opt/imagebuilder/cuda_home.py 13.0 /usr/local/cuda" in devel
