@@ -41,6 +41,7 @@ def run_ci(log: Path, junit: Path) -> tuple[int, dict[str, float]]:
         assert proc.stdout is not None
         for line in proc.stdout:
             out.write(line)
+            out.flush()
             if "lint" not in marks and "ruff check" in line:
                 marks["lint"] = time.monotonic()
             elif "pytest" not in marks and " -m pytest tests" in line:

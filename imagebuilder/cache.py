@@ -78,7 +78,8 @@ class Cache:
     def local(self) -> dict[str, tuple[str, dict[str, str]]]:
         if self._local is None:
             found: dict[str, tuple[str, dict[str, str]]] = {}
-            for image in sorted(self.engine.images_with_label(keys.KEY_LABEL), key=lambda i: i.get("Created", 0)):
+            for image in sorted(node_images(self.engine.images_with_label(keys.KEY_LABEL, every=True)),
+                                key=lambda i: i.get("Created", 0)):
                 labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
                 found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
                 self._by_node[_lineage(labels.get(f"{keys.LABEL_PREFIX}.node", ""), _inputs(labels))] = labels
@@ -123,6 +124,16 @@ class Cache:
         if not labels or keys.INPUTS_LABEL not in labels:
             return None
         return _inputs(labels) or None
+
+
+def node_images(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The images that are a node's image, out of every local image carrying a key label. A node's image
+    ends with the LABEL step that sets its key; the steps of a child built on it inherit that label until
+    the child's own LABEL step, so they carry the parent's key too: an image is a node's image when its
+    parent's key is another (or it has no parent here, as a pulled image). Untagged images that have
+    children count too: `docker images` hides them, and a node's image is still there to reuse."""
+    key_of = {str(i["Id"]): (i.get("Labels") or {}).get(keys.KEY_LABEL) for i in images}
+    return [i for i in images if key_of.get(str(i.get("ParentId") or "")) != key_of[str(i["Id"])]]
 
 
 def _inputs(labels: Mapping[str, str]) -> dict[str, str]:

@@ -104,10 +104,11 @@ class Engine:
                 return None
             raise EngineError(f"inspecting {ref}: {_short(exc)}") from None
 
-    def images_with_label(self, label: str) -> list[dict[str, Any]]:
-        """Local images that carry a label (any value), with their labels and creation times."""
+    def images_with_label(self, label: str, *, every: bool = False) -> list[dict[str, Any]]:
+        """Local images that carry a label (any value), with their labels, creation times and parents.
+        `every`: also the images `docker images` hides (untagged ones that have children, build steps)."""
         try:
-            return [dict(i) for i in self.api.images(filters={"label": label})]
+            return [dict(i) for i in self.api.images(filters={"label": label}, all=every)]
         except docker.errors.APIError as exc:
             raise EngineError(f"listing images: {_short(exc)}") from None
 

@@ -51,7 +51,7 @@ def _download_running() -> bool:
 def _remove_cuda_images(engine: Engine) -> Iterator[None]:
     """The CUDA images are several GB each and nothing after this module builds on them: remove them."""
     yield
-    for image in engine.images_with_label("io.imagebuilder.version.cuda"):
+    for image in engine.images_with_label("io.imagebuilder.version.cuda", every=True):
         engine.remove_image(image["Id"])
 
 

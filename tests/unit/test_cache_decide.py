@@ -112,7 +112,7 @@ class Listing:
 
     images: list[dict[str, object]]
 
-    def images_with_label(self, label: str) -> list[dict[str, object]]:
+    def images_with_label(self, label: str, *, every: bool = False) -> list[dict[str, object]]:
         return self.images
 
 
@@ -138,3 +138,16 @@ def test_the_previous_image_of_a_node_is_the_newest_from_the_same_layer_folder(
     assert previous is not None and previous["mark"] == "newest, same folder"
     assert cache_mod.Cache(Listing([image(3, "template:/elsewhere/x/Dockerfile.j2", "other")]),  # type: ignore[arg-type]
                            use_registry=False).previous_inputs(task) is None
+
+
+def test_a_nodes_image_is_where_its_key_label_starts() -> None:
+    """base's image, business's build steps (they inherit base's key label) and business's image: only the
+    two LABEL steps are node images, hidden (untagged, with children) or not; a pulled image has no parent."""
+    def image(iid: str, parent: str, key: str | None) -> dict[str, object]:
+        return {"Id": iid, "ParentId": parent, "Labels": {keys.KEY_LABEL: key} if key else {}}
+
+    images = [image("base-step", "", None), image("base", "base-step", "kb"),
+              image("business-step-1", "base", "kb"), image("business-step-2", "business-step-1", "kb"),
+              image("business", "business-step-2", "kn"), image("pulled", "", "kp")]
+    labelled = [i for i in images if i["Labels"]]
+    assert [i["Id"] for i in cache_mod.node_images(labelled)] == ["base", "business", "pulled"]
