@@ -22,6 +22,7 @@ from .conftest import (
     registry_tags,
     report,
     running_containers,
+    salted_layers,
     wait_until,
 )
 
@@ -257,7 +258,10 @@ def test_ctrl_c_during_smoke_removes_the_container(
 def test_an_unreachable_registry_is_retried_then_fails_cleanly(
         engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
+    # A base layer of this test's own (salted: a key no image has yet), so the cache lookup has to ask the
+    # registry; the engine's build cache still serves its steps.
+    salted_layers(tmp_path / "layers", ["base"], f"itest {repository}")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]", extra="layers_path: [layers]\n")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
               "--registry", "127.0.0.1:5999/itest")  # nothing listens there
     assert run.code == 1
