@@ -8,14 +8,17 @@ from pathlib import Path
 from imagebuilder.engine import Engine
 from imagebuilder.registry import Registry
 
-from .conftest import CliRun, cpu_matrix, registry_tags, report
+from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
 
 
 def test_promote_moves_tags_by_digest_without_a_build(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
+    # The session chain's base and business layers (cached: nothing builds; the registry mounts their blobs
+    # into this test's repository), published under nightly aliases.
+    layers = cpu_chain.folder / "layers"
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]",
-                        extra='aliases: ["nightly-{entry}-{layer}"]\n')
+                        extra=f'layers_path: [{layers}]\naliases: ["nightly-{{entry}}-{{layer}}"]\n')
     built = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke")
     assert built.code == 0, built.text[-3000:]
     digests = {n["layer"]: n["digest"] for n in report(tmp_path / "r")["nodes"]}
