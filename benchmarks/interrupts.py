@@ -72,6 +72,25 @@ def main() -> int:
     loader = threading.Thread(target=keep_loading, args=(load_matrix(folder), stop, builds), daemon=True)
     loader.start()
     runs: list[dict[str, Any]] = []
+
+    def write(done: bool) -> dict[str, Any]:
+        """The results so far (after every run, so that a run cut short still leaves its evidence)."""
+        result = {
+            "command": "python benchmarks/interrupts.py" + (f" --runs {args.runs}" if args.runs != 20 else ""),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip(),
+            "load": "imagebuilder build --no-cache of the CPU base layer, restarted whenever it ended",
+            "load_builds_seconds": list(builds),
+            "runs_asked": args.runs,
+            "finished": done,
+            "runs": runs,
+            "all_green": bool(runs) and all(r["exit"] == 0 for r in runs),
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        return result
+
     try:
         for i in range(args.runs):
             start = time.monotonic()
@@ -84,21 +103,11 @@ def main() -> int:
             print(json.dumps(runs[-1]), flush=True)
             if proc.returncode != 0:
                 (folder / f"run{i + 1}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+            write(done=False)
     finally:
         stop.set()
         loader.join(120)
-    result = {
-        "command": "python benchmarks/interrupts.py" + (f" --runs {args.runs}" if args.runs != 20 else ""),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.strip(),
-        "load": "imagebuilder build --no-cache of the CPU base layer, restarted whenever it ended",
-        "load_builds_seconds": builds,
-        "runs": runs,
-        "all_green": all(r["exit"] == 0 for r in runs),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result = write(done=True)
     print(f"{sum(r['exit'] == 0 for r in runs)}/{len(runs)} runs green; logs of failures in {folder}")
     return 0 if result["all_green"] else 1
 

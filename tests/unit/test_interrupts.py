@@ -110,3 +110,38 @@ def test_after_the_exit_code_is_decided_a_signal_ends_the_process_with_its_own_c
     with pytest.raises(KeyboardInterrupt):
         interrupted.handle(signal.SIGINT, None)
     assert interrupted.finish(0) == 130  # a command that "succeeded" after a signal still exits 130
+
+
+class RecordingApi:
+    """The few docker-py calls Engine.container makes, recorded."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.removed: list[str] = []
+
+    def create_host_config(self, **options: object) -> dict[str, object]:
+        return dict(options)
+
+    def create_container(self, image: str, command: list[str], **options: object) -> dict[str, str]:
+        self.created.append(f"c{len(self.created)}")
+        return {"Id": self.created[-1]}
+
+    def remove_container(self, cid: str, **options: object) -> None:
+        self.removed.append(cid)
+
+
+def test_once_closed_no_clone_of_an_engine_starts_a_container() -> None:
+    """The run's clean-up closes the engine: a worker thread that was about to start a smoke container when
+    the signal came cannot leave one behind (clones share the record of what was started)."""
+    from imagebuilder.engine import Engine
+    from imagebuilder.errors import EngineError
+
+    api = RecordingApi()
+    engine = Engine(api)
+    worker = Engine(api, containers=engine.containers)  # what clone() gives a worker thread
+    with worker.container("img", ["true"]) as running:
+        assert engine.close_containers() == 1  # removes what the worker started
+        assert api.removed == [running]
+        with pytest.raises(EngineError, match="stopping"), worker.container("img", ["true"]):
+            pass
+    assert api.created == [running]
