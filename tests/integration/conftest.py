@@ -107,6 +107,18 @@ class Processes:
         self.started.append(proc)
         return proc
 
+    def interrupt(self, proc: subprocess.Popen[str], started: Callable[[], Any], what: str, *, wait: float,
+                  signum: int = signal.SIGINT, stop_within: float = 120) -> str:
+        """Once `started()` holds (the moment to hit), send `signum` to the still running `proc`; it must stop
+        within `stop_within` s with 128 + signum and no traceback. Its stderr."""
+        wait_until(lambda: started() or proc.poll() is not None, what, wait)
+        assert proc.poll() is None, (proc.communicate(), self.output(proc)[-3000:])
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=stop_within)
+        assert proc.returncode == 128 + signum, err[-2000:]
+        assert "Traceback" not in err
+        return str(err)
+
     def kill_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,6 @@ from .conftest import (
     report,
     running_containers,
     salted_layers,
-    wait_until,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,12 +244,9 @@ def test_ctrl_c_during_smoke_removes_the_container(
     assert cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke").code == 0
     (node,) = report(tmp_path / "r")["nodes"]
     proc = processes.start("smoke", node["image"], ignore_sigint=parent == "sigint-ignored")
-    wait_until(lambda: running_containers(engine) or proc.poll() is not None, "the smoke container to run", 120)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
+    err = processes.interrupt(proc, lambda: running_containers(engine), "the smoke container to run", wait=120,
+                              stop_within=60)
+    assert "interrupted" in err
     assert engine.managed_containers() == []
 
 
@@ -284,12 +279,8 @@ def test_ctrl_c_during_a_parallel_build_removes_its_containers(
     proc = processes.start("build", "--matrix", str(matrix), "--jobs", "2", "--no-push", "--report",
                            str(tmp_path / "r"), env={"IMAGEBUILDER_CACHE_DIR": str(tmp_path / "cache")},
                            ignore_sigint=parent == "sigint-ignored")
-    wait_until(lambda: running_containers(engine) or proc.poll() is not None, "the smoke container to run", 600)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert "Traceback" not in err
+    processes.interrupt(proc, lambda: running_containers(engine), "the smoke container to run", wait=600,
+                        stop_within=60)
     assert engine.managed_containers() == []
     data = report(tmp_path / "r")
     assert data["interrupted"] is True
