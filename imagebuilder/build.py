@@ -27,17 +27,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from . import keys, redact, schedule
+from . import keys, passes, redact, schedule
 from . import tags as tagging
-from .cache import Cache, Hit, SmokeCache, cache_ref, smoke_ref
+from .cache import Cache, Hit, cache_ref
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
+from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import split_reference
 from .render import Renderer, wheelhouse_port, with_labels
 from .report import Result, Status
-from .smoke_runner import run_smoke
+from .smoke_runner import blocking_skips, run_smoke
 
 LABEL_PREFIX = keys.LABEL_PREFIX
 RUN_LABEL = f"{LABEL_PREFIX}.run"
@@ -56,6 +57,7 @@ class BuildOptions:
     quiet: bool = False
     no_cache: bool = False
     allow_untested_gpu: bool = False
+    allow_untested: bool = False  # publish what has no pass record (loud; recorded beside each digest)
     jobs: int = 1
     fail_fast: bool = False
     resmoke: bool = False
@@ -82,6 +84,8 @@ def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, 
     expect["user"] = {"uid": user["uid"], "gid": user["gid"], "home": user["home"]}
     expect.update(driver_floor=entry.driver_floor, throughput_floor=entry.smoke.throughput_floor,
                   cpu_gflops_floor=entry.smoke.cpu_gflops_floor)
+    if entry.smoke.gpu_floors:
+        expect["gpu_floors"] = [[name, floor] for name, floor in entry.smoke.gpu_floors]
     if any(name.startswith("nvidia-cudnn") for name, _ in entry.overrides):
         expect["cudnn_override"] = True  # the loaded cuDNN is meant to differ from torch's build
     expect.update(dict(extra))
@@ -206,7 +210,9 @@ class Builder:
     _pull_locks: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _display: _Display | None = None
-    smoke_keys: dict[str, str] = field(default_factory=dict)
+    spec_keys: dict[str, str] = field(default_factory=dict)  # node id -> what its pass is a pass of
+    passes: dict[str, PassRecord] = field(default_factory=dict)  # leaf id -> its pass (found or made), not yet bound
+    tested_manifests: dict[str, str] = field(default_factory=dict)  # node id -> the manifest whose record passed
     secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
     signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -479,32 +485,69 @@ class Builder:
     def smoke_spec(self, node: Node) -> dict[str, Any]:
         s = node.entry.smoke
         return {"expect": expectations(node.entry, self.options.expect), "gpus": s.gpus, "driver_dir": s.driver_dir,
-                "shm_size": s.shm_size, "env": dict(s.env), "commands": self.layer_checks(node)}
+                "shm_size": s.shm_size, "env": dict(s.env), "commands": self.layer_checks(node),
+                "allow_skip": list(s.allow_skip)}
+
+    def spec_key(self, node: Node) -> str:
+        """What a pass of this node is a pass of (suite, expectations, settings, inherited layer checks)."""
+        with self._lock:
+            if node.id not in self.spec_keys:
+                self.spec_keys[node.id] = passes.spec_key(self.smoke_spec(node))
+            return self.spec_keys[node.id]
+
+    def registry_passes(self, node: Node) -> tuple[RegistryPasses, str, str]:
+        """The pass records of the node's repository: (store, host, repository path)."""
+        assert self.cache is not None
+        host, repo, _ = split_reference(cache_ref(node))
+        return RegistryPasses(self.cache.registry(host)), host, repo
+
+    def find_pass(self, node: Node, key: str) -> tuple[PassRecord, str] | None:
+        """A pass of this suite for the node's very image: in the local mirror by image ID, else in the
+        registry beside the image its key tag names (when that is this image, or the image is not here:
+        then it is what this run would publish, and is never pulled)."""
+        assert self.cache is not None
+        image = self.images.get(node.id)
+        if image is not None:
+            local = LocalPasses(self.options.cache_dir).get(image, key)
+            if local is not None:
+                return local, f"local mirror {self.options.cache_dir}"
+        if not self.cache.use_registry:
+            return None
+        try:
+            manifest = self.cache.digest(cache_ref(node))
+            if manifest is None:
+                return None
+            store, host, repo = self.registry_passes(node)
+            config = store.config_digest(repo, manifest)
+            if config is None or (image is not None and config != image):
+                return None  # the key tag names another image than this one: its passes are not ours
+            record = store.find(repo, manifest, key, config)
+        except ImageBuilderError:
+            return None
+        if record is None:
+            return None
+        self.tested_manifests[node.id] = manifest
+        return record, f"registry {host}/{repo}:{passes.record_tag(manifest, key)}"
 
     def smoke_node(self, node: Node) -> bool:
         result = self.results[node.id]
         if result.build not in (Status.BUILT, Status.CACHED):
             return True  # the build already failed and said so
+        spec = self.smoke_spec(node)
+        key = self.spec_key(node)
+        found = None if self.options.resmoke else self.find_pass(node, key)
+        if found is not None:
+            record, where = found
+            result.smoke = Status.CACHED
+            result.smoke_report = dict(record.report) if record.report else None
+            result.gpu_verified = bool(record.gpu.get("verified")) if node.entry.cuda else None
+            result.pass_record = where
+            self.passes[node.id] = record
+            self.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(record.date)} ({escape(where)}); "
+                     "--resmoke runs it again[/]")
+            return True
         if not self.options.smoke:
             result.smoke = Status.SKIPPED
-            return True
-        assert self.cache is not None
-        smoke_cache = SmokeCache(self.options.cache_dir)
-        spec = self.smoke_spec(node)
-        smoke_key = SmokeCache.key(node.key, spec)
-        self.smoke_keys[node.id] = smoke_key
-        # A pass is reused only for an image that was itself reused: an image built in this run is new
-        # (apt and pip may have resolved differently since), so it is tested.
-        reuse = result.build == Status.CACHED and not self.options.resmoke
-        record = smoke_cache.get(smoke_key) if reuse else None
-        if reuse and record is None:
-            record = self.registry_smoke_record(node, smoke_key)
-        if record is not None:
-            result.smoke = Status.CACHED
-            result.smoke_report = record.get("report")
-            result.gpu_verified = record.get("gpu_verified")
-            self.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(str(record.get('date')))} with this key "
-                     "(--resmoke runs it again)[/]")
             return True
         step = f"smoke {node.id}"
         start = time.monotonic()
@@ -542,9 +585,12 @@ class Builder:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
             why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
             self.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
-        if not report.passed:
+        skipped = blocking_skips(report.checks, gpu_run=report.gpu_verified, allow=node.entry.smoke.allow_skip)
+        if not report.passed or skipped:
             result.smoke = Status.FAILED
-            result.error = "; ".join(report.failures())[:300] or "smoke failed"
+            result.error = ("; ".join(report.failures())[:300] or "smoke failed") if not report.passed else (
+                "a skip is not a pass on a GPU run: " + "; ".join(skipped)[:300]
+                + " (fix it, or name the check in smoke.allow_skip)")
             result.log_tail = report.log_tail
             self.show_log(result)
             return False
@@ -554,23 +600,13 @@ class Builder:
             self.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
         else:
             result.gpu_verified = report.gpu_verified if node.entry.cuda else None
-        smoke_cache.put(smoke_key, {"passed": True, "node": node.id, "key": node.key, "image": image,
-                                    "gpu_verified": result.gpu_verified, "report": result.smoke_report,
-                                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+        record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
+                            expect=spec["expect"], gpu=passes.gpu_facts(result.smoke_report, bool(node.entry.cuda)),
+                            date=passes.now(), suite=passes.suite_hash(), report=result.smoke_report)
+        self.passes[node.id] = record
+        LocalPasses(self.options.cache_dir).put(record)
+        result.pass_record = "this run"
         return True
-
-    def registry_smoke_record(self, node: Node, smoke_key: str) -> dict[str, Any] | None:
-        """A pass recorded in the registry by another machine: the smoke tag names the leaf's key tag's manifest."""
-        assert self.cache is not None
-        if not self.cache.use_registry:
-            return None
-        try:
-            digest = self.cache.digest(cache_ref(node))
-            passed = digest is not None and self.cache.digest(smoke_ref(node, smoke_key)) == digest
-        except ImageBuilderError:
-            return None
-        return {"passed": True, "date": f"an earlier run (registry tag {keys.smoke_tag(smoke_key)})",
-                "gpu_verified": None, "report": None} if passed else None
 
     def layer_checks(self, node: Node) -> list[dict[str, str]]:
         """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
@@ -579,6 +615,9 @@ class Builder:
 
     # -- publish -----------------------------------------------------------------------------------------
     def run_publish(self, entry: Entry, nodes: list[Node]) -> bool:
+        """The publishing rule: an entry's public tags are applied only when every node built and every leaf
+        has a pass (run now, or found by its image's digest). Untested entries (--no-smoke and no pass found)
+        are staged: pushed under their key tags only, unless --allow-untested says otherwise, loudly."""
         results = [self.results[n.id] for n in nodes]
         entry_ok = all(r.build in (Status.BUILT, Status.CACHED) for r in results) and all(
             r.smoke in (Status.PASSED, Status.SKIPPED, Status.CACHED) for r in results if r.leaf)
@@ -588,8 +627,15 @@ class Builder:
                     r.publish = Status.HELD
             self.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or pushed[/]")
             return False
-        untested = [r for r in results if r.gpu_verified is False]
-        if untested and self.options.push and not self.options.allow_untested_gpu:
+        untested = [r.node for r in results if r.leaf and r.smoke == Status.SKIPPED]
+        if untested and not self.options.allow_untested:
+            return self.stage(nodes, f"untested: {untested[0]} has no pass (--no-smoke), so no public tag "
+                                     "(--allow-untested publishes anyway)")
+        if untested:
+            self.say(f"[bold yellow]! {escape(entry.id)}: publishing UNTESTED images (--allow-untested): "
+                     f"{escape(', '.join(untested))}; recorded in report.json and beside each digest[/]")
+        unverified = [r for r in results if r.gpu_verified is False]
+        if unverified and self.options.push and not self.options.allow_untested_gpu:
             for r in results:
                 r.publish = Status.HELD
                 r.error = "not GPU-verified: no GPU on this host (--allow-untested-gpu pushes anyway)"
@@ -599,7 +645,29 @@ class Builder:
         if not self.options.push:
             tagged = [self.tag_locally(node) for node in nodes]  # every node, even after one fails
             return all(tagged)
-        return self.publish_entry(nodes)
+        return self.publish_entry(nodes, untested=bool(untested))
+
+    def stage(self, nodes: list[Node], why: str) -> bool:
+        """Push each node under its key tag only (no public tag): what a later verify or publish step, or
+        another machine, starts from. Without --push nothing leaves the engine and nothing is tagged."""
+        ok = True
+        for node in nodes:
+            result = self.results[node.id]
+            start = time.monotonic()
+            try:
+                if self.options.push:
+                    result.digest = self.push_key_tag(node, self.worker_engine())
+                    self.say(f"[cyan]● staged {escape(cache_ref(node))}@{result.digest}[/] [dim]({escape(why)})[/]")
+                result.publish = Status.STAGED
+                result.error = result.error or why
+            except ImageBuilderError as exc:
+                ok = False
+                result.publish = Status.FAILED
+                result.error = exc.message
+                self.say(f"[bold red]✗ stage {escape(node.id)}: {escape(exc.message)}[/]")
+            finally:
+                result.durations["publish"] = time.monotonic() - start
+        return ok
 
     def tag_locally(self, node: Node) -> bool:
         result = self.results[node.id]
@@ -615,11 +683,12 @@ class Builder:
         result.publish = Status.TAGGED
         return True
 
-    def publish_entry(self, nodes: list[Node]) -> bool:
-        """All or nothing per entry. First every image goes to the registry under its key tag (pushed once,
-        verified by digest) and every immutable tag is checked: one that already names another digest is
-        never overwritten. Only when all of that held are the tags pointed at the digests (manifest copies
-        inside the registry; a tag already there is left alone); the local tags follow."""
+    def publish_entry(self, nodes: list[Node], *, untested: bool = False) -> bool:
+        """All or nothing per entry. First every image goes to the registry under its key tag (the image this
+        run tested, compared by digest), every node's pass record is bound to that digest in the registry
+        (written beside it when this run holds the pass) and every immutable tag is checked: one that already
+        names another digest is never overwritten. Only when all of that held are the tags pointed at the
+        digests (manifest copies inside the registry; a tag already there is left alone); local tags follow."""
         engine = self.worker_engine()
         starts = {n.id: time.monotonic() for n in nodes}
         digests: dict[str, str] = {}
@@ -627,6 +696,12 @@ class Builder:
         for node in nodes:
             try:
                 digests[node.id] = self.push_key_tag(node, engine)
+            except ImageBuilderError as exc:
+                failure = (node, exc.message)
+                break
+        for node in nodes if failure is None else []:
+            try:
+                self.bind_pass(node, nodes, digests, untested=untested)
                 for ref in node.tags:
                     held = self.registry_digest(ref)
                     if held is not None and held != digests[node.id]:
@@ -657,9 +732,6 @@ class Builder:
                 if node.id in self.images:
                     for ref in node.tags:
                         engine.tag(self.images[node.id], ref)
-                if node.id in self.smoke_keys and result.smoke in (Status.PASSED, Status.CACHED) \
-                        and result.gpu_verified is not False:  # record the pass for other machines
-                    self.point_tag(node, smoke_ref(node, self.smoke_keys[node.id]), digests[node.id])
                 result.tags = list(node.tags)
                 result.digest = digests[node.id]
                 result.publish = Status.PUSHED if moved else Status.CURRENT
@@ -674,6 +746,64 @@ class Builder:
             finally:
                 result.durations["publish"] = time.monotonic() - starts[node.id]
         return ok
+
+    def bind_pass(self, node: Node, nodes: list[Node], digests: Mapping[str, str], *, untested: bool) -> None:
+        """The gate before any public tag: the node's digest must have a pass record for this suite and these
+        expectations in the registry. One already there is used; else this run's pass is written beside the
+        digest when the digest's image is the one that passed (leaves), or that a passing leaf was built on
+        (ancestors). With --allow-untested an `untested` record is written instead. Otherwise: refused."""
+        result = self.results[node.id]
+        key = self.spec_key(node)
+        store, host, repo = self.registry_passes(node)
+        digest = digests[node.id]
+        config = store.config_digest(repo, digest)
+        if config is None:
+            raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
+                              "pass to")
+        found = store.find(repo, digest, key, config)
+        if found is not None:
+            result.pass_record = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
+            return
+        record = self.pass_for(node, nodes, digests, config)
+        if record is None and untested and self.options.allow_untested:
+            spec = self.smoke_spec(node)
+            tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,
+                                             entry=node.entry.id, expect=spec["expect"], date=passes.now(),
+                                             suite=passes.suite_hash(), allowed_by="--allow-untested")
+                            .at(digest, f"{host}/{repo}"))
+            result.pass_record = f"UNTESTED, published by --allow-untested: registry {host}/{repo}:{tag}"
+            result.untested = True
+            return
+        if record is None:
+            tested = self.passes.get(node.id)
+            why = (f"this run tested image {tested.config}, and the registry's {digest} is image {config}"
+                   if tested is not None else "and this run holds no pass for it")
+            raise EngineError(f"{host}/{repo}@{digest} has no pass record for this suite and these expectations "
+                              f"({why}): no public tag is pointed at it")
+        tag = store.put(repo, record.at(digest, f"{host}/{repo}"))
+        if store.find(repo, digest, key, config) is None:
+            raise EngineError(f"the pass record {host}/{repo}:{tag} did not read back: not published")
+        result.pass_record = f"registry {host}/{repo}:{tag} (written by this run)"
+
+    def pass_for(self, node: Node, nodes: list[Node], digests: Mapping[str, str], config: str) -> PassRecord | None:
+        """The pass this run holds for the image `config`: the leaf's own, or for an ancestor, one `via` a
+        leaf whose passing image was built on this very image in this run."""
+        own = self.passes.get(node.id)
+        if node.leaf:
+            return own if own is not None and own.config == config else None
+        if self.images.get(node.id) not in (None, config):
+            return None
+        for leaf in nodes:
+            record = self.passes.get(leaf.id)
+            if not leaf.leaf or record is None or node not in self.plan.ancestors(leaf):
+                continue
+            spec = self.smoke_spec(node)
+            return PassRecord(passes.PASSED, config=config, spec=self.spec_key(node), node=node.id,
+                              entry=node.entry.id, expect=spec["expect"], gpu=record.gpu, date=passes.now(),
+                              suite=passes.suite_hash(),
+                              via={"node": leaf.id, "manifest": digests[leaf.id], "config": record.config,
+                                   "record": passes.record_tag(digests[leaf.id], record.spec)})
+        return None
 
     def move_aliases(self) -> bool:
         """After every entry: each alias moves to the last node it covers (in matrix order), and only when
@@ -711,16 +841,34 @@ class Builder:
         return self.cache.digest(ref)
 
     def push_key_tag(self, node: Node, engine: Engine) -> str:
+        """The node's manifest digest under its key tag, for the image this run holds: pushed when the key tag
+        is missing or names another image (keys do not name content: the key tag moves to the image that was
+        tested, and both digests are said). A node this run never pulled is what its key tag named when it
+        was looked up (the manifest its pass was found beside, if any)."""
         ref = cache_ref(node)
-        digest = self.registry_digest(ref)
-        if digest is not None:
-            return digest
-        engine.tag(self.local_image(node), ref)
+        image = self.images.get(node.id)
+        held = self.registry_digest(ref)
+        if image is None:
+            known = self.tested_manifests.get(node.id) or held
+            if known is None:
+                raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
+            return known
+        store, _, repo = self.registry_passes(node)
+        if held is not None:
+            config = store.config_digest(repo, held)
+            if config == image:
+                return held
+            self.say(f"[yellow]  {escape(ref)} names {held} (image {config}), not the image this run holds "
+                     f"({image}): pushing this run's image over it[/]")
+        engine.tag(image, ref)
         self.say(f"[bold]▶ push {escape(ref)}[/]")
         digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"), auth=self.auth(ref))
         held = self.registry_digest(ref)
         if held != digest:
             raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
+        config = store.config_digest(repo, digest)
+        if config != image:
+            raise EngineError(f"push {ref}: {digest} is image {config}, not this run's {image}")
         return digest
 
     def point_tag(self, node: Node, ref: str, digest: str) -> int:
@@ -751,9 +899,11 @@ def signing_status(push: bool, env: Mapping[str, str]) -> dict[str, str]:
     return {"tool": "cosign", "status": "on", "key": env["IMAGEBUILDER_COSIGN_KEY"]}
 
 
-def run_meta(matrix_file: Path, *, interrupted: bool = False, signing: Mapping[str, str] | None = None) \
-        -> dict[str, Any]:
+def run_meta(matrix_file: Path, *, interrupted: bool = False, signing: Mapping[str, str] | None = None,
+             options: BuildOptions | None = None) -> dict[str, Any]:
     return {
+        "allow_untested": bool(options and options.allow_untested),
+        "smoke": bool(options.smoke) if options else True,
         "tool": "imagebuilder",
         "matrix": str(matrix_file),
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

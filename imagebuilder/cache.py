@@ -3,14 +3,12 @@
 A node is `cached` when an image carrying its key is on the engine (found by its
 `io.imagebuilder.key` label) or in the registry under `<repo>:cache-<key12>` (a manifest HEAD; the
 image is pulled later, and only if a child must build on it or its smoke suite must run). A node
-whose parent builds builds too. Smoke results are cached by a key over the leaf's key, the suite and
-everything the suite is told, in a folder of small JSON files.
+whose parent builds builds too. Passes are not found by key but by image digest (`passes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import threading
@@ -25,7 +23,6 @@ from .engine import Engine
 from .errors import EngineError
 from .plan import Node, Plan
 from .registry import Registry, split_reference
-from .smoke import suite_source
 
 
 def default_dir() -> Path:
@@ -42,11 +39,6 @@ class Hit:
 def cache_ref(node: Node) -> str:
     """The node's key tag in its registry."""
     return tagging.reference(node.entry.registry, node.entry.repository, keys.cache_tag(node.key))
-
-
-def smoke_ref(node: Node, smoke_key: str) -> str:
-    """The tag that records a passed smoke suite, beside the leaf's key tag."""
-    return tagging.reference(node.entry.registry, node.entry.repository, keys.smoke_tag(smoke_key))
 
 
 @dataclass
@@ -186,31 +178,3 @@ def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> tuple[Plan, di
                 status, why = "build", keys.reason(node, cache.previous_inputs(node), None)
         decided[node.id] = dataclasses.replace(node, status=status, reason=why)
     return plan.with_nodes([decided[n.id] for n in plan.nodes]), hits
-
-
-@dataclass(frozen=True)
-class SmokeCache:
-    """Passed smoke reports, one JSON file per smoke key."""
-
-    folder: Path
-
-    @staticmethod
-    def key(leaf_key: str, spec: Mapping[str, Any]) -> str:
-        payload = json.dumps({"leaf": leaf_key, "suite": hashlib.sha256(suite_source()).hexdigest(), **spec},
-                             sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()
-
-    def get(self, smoke_key: str) -> dict[str, Any] | None:
-        path = self.folder / "smoke" / f"{smoke_key}.json"
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) and record.get("passed") is True else None
-
-    def put(self, smoke_key: str, record: Mapping[str, Any]) -> None:
-        path = self.folder / "smoke" / f"{smoke_key}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(dict(record), indent=1, default=str), encoding="utf-8")
-        tmp.replace(path)

@@ -394,6 +394,9 @@ def check_floors(expected: tuple[tuple[str, str], ...], the_plan: plan_mod.Plan)
 @click.option("--quiet", is_flag=True, help="No live build log; summary only.")
 @click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 @click.option("--allow-untested-gpu", is_flag=True, help="Push CUDA images even when no GPU was there to test them.")
+@click.option("--allow-untested", is_flag=True, help="Publish tags for images without a pass record (e.g. with "
+              "--no-smoke). Loud: each such node says `untested` in report.json and an `untested` record is "
+              "written beside its digest.")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Build up to N independent nodes at once (smoke suites still run one at a time).")
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure (default: keep going; "
@@ -405,14 +408,15 @@ def check_floors(expected: tuple[tuple[str, str], ...], the_plan: plan_mod.Plan)
 @click.pass_obj
 def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
           smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool,
-          allow_untested_gpu: bool, jobs: int, fail_fast: bool, resmoke: bool, logs: str) -> int:
+          allow_untested_gpu: bool, allow_untested: bool, jobs: int, fail_fast: bool, resmoke: bool, logs: str) -> int:
     """Render, build what is not cached, smoke-test, tag and push the matrix."""
     expected = parse_expect(expect)
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     check_floors(expected, the_plan)
     engine = ctx.engine()
     options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
-                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu, jobs=jobs,
+                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu,
+                           allow_untested=allow_untested, jobs=jobs,
                            fail_fast=fail_fast, resmoke=resmoke, logs=logs, cache_dir=ctx.cache_dir)
     targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
@@ -432,9 +436,10 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
         results = builder.run()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what finished, in the reports too, then stop
         results = builder.interrupted()
-        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True, signing=builder.signing))
+        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True, signing=builder.signing,
+                                                         options=options))
         raise
-    written = write_reports(results, report_dir, run_meta(matrix_file, signing=builder.signing))
+    written = write_reports(results, report_dir, run_meta(matrix_file, signing=builder.signing, options=options))
     print_summary(ctx.out, results)
     ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
     if not all(r.ok for r in results):
@@ -450,13 +455,16 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
                    "e.g. 'stable-{match}'; or a whole reference in the same registry, e.g. "
                    "127.0.0.1:5000/ml/pytorch-stable:{tag}.")
 @click.option("--dry-run", is_flag=True, help="Say what would move; change nothing.")
+@click.option("--allow-untested", is_flag=True, help="Move tags whose digest has no pass record of the current "
+              "suite. Loud: an `untested` record is written beside each such digest in the target.")
 @click.pass_obj
-def promote(ctx: Context, pattern: str, template: str, dry_run: bool) -> int:
-    """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable)."""
+def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_untested: bool) -> int:
+    """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable).
+    Only digests with a pass record of the current suite move, unless --allow-untested."""
     from . import promote as promote_mod
     from .registry import Registry, split_reference
 
-    host = split_reference(pattern)[0]
+    host, source_repo, _ = split_reference(pattern)
     insecure: tuple[str, ...] = ()
     with contextlib.suppress(EngineUnavailable):  # without an engine: loopback registries are plain HTTP anyway
         insecure = ctx.engine().insecure_registries()
@@ -464,13 +472,26 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool) -> int:
     moves = promote_mod.plan_moves(registry, pattern, template)
     if not moves:
         raise InputError(f"--from {pattern!r} matches no tag")
-    for move in moves:
+    tags = registry.tags(source_repo)
+    proofs = [promote_mod.evidence(registry, move, tags) for move in moves]
+    refused = [(m, p) for m, p in zip(moves, proofs, strict=True) if not p.passed]
+    for move, proof in zip(moves, proofs, strict=True):
+        mark = "" if proof.passed else ("[bold yellow]UNTESTED, moved anyway: [/]" if allow_untested
+                                        else "[bold red]refused: [/]")
         ctx.out.print(f"{'would promote' if dry_run else 'promote'} {escape(move.source)} -> {escape(move.target)} "
-                      f"@{move.digest} ({move.state})", highlight=False, soft_wrap=True)
-        if not dry_run:
-            promote_mod.apply(registry, move)
+                      f"@{move.digest} ({move.state}) {mark}[dim]{escape(proof.why)}[/]", highlight=False,
+                      soft_wrap=True)
+    if refused and not allow_untested:
+        raise RunFailed(f"{len(refused)} of {len(moves)} source tags have no pass record of the current suite "
+                        f"(first: {refused[0][0].source}): nothing {'would move' if dry_run else 'moved'} "
+                        "(--allow-untested moves them anyway, recorded beside each digest)")
+    if not dry_run:
+        for move, proof in zip(moves, proofs, strict=True):
+            promote_mod.apply(registry, move, proof, allow_untested=allow_untested)
     changed = sum(m.previous != m.digest for m in moves)
-    ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}", highlight=False)
+    untested = f", {len(refused)} UNTESTED (--allow-untested)" if refused else ""
+    ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}{untested}",
+                  highlight=False)
     return 0
 
 

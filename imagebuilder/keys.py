@@ -35,12 +35,6 @@ def cache_tag(key: str) -> str:
     return f"cache-{short(key)}"
 
 
-def smoke_tag(smoke_key: str) -> str:
-    """The registry tag that records a passed smoke suite: it names the leaf's manifest, so any machine
-    can tell that this image passed this suite with these expectations."""
-    return f"cache-smoke-{short(smoke_key)}"
-
-
 def content_labels(node: Node) -> dict[str, str]:
     """The labels baked into a node's image. Only content goes here (no tags, no registry, no repository),
     so they can be part of the key: a cached image's labels are still true when it is reused under new

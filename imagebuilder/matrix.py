@@ -61,7 +61,8 @@ TOP_KEYS = ("version", "matrix", "exclude", "include", "not_secrets", *CASCADED_
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
 USER_KEYS = ("name", "uid", "gid", "workdir")
 FLOOR_RANGE = (0.3, 1.0)  # the throughput floor, a fraction of peak: lower would let a broken image through
-SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env")
+SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env", "allow_skip",
+              "gpu_floors")
 # Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
 DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)
@@ -115,6 +116,8 @@ class SmokeSettings:
     throughput_floor: float = 0.6  # fraction of the GPU model's dense bf16 peak
     cpu_gflops_floor: float = 5.0
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the smoke container
+    allow_skip: tuple[str, ...] = ()  # checks (names or globs) whose skip does not block publishing on a GPU run
+    gpu_floors: tuple[tuple[str, float], ...] = ()  # GPU name (substring) -> bf16 TFLOP/s floor, for unlisted GPUs
 
 
 @dataclass(frozen=True)
@@ -617,7 +620,28 @@ class _Loader:
                 raise self.fail(f"invalid variable name {k!r}", ("smoke", "env", k))
             self.not_a_secret(top, k, ("smoke", "env", k))
             env.append((k, self.scalar(v, "var", ("smoke", "env", k))))
-        return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env))
+        allow_skip = []
+        for i, name in enumerate(self.listof(merged.get("allow_skip") or [], ("smoke", "allow_skip"))):
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]{1,128}", name):
+                raise self.fail(f"expected a check name such as 'throughput' or 'versions.driver', got "
+                                f"{_describe(name)}", ("smoke", "allow_skip", i))
+            allow_skip.append(name)
+        raw_floors = merged.get("gpu_floors") or {}
+        if not isinstance(raw_floors, dict):
+            raise self.fail(f"expected a mapping of GPU name to TFLOP/s, got {_describe(raw_floors)}",
+                            ("smoke", "gpu_floors"))
+        gpu_floors = []
+        for name, value in raw_floors.items():
+            path = ("smoke", "gpu_floors", name)
+            if not isinstance(name, str) or not name.strip():
+                raise self.fail(f"expected a GPU name, got {_describe(name)}", path)
+            tflops = float(self.scalar(value, "float", path))
+            if tflops <= 0:
+                raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} must be above 0 (it is the bf16 matmul "
+                                "throughput a GPU of this name must reach)", path)
+            gpu_floors.append((name, tflops))
+        return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env), tuple(allow_skip),
+                             tuple(gpu_floors))
 
     def not_a_secret(self, top: dict[str, Any], name: str, path: tuple[str | int, ...]) -> None:
         """Values of `vars` reach Dockerfiles (and so the image history), `smoke.env` the report: a name that

@@ -1,5 +1,9 @@
 """`promote`: point new tags at manifests that are already in the registry, by digest, without a build
-(e.g. nightly -> stable). Within one registry; across repositories the blobs are mounted, not copied."""
+(e.g. nightly -> stable). Within one registry; across repositories the blobs are mounted, not copied.
+
+The publishing rule holds here too: a source digest moves only when a pass record of the current suite
+sits beside it (`passes`); its records go along to another repository. `--allow-untested` moves it anyway
+and writes an `untested` record beside it in the target."""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ import re
 import string
 from dataclasses import dataclass
 
+from . import passes
 from .errors import EngineError, InputError, did_you_mean
+from .passes import PassRecord, RegistryPasses
 from .registry import Registry, split_reference
 from .tags import TAG_RE
 
@@ -52,7 +58,7 @@ def plan_moves(registry: Registry, pattern: str, template: str) -> list[Move]:
     star = glob.find("*")
     moves = []
     for tag in registry.tags(repo):
-        if tag.startswith("cache-") or not regex.match(tag):
+        if tag.startswith("cache-") or passes.is_record_tag(tag) or not regex.match(tag):
             continue
         match = tag[star:len(tag) - (len(glob) - star - 1)] if star >= 0 else tag
         target_repo, new_tag = _target(template, repo, tag, match)
@@ -76,12 +82,57 @@ def plan_moves(registry: Registry, pattern: str, template: str) -> list[Move]:
     return moves
 
 
-def apply(registry: Registry, move: Move) -> None:
-    if move.previous == move.digest:
-        return
+@dataclass(frozen=True)
+class Evidence:
+    """Why a source digest may move: its pass record (current suite), or why it may not."""
+
+    record: PassRecord | None
+    tag: str | None  # the record's tag beside the source
+    why: str  # a pass: where and when; none: what is missing
+
+    @property
+    def passed(self) -> bool:
+        return self.record is not None
+
+
+def evidence(registry: Registry, move: Move, tags: list[str]) -> Evidence:
+    repo = split_reference(move.source)[1]
+    store = RegistryPasses(registry)
+    config = store.config_digest(repo, move.digest)
+    found = [(tag, store.read(repo, tag)) for tag in passes.tags_for(move.digest, tags)]
+    records = [(tag, r) for tag, r in found if r is not None and r.manifest == move.digest and r.config == config]
+    current = passes.suite_hash()
+    for tag, record in records:
+        if record.passed and record.suite == current:
+            gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
+            return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag})")
+    if any(r.passed for _, r in records):
+        return Evidence(None, None, "its passes are of another suite version (verify it again with this one)")
+    if records:
+        return Evidence(None, None, "it was only ever published untested (--allow-untested)")
+    return Evidence(None, None, "no pass record beside this digest")
+
+
+def apply(registry: Registry, move: Move, proof: Evidence, *, allow_untested: bool = False) -> None:
+    """Move the tag; bring the pass record along into another repository, or, for an untested digest
+    moved by --allow-untested, leave an `untested` record beside it in the target."""
     source_repo = split_reference(move.source)[1]
-    _, target_repo, tag = split_reference(move.target)
-    registry.copy(source_repo, move.digest, target_repo, tag)
-    held = registry.manifest_digest(target_repo, tag)
-    if held != move.digest:
-        raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
+    host, target_repo, tag = split_reference(move.target)
+    if proof.record is None and not allow_untested:
+        raise EngineError(f"promote {move.source}: {proof.why}; not moved")
+    if move.previous != move.digest:
+        registry.copy(source_repo, move.digest, target_repo, tag)
+        held = registry.manifest_digest(target_repo, tag)
+        if held != move.digest:
+            raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
+    store = RegistryPasses(registry)
+    if proof.record is not None and proof.tag is not None:
+        if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
+            record_digest = registry.manifest_digest(source_repo, proof.tag)
+            if record_digest is not None:
+                registry.copy(source_repo, record_digest, target_repo, proof.tag)
+        return
+    config = store.config_digest(source_repo, move.digest) or ""
+    store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
+                                      entry="", date=passes.now(), suite=passes.suite_hash(),
+                                      allowed_by="--allow-untested (promote)").at(move.digest, f"{host}/{target_repo}"))

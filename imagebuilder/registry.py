@@ -11,6 +11,7 @@ lists as insecure are spoken to over plain HTTP, as the engine does.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -229,6 +230,33 @@ class Registry:
         if resp.status_code != 201:
             raise EngineError(f"registry {self.host}: cannot mount {digest[:19]} from {source_repo} into "
                               f"{target_repo} (HTTP {resp.status_code})")
+
+    def blob(self, repo: str, digest: str) -> bytes:
+        resp = self._request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")
+        if resp.status_code != 200:
+            raise EngineError(f"registry {self.host}: GET {repo} blob {digest[:19]}: HTTP {resp.status_code}")
+        if "sha256:" + hashlib.sha256(resp.content).hexdigest() != digest:
+            raise EngineError(f"registry {self.host}: blob {digest[:19]} of {repo} does not match its digest")
+        return resp.content
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        """Upload a small blob in one request (a POST, then a PUT with its digest); returns the digest."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        head = self._request("HEAD", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")
+        if head.status_code == 200:
+            return digest
+        scope = f"repository:{repo}:pull,push"
+        start = self._request("POST", f"{repo}/blobs/uploads/", scope=scope)
+        location = start.headers.get("Location", "")
+        if start.status_code != 202 or not location:
+            raise EngineError(f"registry {self.host}: cannot start an upload to {repo} (HTTP {start.status_code})")
+        path = location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
+        path += ("&" if "?" in path else "?") + "digest=" + digest
+        done = self._request("PUT", path, scope=scope, headers={"Content-Type": "application/octet-stream"},
+                             data=data)
+        if done.status_code not in (201, 204):
+            raise EngineError(f"registry {self.host}: upload to {repo}: HTTP {done.status_code}")
+        return digest
 
     def labels(self, repo: str, reference: str) -> dict[str, str] | None:
         """The labels in an image's config (single-platform manifests); None when there is no such image."""

@@ -23,8 +23,9 @@ class Status(str, Enum):
     PUSHED = "pushed"
     TAGGED = "tagged"
     HELD = "held"
-    CACHED = "cached"  # build: an image with the node's key exists; smoke: a pass for the same leaf key exists
+    CACHED = "cached"  # build: an image with the node's key exists; smoke: a pass record for this image exists
     CURRENT = "current"  # publish: every tag already named this digest
+    STAGED = "staged"  # publish: untested (--no-smoke), so only pushed under its key tag (or kept local): no tag
     CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run before this step finished
 
@@ -56,6 +57,8 @@ class Result:
     aliases_held: list[str] = field(default_factory=list)  # aliases not moved (something they cover failed)
     base: dict[str, Any] | None = None  # root nodes: the base image's name, image ID and registry digests
     signed: str | None = None  # the signature's outcome (cosign), when signing was on
+    pass_record: str | None = None  # where this image's pass is recorded (registry tag, local mirror, this run)
+    untested: bool = False  # published without a pass, by --allow-untested
 
     @property
     def ok(self) -> bool:
@@ -82,6 +85,7 @@ class Result:
             "aliases_held": self.aliases_held, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
             "gpu_verified": self.gpu_verified, "base": self.base, "signed": self.signed,
+            "pass_record": self.pass_record, "untested": self.untested,
             "smoke_report": self.smoke_report,
         }
 
@@ -105,7 +109,8 @@ def write_reports(results: list[Result], folder: Path, meta: dict[str, Any]) -> 
     return [folder / name for name in ("report.json", "summary.md", "junit.xml")]
 
 
-_MARK = {"pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
+_MARK = {"staged": "📦 staged (untested: no tag)",
+         "pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
          "cached": "♻️ cached", "failed": "❌ failed", "smoke failed": "❌ smoke failed", "blocked": "⛔ blocked",
          "held": "⏸️ held", "cancelled": "⏹️ cancelled", "interrupted": "⏹️ interrupted",
          "smoke interrupted": "⏹️ smoke interrupted", "pending": "…"}

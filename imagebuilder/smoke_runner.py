@@ -3,6 +3,7 @@ Python (shm_size set, a timeout, the container always removed) and read back its
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -37,6 +38,22 @@ class SmokeReport:
         return {"passed": self.passed, "duration": round(self.duration, 3), "exit_code": self.exit_code,
                 "gpu_mode": self.gpu_mode, "gpu_verified": self.gpu_verified, "gpus": self.raw.get("gpus"),
                 "checks": list(self.checks)}
+
+
+def blocking_skips(checks: list[dict[str, Any]] | tuple[dict[str, Any], ...], *, gpu_run: bool,
+                   allow: tuple[str, ...] = ()) -> list[str]:
+    """The skipped checks that keep a GPU run from passing: on a GPU run a skip is not a pass (an unknown
+    GPU model has no throughput floor; a missing driver floor checks nothing), unless the matrix names the
+    check in `smoke.allow_skip` (a name, a prefix before `.` or `:`, or a glob). CPU runs skip the GPU
+    checks by design and are judged by what they ran."""
+    if not gpu_run:
+        return []
+
+    def allowed(name: str) -> bool:
+        return any(name == p or name.startswith((p + ".", p + ":")) or fnmatch.fnmatchcase(name, p) for p in allow)
+
+    return [f"{c.get('name')}: {c.get('reason') or 'skipped'}" for c in checks
+            if c.get("status") == "skip" and not allowed(str(c.get("name")))]
 
 
 def gpu_mode(requested: str, *, has_toolkit: bool, devices: list[str]) -> str:

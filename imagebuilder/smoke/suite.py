@@ -125,12 +125,22 @@ def gpu_peak(name: str) -> float | None:
     return None
 
 
-def throughput_verdict(name: str, tflops: float, fraction: float) -> Record:
+def throughput_verdict(name: str, tflops: float, fraction: float,
+                       floors: list[list[Any]] | None = None) -> Record:
+    """Measured bf16 TFLOP/s against the matrix's own floor for this GPU name (`smoke.gpu_floors`, matched as
+    a case-insensitive substring), else `fraction` of the model's dense peak from the table; an unknown
+    model with no floor of its own is a skip that says so (and a skip blocks publishing on a GPU run)."""
+    own = next((float(floor) for pattern, floor in floors or [] if str(pattern).upper() in name.upper()), None)
+    if own is not None:
+        ok = tflops >= own
+        return record("throughput", "pass" if ok else "fail", value=round(tflops, 1), expected=f">= {own:g}",
+                      device=name, floor_from="smoke.gpu_floors",
+                      reason="" if ok else f"{tflops:.1f} TFLOP/s is below the matrix's floor {own:g} for {name}")
     peak = gpu_peak(name)
     if peak is None:
-        return record("throughput", "skip", value=round(tflops, 1),
-                      reason=f"unknown GPU model {name!r}: no dense bf16 peak in the table, so no floor "
-                             f"(measured {tflops:.1f} TFLOP/s)")
+        return record("throughput", "skip", value=round(tflops, 1), device=name,
+                      reason=f"unknown GPU model {name!r}: no dense bf16 peak in the table and no smoke.gpu_floors "
+                             f"entry for it, so no floor (measured {tflops:.1f} TFLOP/s)")
     floor = fraction * peak
     ok = tflops >= floor
     return record("throughput", "pass" if ok else "fail", value=round(tflops, 1), expected=f">= {floor:.1f}",
@@ -773,7 +783,7 @@ def check_throughput(expect: dict[str, Any], gpus: int) -> list[Record]:
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 1000)
             tflops = 2 * n**3 / statistics.median(times) / 1e12
-            rec = throughput_verdict(torch.cuda.get_device_name(i), tflops, fraction)
+            rec = throughput_verdict(torch.cuda.get_device_name(i), tflops, fraction, expect.get("gpu_floors"))
             rec.update(name=f"throughput.cuda:{i}", unit="TFLOP/s", size=n, reps=reps)
             out.append(rec)
             del a, b

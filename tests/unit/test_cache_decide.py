@@ -71,18 +71,6 @@ def test_no_cache_builds_everything(write_matrix: MatrixWriter, table: CompatTab
     assert set(got.values()) == {("build", "--no-cache: everything builds")}
 
 
-def test_smoke_cache_keeps_only_passes(tmp_path: object) -> None:
-    from pathlib import Path
-    store = cache_mod.SmokeCache(Path(str(tmp_path)))
-    key = cache_mod.SmokeCache.key("k" * 64, {"expect": {"torch": "2.6.0"}})
-    assert key != cache_mod.SmokeCache.key("k" * 64, {"expect": {"torch": "2.7.1"}})
-    assert store.get(key) is None
-    store.put(key, {"passed": False})
-    assert store.get(key) is None
-    store.put(key, {"passed": True, "date": "today"})
-    assert store.get(key) == {"passed": True, "date": "today"}
-
-
 def test_registry_references_and_credentials(tmp_path: object) -> None:
     import base64
     import json

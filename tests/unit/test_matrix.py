@@ -115,6 +115,11 @@ def test_unknown_keys_suggest(write_matrix: MatrixWriter, header: str, table: Co
     ("matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11; rm -rf /']}\n", "invalid python"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nvars: {x: 'a b'}\n", "invalid var"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu, cpu]}\n", "appears twice"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {allow_skip: throughput}\n", "expected a list"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {allow_skip: ['a b']}\n", "expected a check name"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: [T4]}\n", "mapping of GPU name"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {T4: 0}}\n", "must be above 0"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {T4: fast}}\n", "invalid float"),
 ])
 def test_bad_values(write_matrix: MatrixWriter, header: str, table: CompatTable, body: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -362,3 +367,12 @@ def test_cuda12_devel_needs_a_toolkit_from_the_image(write_matrix: MatrixWriter,
     assert entry.toolkit == () and entry.build.cuda_toolkit == "image"
     (runtime,) = load(write_matrix(header + body.replace("devel", "runtime"), "rt.yaml"), table).entries
     assert runtime.toolkit == ()
+
+
+def test_allow_skip_and_gpu_floors_reach_the_entry(write_matrix: MatrixWriter, header: str,
+                                                   table: CompatTable) -> None:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n"
+                        "smoke: {allow_skip: [versions.driver, 'toolchain.*'], gpu_floors: {Tesla T4: 40.5}}\n")
+    smoke = load(path, table).entries[0].smoke
+    assert smoke.allow_skip == ("versions.driver", "toolchain.*")
+    assert smoke.gpu_floors == (("Tesla T4", 40.5),)

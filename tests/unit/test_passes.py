@@ -1,0 +1,183 @@
+"""Pass records and the publishing rule, against an in-memory registry: a record counts only for the very
+image it was written for; skips on a GPU run are not passes; promote moves only what passed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from imagebuilder import passes, promote
+from imagebuilder.errors import EngineError
+from imagebuilder.passes import LocalPasses, PassRecord, RegistryPasses
+from imagebuilder.smoke.suite import throughput_verdict
+from imagebuilder.smoke_runner import blocking_skips
+
+IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"
+
+
+@dataclass
+class FakeRegistry:
+    """Blobs and manifests by digest, tags per repository: what a Distribution registry does, in memory."""
+
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    tagged: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def _resolve(self, repo: str, reference: str) -> str | None:
+        return reference if reference.startswith("sha256:") and reference in self.manifests \
+            else self.tagged.get((repo, reference))
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        return self._resolve(repo, reference)
+
+    def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
+        digest = self._resolve(repo, reference)
+        if digest is None:
+            raise EngineError(f"GET {repo}:{reference}: HTTP 404")
+        return self.manifests[digest]
+
+    def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        self.manifests[digest] = (body, media_type)
+        self.tagged[(repo, tag)] = digest
+        return digest
+
+    def blob(self, repo: str, digest: str) -> bytes:
+        return self.blobs[digest]
+
+    def put_blob(self, repo: str, data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.blobs[digest] = data
+        return digest
+
+    def tags(self, repo: str) -> list[str]:
+        return sorted(t for r, t in self.tagged if r == repo)
+
+    def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str:
+        self.tagged[(target_repo, tag)] = digest
+        return digest
+
+    def image(self, repo: str, tag: str, content: str) -> tuple[str, str]:
+        """Push an image: returns (manifest digest, config digest)."""
+        config = self.put_blob(repo, json.dumps({"config": {"Labels": {"x": content}}}).encode())
+        body = json.dumps({"schemaVersion": 2, "mediaType": IMAGE_TYPE, "layers": [],
+                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config}})
+        return self.put_manifest(repo, tag, body.encode(), IMAGE_TYPE), config
+
+
+SPEC = passes.spec_key({"expect": {"torch": "2.13.0"}})
+
+
+def record(config: str, verdict: str = passes.PASSED, spec: str = SPEC) -> PassRecord:
+    return PassRecord(verdict, config=config, spec=spec, node="e/task", entry="e", expect={"torch": "2.13.0"},
+                      gpu={"verified": True, "kind": "gpu", "models": ["NVIDIA H100 80GB HBM3"]}, date="2026-11-23",
+                      suite=passes.suite_hash())
+
+
+def test_a_record_is_found_from_the_image_digest_and_only_for_that_image() -> None:
+    reg = FakeRegistry()
+    store = RegistryPasses(reg)
+    manifest, config = reg.image("ml/x", "cache-aaaa", "tested")
+    tag = store.put("ml/x", record(config).at(manifest, "r/ml/x"))
+    assert tag == f"sha256-{manifest[7:]}.pass-{SPEC[:16]}" and passes.is_record_tag(tag)
+    found = store.find("ml/x", manifest, SPEC)
+    assert found is not None and found.config == config and found.passed
+    body, _ = reg.manifest("ml/x", tag)
+    doc = json.loads(body)
+    assert doc["subject"]["digest"] == manifest and doc["layers"] == [] and doc["artifactType"] == passes.RECORD_TYPE
+    # Another spec (other expectations or suite): no pass.
+    assert store.find("ml/x", manifest, passes.spec_key({"expect": {"torch": "2.12.0"}})) is None
+    # Another image under the same key (a rebuild): its digest has no record.
+    other, _ = reg.image("ml/x", "cache-aaaa", "rebuilt")
+    assert store.find("ml/x", other, SPEC) is None
+    # A record copied beside another digest (its tag renamed) does not count there.
+    reg.tagged[("ml/x", passes.record_tag(other, SPEC))] = reg.tagged[("ml/x", tag)]
+    assert store.find("ml/x", other, SPEC) is None
+    # A record whose config is another image's does not count either.
+    forged = store.put("ml/x", record("sha256:" + "f" * 64).at(other, "r/ml/x"))
+    assert forged and store.find("ml/x", other, SPEC) is None
+
+
+def test_an_untested_record_is_never_a_pass() -> None:
+    reg = FakeRegistry()
+    store = RegistryPasses(reg)
+    manifest, config = reg.image("ml/x", "cache-b", "x")
+    store.put("ml/x", record(config, passes.UNTESTED).at(manifest, "r/ml/x"))
+    assert store.find("ml/x", manifest, SPEC) is None
+    assert [r.verdict for r in store.all_for("ml/x", manifest, reg.tags("ml/x"))] == [passes.UNTESTED]
+
+
+def test_the_local_mirror_keeps_passes_by_image_and_spec(tmp_path: Path) -> None:
+    local = LocalPasses(tmp_path)
+    config = "sha256:" + "1" * 64
+    assert local.get(config, SPEC) is None
+    local.put(record(config, passes.UNTESTED))
+    assert local.get(config, SPEC) is None
+    local.put(record(config))
+    got = local.get(config, SPEC)
+    assert got is not None and got.passed
+    assert local.get("sha256:" + "2" * 64, SPEC) is None
+    assert local.get(config, passes.spec_key({"expect": {}})) is None
+
+
+def test_records_read_back_ignore_what_is_not_ours() -> None:
+    assert PassRecord.from_json({"format": "other"}) is None
+    assert PassRecord.from_json({"format": passes.FORMAT, "verdict": "maybe", "config": "x", "spec": "y",
+                                 "node": "n", "entry": "e"}) is None
+    assert PassRecord.from_json({"format": passes.FORMAT, "verdict": "passed", "unknown": 1}) is None
+    doc = record("sha256:" + "3" * 64).to_json()
+    assert PassRecord.from_json(json.loads(json.dumps(doc))) == record("sha256:" + "3" * 64)
+
+
+UNKNOWN_GPU = [
+    {"name": "versions.torch", "status": "pass"},
+    {"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU model 'Tesla T4'"},
+]
+
+
+def test_an_unknown_gpu_skip_blocks_publishing_unless_allowed() -> None:
+    assert blocking_skips(UNKNOWN_GPU, gpu_run=True) == ["throughput.cuda:0: unknown GPU model 'Tesla T4'"]
+    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput",)) == []
+    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput.cuda:*",)) == []
+    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("versions.driver",)) != []
+    # A CPU run skips the GPU checks by design: judged by what it ran.
+    assert blocking_skips(UNKNOWN_GPU, gpu_run=False) == []
+
+
+def test_a_matrix_floor_per_gpu_name_judges_gpus_missing_from_the_table() -> None:
+    assert throughput_verdict("Tesla T4", 50.0, 0.6)["status"] == "skip"
+    assert throughput_verdict("Tesla T4", 50.0, 0.6, [["tesla t4", 40]])["status"] == "pass"
+    failed = throughput_verdict("Tesla T4", 30.0, 0.6, [["T4", 40]])
+    assert failed["status"] == "fail" and "floor 40 for Tesla T4" in failed["reason"]
+    assert throughput_verdict("NVIDIA H100 80GB HBM3", 100.0, 0.6)["status"] == "fail"  # the table still holds
+
+
+def moves(reg: FakeRegistry, source: str, target: str) -> list[promote.Move]:
+    return promote.plan_moves(reg, source, target)  # type: ignore[arg-type]
+
+
+def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -> None:
+    reg = FakeRegistry()
+    store = RegistryPasses(reg)
+    tested, config = reg.image("ml/x", "nightly-a", "a")
+    untested, _ = reg.image("ml/x", "nightly-b", "b")
+    store.put("ml/x", record(config).at(tested, "r/ml/x"))
+    planned = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
+    assert [m.source.rsplit(":", 1)[1] for m in planned] == ["nightly-a", "nightly-b"]  # record tags never match
+    proofs = [promote.evidence(reg, m, reg.tags("ml/x")) for m in planned]  # type: ignore[arg-type]
+    assert [p.passed for p in proofs] == [True, False]
+    assert "no pass record" in proofs[1].why
+    with pytest.raises(EngineError, match="no pass record"):
+        promote.apply(reg, planned[1], proofs[1])  # type: ignore[arg-type]
+    assert reg.manifest_digest("ml/x-stable", "nightly-b") is None  # refused before anything moved
+    promote.apply(reg, planned[0], proofs[0])  # type: ignore[arg-type]
+    assert reg.manifest_digest("ml/x-stable", "nightly-a") == tested
+    assert store.find("ml/x-stable", tested, SPEC) is not None  # the record went along
+    promote.apply(reg, planned[1], proofs[1], allow_untested=True)  # type: ignore[arg-type]
+    assert reg.manifest_digest("ml/x-stable", "nightly-b") == untested
+    kept = store.all_for("ml/x-stable", untested, reg.tags("ml/x-stable"))
+    assert [(r.verdict, r.allowed_by) for r in kept] == [(passes.UNTESTED, "--allow-untested (promote)")]
