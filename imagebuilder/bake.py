@@ -15,6 +15,7 @@ from typing import Any
 
 from . import keys
 from .plan import Node, Plan
+from .render import FIND_LINKS_ARG, wheelhouse_port
 from .tags import KEY_PENDING
 
 
@@ -35,6 +36,8 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
             "labels": keys.content_labels(node) | ({keys.KEY_LABEL: node.key} if node.key else {}),
             "network": node.entry.build.network,
         }
+        if node.entry.build.wheelhouse:  # pip reads the served wheelhouse's URL from a build arg
+            target["args"] = {FIND_LINKS_ARG: f"http://127.0.0.1:{wheelhouse_port(node.entry.build.wheelhouse)}/"}
         if node.parent is not None:
             parent = plan.node(node.parent)
             target["contexts"] = {node.rendered.parent_image: f"target:{target_name(parent)}"}

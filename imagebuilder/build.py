@@ -36,7 +36,7 @@ from .matrix import Entry
 from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import split_reference
-from .render import Renderer, wheelhouse_port, with_labels
+from .render import FIND_LINKS_ARG, wheelhouse_port, with_labels
 from .report import Result, Status
 from .smoke_runner import blocking_skips, run_smoke
 
@@ -202,7 +202,7 @@ class Builder:
     console: Console
     hits: dict[str, Hit] = field(default_factory=dict)
     cache: Cache | None = None
-    renderer: Renderer = field(default_factory=Renderer)
+    wheelhouse_urls: dict[Path, str] = field(default_factory=dict)  # served for the length of the run
     results: dict[str, Result] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -236,7 +236,7 @@ class Builder:
         with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
             self._display = display
             self.check_disk()
-            self.renderer = Renderer(wheelhouse_urls=urls)
+            self.wheelhouse_urls = urls
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
             finally:  # also on Ctrl-C: no container of this run outlives it, no worker starts another, and no
@@ -417,9 +417,9 @@ class Builder:
                 result.build = Status.FAILED
                 result.error = f"cannot get the cached parent: {exc.message}"
                 return False
-        rendered = with_labels(self.renderer.render(node.entry, node.layer, node.id, parent_id,
-                                                           root=node.base_image is not None),
-                               labels(node, parent_id))
+        rendered = with_labels(node.rendered.for_parent(parent_id), labels(node, parent_id))  # rendered once
+        wheelhouse = node.entry.build.wheelhouse
+        buildargs = {FIND_LINKS_ARG: self.wheelhouse_urls[wheelhouse]} if wheelhouse else {}
         log_path = self.log_file(node)
         result.log = str(log_path)
         tail: list[str] = []
@@ -432,7 +432,7 @@ class Builder:
             with log_path.open("w", encoding="utf-8") as log:
                 log.write(f"# {node.id} key {node.key}\n# why: {node.reason}\n")
                 try:
-                    image = engine.build(rendered.tar(), network=node.entry.build.network,
+                    image = engine.build(rendered.tar(), network=node.entry.build.network, buildargs=buildargs,
                                          sink=self.sink(step, node, log, tail), nocache=self.options.no_cache)
                 except ImageBuilderError as exc:
                     log.write(f"ERROR: {exc.message}\n")
@@ -511,7 +511,7 @@ class Builder:
             local = LocalPasses(self.options.cache_dir).get(image, key)
             if local is not None:
                 return local, f"local mirror {self.options.cache_dir}"
-        if not self.cache.use_registry:
+        if not self.cache.answers(split_reference(cache_ref(node))[0]):
             return None
         try:
             manifest = self.cache.digest(cache_ref(node))
@@ -650,8 +650,7 @@ class Builder:
     def stage(self, nodes: list[Node], why: str) -> bool:
         """Push each node under its key tag only (no public tag): what a later verify or publish step, or
         another machine, starts from. Without --push nothing leaves the engine and nothing is tagged."""
-        ok = True
-        for node in nodes:
+        for i, node in enumerate(nodes):
             result = self.results[node.id]
             start = time.monotonic()
             try:
@@ -661,13 +660,17 @@ class Builder:
                 result.publish = Status.STAGED
                 result.error = result.error or why
             except ImageBuilderError as exc:
-                ok = False
                 result.publish = Status.FAILED
                 result.error = exc.message
+                for rest in nodes[i + 1:]:
+                    self.results[rest.id].publish = Status.HELD
+                    self.results[rest.id].error = f"not staged: {node.id} could not be pushed"
                 self.say(f"[bold red]✗ stage {escape(node.id)}: {escape(exc.message)}[/]")
+                self.say(f"[yellow]{escape(node.entry.id)}: no tag of this entry was applied[/]")
+                return False
             finally:
                 result.durations["publish"] = time.monotonic() - start
-        return ok
+        return True
 
     def tag_locally(self, node: Node) -> bool:
         result = self.results[node.id]

@@ -62,6 +62,10 @@ class Cache:
                 self._registries[host].on_retry = lambda line: self.on_retry(line) if self.on_retry else None
             return self._registries[host]
 
+    def answers(self, host: str) -> bool:
+        """Whether to ask this registry at all: registries are in use and it did not fail a lookup."""
+        return self.use_registry and host not in self._down
+
     def digest(self, ref: str) -> str | None:
         """The manifest digest a reference names in its registry (a manifest HEAD); None when there is none."""
         host, repo, tag = split_reference(ref)

@@ -138,12 +138,13 @@ class Engine:
             raise EngineError(f"pull {ref}: finished but the image is not there")
         return image
 
-    def build(self, context: bytes, *, network: str, sink: LineSink, nocache: bool = False) -> str:
+    def build(self, context: bytes, *, network: str, sink: LineSink, nocache: bool = False,
+              buildargs: Mapping[str, str] | None = None) -> str:
         """Build from an in-memory tar context; returns the image ID."""
         try:
             stream = self.api.build(
                 fileobj=io.BytesIO(context), custom_context=True, rm=True, forcerm=True, pull=False,
-                decode=True, network_mode=network, nocache=nocache,
+                decode=True, network_mode=network, nocache=nocache, buildargs=dict(buildargs or {}),
             )
             records = _drain(stream, sink, "build")
         except docker.errors.APIError as exc:

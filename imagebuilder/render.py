@@ -47,8 +47,13 @@ PARENT = "imagebuilder-parent-image-4f1c2a"  # stands in for parent_image while 
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
 
+FIND_LINKS_ARG = "IMAGEBUILDER_FIND_LINKS"  # the build arg that carries a served wheelhouse's URL
+
+
 def wheelhouse_port(path: Path) -> int:
-    """A stable port for serving a wheelhouse, so rendered Dockerfiles (and Docker's cache) stay the same."""
+    """A stable port for serving a wheelhouse, so Docker's build cache (which sees build args) stays warm.
+    The Dockerfile never names it: pip reads the URL from the build arg FIND_LINKS_ARG, so a wheelhouse
+    served on another port (the stable one busy) builds from the very text the key covers."""
     return 20000 + zlib.crc32(str(path.resolve()).encode()) % 20000
 
 
@@ -59,6 +64,13 @@ class RenderedNode:
     executables: frozenset[str] = frozenset()  # context files that keep their executable bit
     parent_image: str = ""  # the reference the first FROM names
     templates: tuple[tuple[str, str], ...] = ()  # (template file, sha256) that produced the Dockerfile
+
+    def for_parent(self, image_id: str) -> RenderedNode:
+        """The text that is built: this one, with the parent's image ID written in for its reference (the
+        only difference from the text the key covers, where the reference reads `<parent>`; the parent's
+        key covers its image)."""
+        text = self.dockerfile.replace(self.parent_image, image_id) if self.parent_image else self.dockerfile
+        return RenderedNode(text, self.files, self.executables, image_id, self.templates)
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -87,7 +99,6 @@ class RenderedNode:
 class Renderer:
     """Renders layer templates. Holds one Jinja environment per layer folder."""
 
-    wheelhouse_urls: dict[Path, str] = field(default_factory=dict)
     _envs: dict[Path, jinja2.Environment] = field(default_factory=dict)
     _templates: dict[Path, jinja2.Template] = field(default_factory=dict)
     _sources: dict[Path, tuple[tuple[str, str], ...]] = field(default_factory=dict)
@@ -116,8 +127,7 @@ class Renderer:
         wheelhouse = entry.build.wheelhouse
         build = {
             "ca_bundle": f"{CONTEXT_DIR}/ca-bundle.pem" if entry.build.ca_bundle else None,
-            "find_links": (self.wheelhouse_urls.get(wheelhouse) or f"http://127.0.0.1:{wheelhouse_port(wheelhouse)}/")
-            if wheelhouse else None,
+            "find_links": f'"${{{FIND_LINKS_ARG}}}"' if wheelhouse else None,  # its URL comes as a build arg
             "torch_index_url": entry.build.torch_index_url,
             "index_url": entry.build.index_url,
             "constraints": f"{CONTEXT_DIR}/constraints.txt",
@@ -226,7 +236,8 @@ class Renderer:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         line = check_first_from(text, parent_image, layer.template)
         lines = text.splitlines(keepends=True)
-        text = "".join([*lines[:line], "USER 0\n", *lines[line:]])
+        after_from = ["USER 0\n"] + ([f"ARG {FIND_LINKS_ARG}\n"] if entry.build.wheelhouse else [])
+        text = "".join([*lines[:line], *after_from, *lines[line:]])
         user = entry.user.settings()
         layer_files, executables = self.layer_files(layer)
         files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),

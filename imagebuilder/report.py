@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -218,7 +219,8 @@ def _fail(case: ET.Element, message: str, text: str) -> None:
 
 _STYLE = {"pushed": "green", "tagged": "green", "current": "green", "cancelled": "yellow",
            "passed": "green", "built": "cyan", "cached": "cyan",
-          "failed": "bold red", "smoke failed": "bold red", "blocked": "yellow", "held": "yellow"}
+          "failed": "bold red", "smoke failed": "bold red", "blocked": "yellow", "held": "yellow",
+          "staged": "yellow", "interrupted": "yellow", "smoke interrupted": "yellow"}
 
 
 def summary_table(results: list[Result]) -> Table:
@@ -232,10 +234,13 @@ def summary_table(results: list[Result]) -> Table:
                                                                                       Status.CURRENT) else "")
         if r.gpu_verified is False and not r.error:
             note = f"not GPU-verified · {note}"
+        if r.untested:
+            note = f"UNTESTED (--allow-untested) · {note}"
+        style = _STYLE.get(outcome)
         table.add_row(
-            f"[{_STYLE.get(outcome, '')}]{r.node}[/]",
+            f"[{style}]{escape(r.node)}[/]" if style else escape(r.node),
             _v(r.build) or "-", _v(r.smoke) or "-", _v(r.publish) or "-",
-            f"{sum(r.durations.values()):.1f}s", note,
+            f"{sum(r.durations.values()):.1f}s", escape(note),
         )
     return table
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from imagebuilder import passes
 from imagebuilder.engine import MANAGED_LABEL, Engine
 from imagebuilder.errors import EngineUnavailable
 
@@ -226,11 +227,12 @@ def base_image(engine: Engine) -> str:
 
 
 def registry_tags(registry: str, repository: str, *, cache: bool = False) -> list[str]:
-    """The repository's tags; key tags (`cache-<key12>`) only with cache=True."""
+    """The repository's public tags; key tags (`cache-<key12>`) and pass records (`sha256-<hex>.pass-<spec16>`)
+    too with cache=True."""
     try:
         with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list", timeout=10) as resp:
             tags = sorted(json.load(resp).get("tags") or [])
-            return [t for t in tags if cache or not t.startswith("cache-")]
+            return [t for t in tags if cache or not (t.startswith("cache-") or passes.is_record_tag(t))]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return []

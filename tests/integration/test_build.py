@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder import passes
 from imagebuilder.engine import Engine
 
 from .conftest import (
@@ -60,11 +61,12 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
         + [f"2.13.0-cpu-py3.11-runtime-{n['layer']}-{n['key'][:12]}" for n in nodes.values()])
     assert nodes["2.13.0-cpu-py3.11-runtime/task"]["aliases"] == [
         f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-task"]
-    # One key tag per node, and one tag recording the leaf's passed smoke suite.
+    # One key tag per node, and one pass record beside each node's digest (test_publishing reads them).
     every = registry_tags(registry, f"itest/{repository}", cache=True)
-    smoke_tags = [t for t in every if t.startswith("cache-smoke-")]
-    assert len(smoke_tags) == 1
-    assert sorted(every) == sorted([*registry_tags(registry, f"itest/{repository}"), *smoke_tags,
+    records = [t for t in every if passes.is_record_tag(t)]
+    assert sorted(records) == sorted(t for n in nodes.values() for t in passes.tags_for(n["digest"], every))
+    assert len(records) == 3
+    assert sorted(every) == sorted([*registry_tags(registry, f"itest/{repository}"), *records,
                                     *(f"cache-{n['key'][:12]}" for n in nodes.values())])
 
     # Each layer builds FROM its parent's image ID, and carries OCI and version labels.

@@ -1,52 +1,94 @@
-"""`promote` on the real registry: tags move by digest, nothing is built or pulled."""
+"""`promote` on the real registry: tags move by digest, nothing is built or pulled, and only digests with
+a pass record of the current suite move (their records go along)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+from imagebuilder import passes
 from imagebuilder.engine import Engine
+from imagebuilder.passes import RegistryPasses
 from imagebuilder.registry import Registry
 
 from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
 
 
-def test_promote_moves_tags_by_digest_without_a_build(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
-    # The session chain's base and business layers (cached: nothing builds; the registry mounts their blobs
-    # into this test's repository), published under nightly aliases.
-    layers = cpu_chain.folder / "layers"
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]",
-                        extra=f'layers_path: [{layers}]\naliases: ["nightly-{{entry}}-{{layer}}"]\n')
-    built = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke")
-    assert built.code == 0, built.text[-3000:]
-    digests = {n["layer"]: n["digest"] for n in report(tmp_path / "r")["nodes"]}
-    repo = f"itest/{repository}"
-    source = f"{registry}/{repo}:nightly-*"
+def test_promote_moves_tested_tags_by_digest_without_a_build(
+        registry: str, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
+    # The session chain's aliases: its run tested and recorded every node.
+    repo = f"itest/{cpu_chain.repository}"
+    digests = {layer: n["digest"] for layer, n in cpu_chain.nodes.items()}
+    source = f"{registry}/{repo}:2.13.0-cpu-py3.11-runtime-b*"  # base and business: aliases and {key12} tags
 
-    dry = cli("promote", "--from", source, "--to", "stable-{match}", "--dry-run")
+    dry = cli("promote", "--from", source, "--to", "stable-{tag}", "--dry-run")
     assert dry.code == 0, dry.text
-    assert f"would promote {registry}/{repo}:nightly-2.13.0-cpu-py3.11-runtime-base -> " \
-        f"{registry}/{repo}:stable-2.13.0-cpu-py3.11-runtime-base @{digests['base']} (new)" in dry.out
-    assert "2 tags, 2 would change" in dry.out
+    assert f"would promote {registry}/{repo}:2.13.0-cpu-py3.11-runtime-base -> " \
+        f"{registry}/{repo}:stable-2.13.0-cpu-py3.11-runtime-base @{digests['base']} (new) passed " in dry.out
+    assert "4 tags, 4 would change" in dry.out
     assert not any(t.startswith("stable-") for t in registry_tags(registry, repo))  # nothing moved
 
-    real = cli("promote", "--from", source, "--to", "stable-{match}")
+    real = cli("promote", "--from", source, "--to", "stable-{tag}")
     assert real.code == 0, real.text
     reg = Registry.for_host(registry)
     for layer in ("base", "business"):
-        assert reg.manifest_digest(repo, f"stable-2.13.0-cpu-py3.11-runtime-{layer}") == digests[layer]
-    again = cli("promote", "--from", source, "--to", "stable-{match}")
-    assert "2 tags, 0 changed" in again.out and "(unchanged)" in again.out
+        tag = f"stable-2.13.0-cpu-py3.11-runtime-{layer}"
+        assert reg.manifest_digest(repo, tag) == digests[layer]
+        assert reg.manifest_digest(repo, f"{tag}-{cpu_chain.nodes[layer]['key'][:12]}") == digests[layer]
+    again = cli("promote", "--from", source, "--to", "stable-{tag}")
+    assert "4 tags, 0 changed" in again.out and "(unchanged)" in again.out
 
-    # Into another repository of the same registry: the blobs are mounted, the digest is the same.
-    other = cli("promote", "--from", f"{registry}/{repo}:nightly-*-base", "--to", f"{registry}/{repo}-stable:{{tag}}")
+    # Into another repository of the same registry: the blobs are mounted, the digest is the same, and the
+    # pass record comes along, so the target can tell what passed too.
+    other = cli("promote", "--from", f"{registry}/{repo}:*-business", "--to", f"{registry}/{repo}-stable:{{tag}}")
     assert other.code == 0, other.text
-    assert reg.manifest_digest(f"{repo}-stable", "nightly-2.13.0-cpu-py3.11-runtime-base") == digests["base"]
+    assert reg.manifest_digest(f"{repo}-stable", "2.13.0-cpu-py3.11-runtime-business") == digests["business"]
+    records = passes.tags_for(digests["business"], registry_tags(registry, f"{repo}-stable", cache=True))
+    assert len(records) == 1 and RegistryPasses(reg).read(f"{repo}-stable", records[0]) is not None
 
     # Bad input: exit 2, one line, nothing moved.
     bad = cli("promote", "--from", source, "--to", "stable-{tga}")
     assert bad.code == 2 and "unknown field {tga}" in bad.err and "did you mean 'tag'" in bad.err.lower()
     none = cli("promote", "--from", f"{registry}/{repo}:release-*", "--to", "x-{match}")
     assert none.code == 2 and "matches no tag" in none.err
+
+
+def test_promote_refuses_untested_digests_unless_told_and_then_records_it(
+        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    # The chain's base and business layers (on the engine: nothing builds), published without a suite by
+    # an explicit --allow-untested under nightly aliases.
+    for layer in ("base", "business"):
+        cpu_chain.image(engine, layer)
+    layers = cpu_chain.folder / "layers"
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]",
+                        extra=f'layers_path: [{layers}]\naliases: ["nightly-{{entry}}-{{layer}}"]\n')
+    built = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke", "--allow-untested")
+    assert built.code == 0, built.text[-3000:]
+    data = report(tmp_path / "r")
+    assert data["allow_untested"] is True and data["smoke"] is False
+    nodes = {n["layer"]: n for n in data["nodes"]}
+    assert all(n["untested"] and n["pass_record"].startswith("UNTESTED") for n in nodes.values()), nodes
+    assert "publishing UNTESTED images (--allow-untested)" in built.out
+    repo = f"itest/{repository}"
+    source = f"{registry}/{repo}:nightly-*"
+
+    refused = cli("promote", "--from", source, "--to", "stable-{match}")
+    assert refused.code == 1, refused.text
+    assert "refused: no pass record" not in refused.out  # an untested record is there, and it says so
+    assert "refused: it was only ever published untested (--allow-untested)" in refused.out
+    assert "2 of 2 source tags have no pass record of the current suite" in refused.err
+    assert "Traceback" not in refused.text
+    assert not any(t.startswith("stable-") for t in registry_tags(registry, repo))  # nothing moved
+
+    forced = cli("promote", "--from", source, "--to", "stable-{match}", "--allow-untested")
+    assert forced.code == 0, forced.text
+    assert "UNTESTED, moved anyway" in forced.out and "2 UNTESTED (--allow-untested)" in forced.out
+    reg = Registry.for_host(registry)
+    store = RegistryPasses(reg)
+    every = registry_tags(registry, repo, cache=True)
+    for layer in ("base", "business"):
+        digest = nodes[layer]["digest"]
+        assert reg.manifest_digest(repo, f"stable-2.13.0-cpu-py3.11-runtime-{layer}") == digest
+        kinds = sorted((r.verdict, r.allowed_by) for r in store.all_for(repo, digest, every))
+        assert ("untested", "--allow-untested (promote)") in kinds and all(v == "untested" for v, _ in kinds)

@@ -66,3 +66,21 @@ def test_junit_has_a_case_per_smoke_check_and_per_build(tmp_path: Path) -> None:
     failure = suites["e3/task"][1].find("failure")
     assert failure is not None and failure.text == "a\nb"
     assert root.get("failures") == "3"
+
+
+def test_the_summary_prints_every_outcome_and_any_error_text() -> None:
+    """Every publish state (staged included) and an error with markup-like text print as they are: the
+    summary never fails on what a node says (it did on `staged`, an outcome without a style)."""
+    import io
+
+    from rich.console import Console
+
+    from imagebuilder.report import print_summary
+
+    rows = [Result(f"e/{s.value}", "e", s.value, True, build=Status.BUILT, smoke=Status.PASSED, publish=s,
+                   error="[/] [red]not markup[/red] $(id)") for s in Status]
+    rows.append(Result("e/untested", "e", "untested", True, build=Status.CACHED, publish=Status.PUSHED, untested=True))
+    out = io.StringIO()
+    print_summary(Console(file=out, width=200), rows)
+    text = out.getvalue()
+    assert "e/staged" in text and "[/] [red]not markup[/red]" in text and "UNTESTED (--allow-untested)" in text

@@ -1,0 +1,105 @@
+"""The publishing rule on the real engine and registry: a public tag names only a digest that has a pass
+record of this suite beside it. `--no-smoke` stages key tags only; a key tag that names another image is
+never published as tested."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuilder import passes
+from imagebuilder.engine import Engine
+from imagebuilder.passes import RegistryPasses
+from imagebuilder.registry import Registry
+
+from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, salted_layers
+
+
+def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_chain: Chain, engine: Engine) -> Path:
+    """The session chain's layers (same keys: keys name no repository) published into this test's own
+    repository: every image is on the engine (pulled back if a test removed it) and the leaf's pass is in
+    the session's local mirror, so nothing builds and no suite runs."""
+    for layer in ("base", "business", "task"):
+        cpu_chain.image(engine, layer)
+    return cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business, task]",
+                      extra=f"layers_path: [{cpu_chain.folder / 'layers'}]\n")
+
+
+def test_no_smoke_stages_key_tags_and_applies_no_public_tag(
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    salted_layers(tmp_path / "layers", ["base"], f"itest {repository}")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]", extra="layers_path: [layers]\n")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke")
+    assert run.code == 0, run.text[-3000:]
+    (node,) = report(tmp_path / "r")["nodes"]
+    assert node["smoke"] == "skipped" and node["publish"] == "staged" and node["tags"] == []
+    assert node["digest"].startswith("sha256:") and node["pass_record"] is None
+    # Straight to the registry: the key tag (staging, never public) and nothing else.
+    assert registry_tags(registry, f"itest/{repository}", cache=True) == [f"cache-{node['key'][:12]}"]
+    assert Registry.for_host(registry).manifest_digest(f"itest/{repository}", f"cache-{node['key'][:12]}") \
+        == node["digest"]
+    assert "staged" in run.out and "no public tag" in run.out
+
+
+def test_a_different_image_under_the_key_tag_is_replaced_by_the_tested_one(
+        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    matrix = chain_layers_matrix(tmp_path, repository, wheelhouse, cpu_chain, engine)
+    nodes = cpu_chain.nodes
+    repo = f"itest/{repository}"
+    key_tag = f"{registry}/{repo}:cache-{nodes['task']['key'][:12]}"
+    # Another image (the business layer's) pre-seeded under the task's key tag: what an untested run, a
+    # rebuild or another day's pip leaves behind.
+    engine.tag(nodes["business"]["image"], key_tag)
+    seeded = engine.push(key_tag)
+    engine.untag(key_tag)
+    assert seeded != nodes["task"]["digest"]
+
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+    assert run.code == 0, run.text[-3000:]
+    task = {n["layer"]: n for n in report(tmp_path / "r")["nodes"]}["task"]
+    assert task["smoke"] == "cached" and "(local mirror" in run.out  # the chain's pass, by image ID
+    assert f"names {seeded}" in run.out and nodes["task"]["image"] in run.out  # both digests are said
+    reg = Registry.for_host(registry)
+    tested = reg.manifest_digest(repo, f"cache-{nodes['task']['key'][:12]}")
+    assert tested is not None and task["digest"] == tested != seeded
+    store = RegistryPasses(reg)
+    assert store.config_digest(repo, tested) == nodes["task"]["image"]  # the very image that passed
+    for tag in registry_tags(registry, repo):  # no public tag names the seeded digest
+        assert reg.manifest_digest(repo, tag) != seeded, tag
+    assert reg.manifest_digest(repo, "2.13.0-cpu-py3.11-runtime-task") == tested
+    assert task["pass_record"].endswith("(written by this run)")
+    record = store.read(repo, record_tag(task))
+    assert record is not None and record.passed and record.manifest == tested
+    assert record.config == nodes["task"]["image"] and record.report is not None
+    assert passes.tags_for(seeded, registry_tags(registry, repo, cache=True)) == []  # the seeded digest: none
+
+
+def record_tag(node: dict[str, str]) -> str:
+    """The tag of the record a report names: `registry host:port/repo:TAG[ (...)]`."""
+    assert node["pass_record"].startswith("registry "), node["pass_record"]
+    return node["pass_record"].split(" ")[1].rsplit(":", 1)[1]
+
+
+def test_the_published_record_says_what_passed_where(registry: str, cpu_chain: Chain) -> None:
+    reg = Registry.for_host(registry)
+    repo = f"itest/{cpu_chain.repository}"
+    every = registry_tags(registry, repo, cache=True)
+    for layer, node in cpu_chain.nodes.items():
+        assert node["pass_record"].startswith(f"registry {registry}/{repo}:sha256-"), node["pass_record"]
+        tag = record_tag(node)
+        assert tag in every and passes.tags_for(node["digest"], every) == [tag]
+        body, _ = reg.manifest(repo, tag)
+        doc = json.loads(body)
+        assert doc["subject"]["digest"] == node["digest"] and doc["config"]["mediaType"] == passes.RECORD_TYPE
+        record = RegistryPasses(reg).read(repo, tag)
+        assert record is not None and record.passed and record.manifest == node["digest"]
+        assert record.config == node["image"] and record.suite == passes.suite_hash()
+        assert record.gpu == {"verified": False, "kind": "cpu"} and record.expect["torch"] == "2.13.0"
+        if layer == "task":
+            assert record.report is not None and record.report["passed"] is True and record.via is None
+        else:  # an ancestor passed through the leaf built on it
+            assert record.report is None and record.via is not None
+            assert record.via["node"].endswith("/task") and record.via["manifest"] == cpu_chain.nodes["task"]["digest"]
