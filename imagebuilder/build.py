@@ -29,13 +29,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from . import keys, passes, redact, schedule
 from . import tags as tagging
-from .cache import Cache, Hit, cache_ref
+from .cache import Cache, cache_ref
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
 from .matrix import Entry
 from .passes import LocalPasses, PassRecord, RegistryPasses
-from .plan import Node, Plan
-from .registry import split_reference
+from .plan import Node, Plan, State
+from .publish import Publisher
+from .registry import Registry, split_reference
 from .render import FIND_LINKS_ARG, wheelhouse_port, with_labels
 from .report import Result, Status
 from .smoke_runner import blocking_skips, run_smoke
@@ -200,7 +201,6 @@ class Builder:
     plan: Plan
     options: BuildOptions
     console: Console
-    hits: dict[str, Hit] = field(default_factory=dict)
     cache: Cache | None = None
     wheelhouse_urls: dict[Path, str] = field(default_factory=dict)  # served for the length of the run
     results: dict[str, Result] = field(default_factory=dict)
@@ -217,6 +217,12 @@ class Builder:
     signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
+
+    @property
+    def publisher(self) -> Publisher:
+        """The publishing step of this run (stateless: it works on this run's results)."""
+        return Publisher(self, push=self.options.push, allow_untested=self.options.allow_untested,
+                         allow_untested_gpu=self.options.allow_untested_gpu)
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -296,10 +302,10 @@ class Builder:
                     out.append(schedule.Task(f"smoke:{node.id}", functools.partial(self.smoke_node, node),
                                              (f"build:{node.id}",), exclusive="smoke"))
                     steps.append(f"smoke:{node.id}")
-            out.append(schedule.Task(f"publish:{entry.id}", functools.partial(self.run_publish, entry, nodes),
+            out.append(schedule.Task(f"publish:{entry.id}", functools.partial(self.publisher.run_publish, entry, nodes),
                                      tuple(steps)))
         if self.plan.alias_cover:
-            out.append(schedule.Task("aliases", self.move_aliases, tuple(t.id for t in out if t.id.startswith(
+            out.append(schedule.Task("aliases", self.publisher.move_aliases, tuple(t.id for t in out if t.id.startswith(
                 "publish:"))))
         return out
 
@@ -375,10 +381,10 @@ class Builder:
         """The node's image on this engine, pulled from its key tag when it is only in the registry."""
         with self._pull_locks[node.id]:
             if node.id not in self.images:
-                hit = self.hits[node.id]
-                assert hit.ref is not None
-                self.say(f"[dim]pulling {escape(hit.ref)} (cached {escape(node.id)})[/]")
-                self.images[node.id] = self.worker_engine().pull(hit.ref, auth=self.auth(hit.ref))
+                ref = node.decision.ref
+                assert ref is not None, f"{node.id} is neither on the engine nor in the registry"
+                self.say(f"[dim]pulling {escape(ref)} (cached {escape(node.id)})[/]")
+                self.images[node.id] = self.worker_engine().pull(ref, auth=self.auth(ref))
                 self.results[node.id].image = self.images[node.id]
             return self.images[node.id]
 
@@ -396,12 +402,12 @@ class Builder:
             result.build = Status.BLOCKED
             result.error = f"parent {node.parent} did not build"
             return False
-        hit = self.hits.get(node.id)
-        if node.status == "cached" and hit is not None:
+        decision = node.decision
+        if decision.state == State.CACHED and decision.where is not None:
             result.build = Status.CACHED
-            result.cache = hit.where
-            if hit.image:
-                self.images[node.id] = result.image = hit.image
+            result.cache = decision.where
+            if decision.image:
+                self.images[node.id] = result.image = decision.image
             self.say(f"[cyan]● cached {escape(node.id)}[/] [dim]{escape(node.reason)}[/]")
             return True
         engine = self.worker_engine()
@@ -462,7 +468,7 @@ class Builder:
     def check_disk(self) -> None:
         """Warn before anything builds when the engine's storage is short for what must be built: a CUDA
         layer is several GB and is written twice while the builder commits it."""
-        building = [n for n in self.plan.nodes if n.status != "cached"]
+        building = [n for n in self.plan.nodes if n.status != State.CACHED]
         if not building:
             return
         root, free = self.engine.storage()
@@ -497,9 +503,12 @@ class Builder:
 
     def registry_passes(self, node: Node) -> tuple[RegistryPasses, str, str]:
         """The pass records of the node's repository: (store, host, repository path)."""
-        assert self.cache is not None
         host, repo, _ = split_reference(cache_ref(node))
-        return RegistryPasses(self.cache.registry(host)), host, repo
+        return RegistryPasses(self.registry(host)), host, repo
+
+    def registry(self, host: str) -> Registry:
+        assert self.cache is not None
+        return self.cache.registry(host)
 
     def find_pass(self, node: Node, key: str) -> tuple[PassRecord, str] | None:
         """A pass of this suite for the node's very image: in the local mirror by image ID, else in the
@@ -612,283 +621,6 @@ class Builder:
         """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
         chain = [*reversed(self.plan.ancestors(node)), node]
         return [{"name": f"layer.{n.name}.{i}", "run": cmd} for n in chain for i, cmd in enumerate(n.layer.smoke)]
-
-    # -- publish -----------------------------------------------------------------------------------------
-    def run_publish(self, entry: Entry, nodes: list[Node]) -> bool:
-        """The publishing rule: an entry's public tags are applied only when every node built and every leaf
-        has a pass (run now, or found by its image's digest). Untested entries (--no-smoke and no pass found)
-        are staged: pushed under their key tags only, unless --allow-untested says otherwise, loudly."""
-        results = [self.results[n.id] for n in nodes]
-        entry_ok = all(r.build in (Status.BUILT, Status.CACHED) for r in results) and all(
-            r.smoke in (Status.PASSED, Status.SKIPPED, Status.CACHED) for r in results if r.leaf)
-        if not entry_ok:
-            for r in results:
-                if r.build in (Status.BUILT, Status.CACHED):
-                    r.publish = Status.HELD
-            self.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or pushed[/]")
-            return False
-        untested = [r.node for r in results if r.leaf and r.smoke == Status.SKIPPED]
-        if untested and not self.options.allow_untested:
-            return self.stage(nodes, f"untested: {untested[0]} has no pass (--no-smoke), so no public tag "
-                                     "(--allow-untested publishes anyway)")
-        if untested:
-            self.say(f"[bold yellow]! {escape(entry.id)}: publishing UNTESTED images (--allow-untested): "
-                     f"{escape(', '.join(untested))}; recorded in report.json and beside each digest[/]")
-        unverified = [r for r in results if r.gpu_verified is False]
-        if unverified and self.options.push and not self.options.allow_untested_gpu:
-            for r in results:
-                r.publish = Status.HELD
-                r.error = "not GPU-verified: no GPU on this host (--allow-untested-gpu pushes anyway)"
-            self.say(f"[yellow]{escape(entry.id)}: CUDA images not GPU-verified are not pushed; "
-                     "pass --allow-untested-gpu to push them anyway[/]")
-            return False
-        if not self.options.push:
-            tagged = [self.tag_locally(node) for node in nodes]  # every node, even after one fails
-            return all(tagged)
-        return self.publish_entry(nodes, untested=bool(untested))
-
-    def stage(self, nodes: list[Node], why: str) -> bool:
-        """Push each node under its key tag only (no public tag): what a later verify or publish step, or
-        another machine, starts from. Without --push nothing leaves the engine and nothing is tagged."""
-        for i, node in enumerate(nodes):
-            result = self.results[node.id]
-            start = time.monotonic()
-            try:
-                if self.options.push:
-                    result.digest = self.push_key_tag(node, self.worker_engine())
-                    self.say(f"[cyan]● staged {escape(cache_ref(node))}@{result.digest}[/] [dim]({escape(why)})[/]")
-                result.publish = Status.STAGED
-                result.error = result.error or why
-            except ImageBuilderError as exc:
-                result.publish = Status.FAILED
-                result.error = exc.message
-                for rest in nodes[i + 1:]:
-                    self.results[rest.id].publish = Status.HELD
-                    self.results[rest.id].error = f"not staged: {node.id} could not be pushed"
-                self.say(f"[bold red]✗ stage {escape(node.id)}: {escape(exc.message)}[/]")
-                self.say(f"[yellow]{escape(node.entry.id)}: no tag of this entry was applied[/]")
-                return False
-            finally:
-                result.durations["publish"] = time.monotonic() - start
-        return True
-
-    def tag_locally(self, node: Node) -> bool:
-        result = self.results[node.id]
-        try:
-            image = self.local_image(node)
-            for ref in node.tags:
-                self.worker_engine().tag(image, ref)
-        except ImageBuilderError as exc:
-            result.publish = Status.FAILED
-            result.error = exc.message
-            return False
-        result.tags = list(node.tags)
-        result.publish = Status.TAGGED
-        return True
-
-    def publish_entry(self, nodes: list[Node], *, untested: bool = False) -> bool:
-        """All or nothing per entry. First every image goes to the registry under its key tag (the image this
-        run tested, compared by digest), every node's pass record is bound to that digest in the registry
-        (written beside it when this run holds the pass) and every immutable tag is checked: one that already
-        names another digest is never overwritten. Only when all of that held are the tags pointed at the
-        digests (manifest copies inside the registry; a tag already there is left alone); local tags follow."""
-        engine = self.worker_engine()
-        starts = {n.id: time.monotonic() for n in nodes}
-        digests: dict[str, str] = {}
-        failure: tuple[Node, str] | None = None
-        for node in nodes:
-            try:
-                digests[node.id] = self.push_key_tag(node, engine)
-            except ImageBuilderError as exc:
-                failure = (node, exc.message)
-                break
-        for node in nodes if failure is None else []:
-            try:
-                self.bind_pass(node, nodes, digests, untested=untested)
-                for ref in node.tags:
-                    held = self.registry_digest(ref)
-                    if held is not None and held != digests[node.id]:
-                        raise EngineError(f"immutable tag {ref} already names {held}; this build is "
-                                          f"{digests[node.id]}: not overwritten (use {{key12}} or {{date}} in "
-                                          "`tags:`, and `aliases:` for names that move)")
-            except ImageBuilderError as exc:
-                failure = (node, exc.message)
-                break
-        if failure is not None:
-            bad, message = failure
-            for node in nodes:
-                result = self.results[node.id]
-                result.durations["publish"] = time.monotonic() - starts[node.id]
-                result.publish = Status.FAILED if node is bad else Status.HELD
-                if node is bad:
-                    result.error = message
-                elif result.error is None:
-                    result.error = f"not tagged: {bad.id} could not be published"
-            self.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
-            self.say(f"[yellow]{escape(bad.entry.id)}: no tag of this entry was applied[/]")
-            return False
-        ok = True
-        for node in nodes:
-            result = self.results[node.id]
-            try:
-                moved = sum(self.point_tag(node, ref, digests[node.id]) for ref in node.tags)
-                if node.id in self.images:
-                    for ref in node.tags:
-                        engine.tag(self.images[node.id], ref)
-                result.tags = list(node.tags)
-                result.digest = digests[node.id]
-                result.publish = Status.PUSHED if moved else Status.CURRENT
-                repo = tagging.repository_ref(node.entry.registry, node.entry.repository)
-                self.sign(node, f"{repo}@{digests[node.id]}")
-                self.say(f"[green]✓ {'pushed' if moved else 'up to date'} {escape(node.tags[0])}@{result.digest}[/]")
-            except ImageBuilderError as exc:
-                ok = False
-                result.publish = Status.FAILED
-                result.error = exc.message
-                self.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
-            finally:
-                result.durations["publish"] = time.monotonic() - starts[node.id]
-        return ok
-
-    def bind_pass(self, node: Node, nodes: list[Node], digests: Mapping[str, str], *, untested: bool) -> None:
-        """The gate before any public tag: the node's digest must have a pass record for this suite and these
-        expectations in the registry. One already there is used; else this run's pass is written beside the
-        digest when the digest's image is the one that passed (leaves), or that a passing leaf was built on
-        (ancestors). With --allow-untested an `untested` record is written instead. Otherwise: refused."""
-        result = self.results[node.id]
-        key = self.spec_key(node)
-        store, host, repo = self.registry_passes(node)
-        digest = digests[node.id]
-        config = store.config_digest(repo, digest)
-        if config is None:
-            raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
-                              "pass to")
-        found = store.find(repo, digest, key, config)
-        if found is not None:
-            result.pass_record = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
-            return
-        record = self.pass_for(node, nodes, digests, config)
-        if record is None and untested and self.options.allow_untested:
-            spec = self.smoke_spec(node)
-            tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,
-                                             entry=node.entry.id, expect=spec["expect"], date=passes.now(),
-                                             suite=passes.suite_hash(), allowed_by="--allow-untested")
-                            .at(digest, f"{host}/{repo}"))
-            result.pass_record = f"UNTESTED, published by --allow-untested: registry {host}/{repo}:{tag}"
-            result.untested = True
-            return
-        if record is None:
-            tested = self.passes.get(node.id)
-            why = (f"this run tested image {tested.config}, and the registry's {digest} is image {config}"
-                   if tested is not None else "and this run holds no pass for it")
-            raise EngineError(f"{host}/{repo}@{digest} has no pass record for this suite and these expectations "
-                              f"({why}): no public tag is pointed at it")
-        tag = store.put(repo, record.at(digest, f"{host}/{repo}"))
-        if store.find(repo, digest, key, config) is None:
-            raise EngineError(f"the pass record {host}/{repo}:{tag} did not read back: not published")
-        result.pass_record = f"registry {host}/{repo}:{tag} (written by this run)"
-
-    def pass_for(self, node: Node, nodes: list[Node], digests: Mapping[str, str], config: str) -> PassRecord | None:
-        """The pass this run holds for the image `config`: the leaf's own, or for an ancestor, one `via` a
-        leaf whose passing image was built on this very image in this run."""
-        own = self.passes.get(node.id)
-        if node.leaf:
-            return own if own is not None and own.config == config else None
-        if self.images.get(node.id) not in (None, config):
-            return None
-        for leaf in nodes:
-            record = self.passes.get(leaf.id)
-            if not leaf.leaf or record is None or node not in self.plan.ancestors(leaf):
-                continue
-            spec = self.smoke_spec(node)
-            return PassRecord(passes.PASSED, config=config, spec=self.spec_key(node), node=node.id,
-                              entry=node.entry.id, expect=spec["expect"], gpu=record.gpu, date=passes.now(),
-                              suite=passes.suite_hash(),
-                              via={"node": leaf.id, "manifest": digests[leaf.id], "config": record.config,
-                                   "record": passes.record_tag(digests[leaf.id], record.spec)})
-        return None
-
-    def move_aliases(self) -> bool:
-        """After every entry: each alias moves to the last node it covers (in matrix order), and only when
-        every node it covers in the whole matrix passed in this run."""
-        ok_states = (Status.PUSHED, Status.CURRENT, Status.TAGGED)
-        ok = True
-        for ref, covered in self.plan.alias_cover:
-            missing = [n for n in covered if n not in self.results]
-            failed = [n for n in covered if n in self.results and self.results[n].publish not in ok_states]
-            target = covered[-1]
-            if missing or failed:
-                why = (f"{failed[0]} did not pass" if failed else f"{missing[0]} is not part of this run (--only)")
-                for node_id in covered:
-                    if node_id in self.results:
-                        self.results[node_id].aliases_held.append(ref)
-                self.say(f"[yellow]alias {escape(ref)} not moved: {escape(why)}[/]")
-                continue
-            result = self.results[target]
-            node = self.plan.node(target)
-            try:
-                if self.options.push:
-                    assert result.digest is not None
-                    self.point_tag(node, ref, result.digest)
-                if node.id in self.images or not self.options.push:
-                    self.worker_engine().tag(self.local_image(node), ref)
-                result.aliases.append(ref)
-            except ImageBuilderError as exc:
-                ok = False
-                result.aliases_held.append(ref)
-                self.say(f"[bold red]✗ alias {escape(ref)}: {escape(exc.message)}[/]")
-        return ok
-
-    def registry_digest(self, ref: str) -> str | None:
-        assert self.cache is not None
-        return self.cache.digest(ref)
-
-    def push_key_tag(self, node: Node, engine: Engine) -> str:
-        """The node's manifest digest under its key tag, for the image this run holds: pushed when the key tag
-        is missing or names another image (keys do not name content: the key tag moves to the image that was
-        tested, and both digests are said). A node this run never pulled is what its key tag named when it
-        was looked up (the manifest its pass was found beside, if any)."""
-        ref = cache_ref(node)
-        image = self.images.get(node.id)
-        held = self.registry_digest(ref)
-        if image is None:
-            known = self.tested_manifests.get(node.id) or held
-            if known is None:
-                raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
-            return known
-        store, _, repo = self.registry_passes(node)
-        if held is not None:
-            config = store.config_digest(repo, held)
-            if config == image:
-                return held
-            self.say(f"[yellow]  {escape(ref)} names {held} (image {config}), not the image this run holds "
-                     f"({image}): pushing this run's image over it[/]")
-        engine.tag(image, ref)
-        self.say(f"[bold]▶ push {escape(ref)}[/]")
-        digest = engine.push(ref, sink=lambda line: self.say(f"[yellow]  {escape(line)}[/]"), auth=self.auth(ref))
-        held = self.registry_digest(ref)
-        if held != digest:
-            raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
-        config = store.config_digest(repo, digest)
-        if config != image:
-            raise EngineError(f"push {ref}: {digest} is image {config}, not this run's {image}")
-        return digest
-
-    def point_tag(self, node: Node, ref: str, digest: str) -> int:
-        """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
-        moved, 0 if it already did."""
-        assert self.cache is not None
-        if self.stopping.is_set():
-            raise EngineError(f"tag {ref}: not moved, the run was interrupted")
-        if self.registry_digest(ref) == digest:
-            return 0
-        host, repo, tag = split_reference(ref)
-        self.cache.registry(host).copy(split_reference(cache_ref(node))[1], digest, repo, tag)
-        held = self.registry_digest(ref)
-        if held != digest:
-            raise EngineError(f"tag {ref}: the registry holds {held}, not {digest}")
-        return 1
-
 
 def signing_status(push: bool, env: Mapping[str, str]) -> dict[str, str]:
     """Whether published images are signed with cosign (optional: where it is installed and given a key

@@ -21,19 +21,12 @@ from . import keys
 from . import tags as tagging
 from .engine import Engine
 from .errors import EngineError
-from .plan import Node, Plan
+from .plan import Decision, Node, Plan, State
 from .registry import Registry, split_reference
 
 
 def default_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuilder"
-
-
-@dataclass(frozen=True)
-class Hit:
-    where: str  # "local" | "registry"
-    image: str | None = None  # the local image ID
-    ref: str | None = None  # the registry's key tag
 
 
 def cache_ref(node: Node) -> str:
@@ -85,12 +78,13 @@ class Cache:
     def forget_local(self) -> None:
         self._local = None
 
-    def lookup(self, node: Node) -> Hit | None:
+    def lookup(self, node: Node) -> Decision | None:
+        """`cached` with where the image is, or None when no image has the node's key."""
         if not node.key:
             return None
         local = self.local().get(node.key)
         if local is not None:
-            return Hit("local", image=local[0])
+            return Decision(State.CACHED, f"image {local[0][7:19]} has this key", image=local[0])
         if not self.use_registry:
             return None
         ref = cache_ref(node)
@@ -103,7 +97,7 @@ class Cache:
             self._down.add(host)
             self.warnings.append(f"cache lookup failed: {exc.message}; its key tags count as absent in this run")
             return None
-        return Hit("registry", ref=ref) if digest else None
+        return Decision(State.CACHED, f"key tag {ref} is in the registry", ref=ref) if digest else None
 
     def previous_inputs(self, node: Node) -> dict[str, str] | None:
         """The inputs of the image this node had last: the newest local image of the node, else the
@@ -157,28 +151,19 @@ def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:
     return out
 
 
-def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> tuple[Plan, dict[str, Hit]]:
-    """Each node's status (`build`, `cached`, or `unknown` without a key) and the reason, in plan order."""
+def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> Plan:
+    """Each node's decision (`build`, `cached` with where, or `unknown` without a key) and why, in plan order."""
     decided: dict[str, Node] = {}
-    hits: dict[str, Hit] = {}
     for node in plan.nodes:
         parent = decided.get(node.parent) if node.parent else None
         if not node.key:
-            status, why = "unknown", f"base image {node.base_image or '?'} is not on the engine (a build pulls it)"
-            if parent is not None:
-                why = "parent's key is unknown"
+            why = f"base image {node.base_image or '?'} is not on the engine (a build pulls it)"
+            decision = Decision(State.UNKNOWN, "parent's key is unknown" if parent is not None else why)
         elif rebuild:
-            status, why = "build", "--no-cache: everything builds"
-        elif parent is not None and parent.status != "cached":
-            status, why = "build", keys.reason(node, cache.previous_inputs(node), parent.status)
+            decision = Decision(State.BUILD, "--no-cache: everything builds")
+        elif parent is not None and parent.status != State.CACHED:
+            decision = Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), parent.status))
         else:
-            hit = cache.lookup(node)
-            if hit is not None:
-                hits[node.id] = hit
-                status = "cached"
-                why = (f"image {hit.image[7:19] if hit.image else '?'} has this key" if hit.where == "local"
-                       else f"key tag {hit.ref} is in the registry")
-            else:
-                status, why = "build", keys.reason(node, cache.previous_inputs(node), None)
-        decided[node.id] = dataclasses.replace(node, status=status, reason=why)
-    return plan.with_nodes([decided[n.id] for n in plan.nodes]), hits
+            decision = cache.lookup(node) or Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), None))
+        decided[node.id] = dataclasses.replace(node, decision=decision)
+    return plan.with_nodes([decided[n.id] for n in plan.nodes])

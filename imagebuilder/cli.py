@@ -95,16 +95,16 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
 
 
 def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, use_registry: bool = True) \
-        -> tuple[plan_mod.Plan, dict[str, cache_mod.Hit], cache_mod.Cache]:
+        -> tuple[plan_mod.Plan, cache_mod.Cache]:
     """Keys for every node (base images resolved on the engine), then what each node needs: the cache
     is looked up locally and in the registry."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
     cache = cache_mod.Cache(engine, use_registry=use_registry)
-    plan, hits = cache_mod.decide(plan, cache, rebuild=rebuild)
+    plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
         ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    return plan, hits, cache
+    return plan, cache
 
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
@@ -155,12 +155,12 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     try:
-        the_plan, _, _ = decide(ctx, the_plan, rebuild=no_cache)
+        the_plan, _ = decide(ctx, the_plan, rebuild=no_cache)
     except EngineUnavailable as exc:
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
                       highlight=False)
-        the_plan = the_plan.with_nodes([dataclasses.replace(n, status="unknown", reason="no engine to resolve "
-                                                            "the base image") for n in the_plan.nodes])
+        unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to resolve the base image")
+        the_plan = the_plan.with_nodes([dataclasses.replace(n, decision=unknown) for n in the_plan.nodes])
     fmt = "json" if as_json else fmt
     if explain:
         explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())
@@ -179,11 +179,11 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     for n in the_plan.nodes:
         e = n.entry
         versions = f"cuda {e.cuda} · cudnn {e.cudnn} · nccl {e.nccl}" if e.cuda else "cpu"
-        table.add_row(f"[{style.get(n.status, '')}]{n.status}[/]", escape(n.id), keys.short(n.key) or "-",
+        table.add_row(f"[{style[n.status.value]}]{n.status.value}[/]", escape(n.id), keys.short(n.key) or "-",
                       escape(n.parent or n.base_image or ""), versions,
                       "\n".join(escape(t.rsplit("/", 1)[-1]) for t in n.tags), escape(n.reason))
     ctx.out.print(table)
-    counts = {s: sum(n.status == s for n in the_plan.nodes) for s in ("build", "cached", "unknown")}
+    counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
     ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries: "
                   + ", ".join(f"{v} {k}" for k, v in counts.items() if v), highlight=False)
     return 0
@@ -426,12 +426,12 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
 def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: Engine, options: BuildOptions) -> int:
     quiet, report_dir = options.quiet, options.report_dir
     check_bases(the_plan, engine, lambda line: None if quiet else ctx.out.print(line, highlight=False))
-    the_plan, hits, cache = decide(ctx, the_plan, rebuild=options.no_cache)
+    the_plan, cache = decide(ctx, the_plan, rebuild=options.no_cache)
     if not quiet:
-        counts = {s: sum(n.status == s for n in the_plan.nodes) for s in ("build", "cached")}
+        counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
         ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
                       highlight=False)
-    builder = Builder(engine, the_plan, options, ctx.out, hits=hits, cache=cache)
+    builder = Builder(engine, the_plan, options, ctx.out, cache=cache)
     try:
         results = builder.run()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what finished, in the reports too, then stop

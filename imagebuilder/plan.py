@@ -11,6 +11,7 @@ import datetime
 import fnmatch
 import functools
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from . import tags as tagging
@@ -18,6 +19,28 @@ from .errors import InputError
 from .layers import Layer, LayerCatalog
 from .matrix import Entry, Matrix
 from .render import RenderedNode, Renderer
+
+
+class State(str, Enum):
+    """What the plan decided for a node."""
+
+    BUILD = "build"  # no image has its key (or --no-cache, or its parent builds)
+    CACHED = "cached"  # an image with its key is on the engine or in the registry
+    UNKNOWN = "unknown"  # no key yet: its base image is not on the engine (a build pulls it)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A node's plan state and why; where its image is, when it is cached. One type for all of it."""
+
+    state: State = State.BUILD
+    reason: str = ""
+    image: str | None = None  # cached on this engine: the image ID
+    ref: str | None = None  # cached in the registry only: its key tag (pulled when needed)
+
+    @property
+    def where(self) -> str | None:
+        return "local" if self.image else "registry" if self.ref else None
 
 
 @dataclass(frozen=True)
@@ -33,9 +56,16 @@ class Node:
     rendered: RenderedNode
     key: str = ""  # content address (keys.assign); "" until the base image is resolved
     inputs: tuple[tuple[str, str], ...] = ()  # what the key is made of, for saying why a node rebuilds
-    status: str = "build"  # build | cached | blocked | unknown (cache.decide)
-    reason: str = ""
+    decision: Decision = Decision()  # cache.decide
     aliases: tuple[str, ...] = ()  # floating: moved once every node they cover passed
+
+    @property
+    def status(self) -> State:
+        return self.decision.state
+
+    @property
+    def reason(self) -> str:
+        return self.decision.reason
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,7 +79,7 @@ class Node:
             "aliases": list(self.aliases),
             "leaf": self.leaf,
             "key": self.key or None,
-            "status": self.status,
+            "status": self.status.value,
             "reason": self.reason,
         }
 
@@ -183,6 +213,6 @@ def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[
             "gpu": entry.cuda is not None,
             "runs_on": list(gpu_runner if entry.cuda else cpu_runner),
             "nodes": len(nodes),
-            "to_build": sum(n.status != "cached" for n in nodes),
+            "to_build": sum(n.status != State.CACHED for n in nodes),
         })
     return {"include": include}

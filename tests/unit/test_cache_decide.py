@@ -11,7 +11,7 @@ from imagebuilder import keys
 from imagebuilder import matrix as matrix_mod
 from imagebuilder import plan as plan_mod
 from imagebuilder.compat import CompatTable
-from imagebuilder.plan import Node
+from imagebuilder.plan import Decision, Node, State
 from imagebuilder.render import Renderer
 
 from ..conftest import MatrixWriter
@@ -31,8 +31,10 @@ class Known(cache_mod.Cache):
 
     present: set[str] = field(default_factory=set)
 
-    def lookup(self, node: Node) -> cache_mod.Hit | None:
-        return cache_mod.Hit("local", image="sha256:" + "a" * 64) if node.id in self.present else None
+    def lookup(self, node: Node) -> Decision | None:
+        image = "sha256:" + "a" * 64
+        return Decision(State.CACHED, f"image {image[7:19]} has this key", image=image) if node.id in self.present \
+            else None
 
     def previous_inputs(self, node: Node) -> dict[str, str] | None:
         return None
@@ -42,7 +44,7 @@ def decided(write_matrix: MatrixWriter, table: CompatTable, present: set[str], r
         -> dict[str, tuple[str, str]]:
     plan = plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer())
     plan = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64})
-    out, _ = cache_mod.decide(plan, Known(engine=None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
+    out = cache_mod.decide(plan, Known(engine=None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
     return {n.name: (n.status, n.reason) for n in out.nodes}
 
 

@@ -3,9 +3,7 @@ image it was written for; skips on a GPU run are not passes; promote moves only 
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,58 +14,7 @@ from imagebuilder.passes import LocalPasses, PassRecord, RegistryPasses
 from imagebuilder.smoke.suite import throughput_verdict
 from imagebuilder.smoke_runner import blocking_skips
 
-IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"
-
-
-@dataclass
-class FakeRegistry:
-    """Blobs and manifests by digest, tags per repository: what a Distribution registry does, in memory."""
-
-    blobs: dict[str, bytes] = field(default_factory=dict)
-    manifests: dict[str, tuple[bytes, str]] = field(default_factory=dict)
-    tagged: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    def _resolve(self, repo: str, reference: str) -> str | None:
-        return reference if reference.startswith("sha256:") and reference in self.manifests \
-            else self.tagged.get((repo, reference))
-
-    def manifest_digest(self, repo: str, reference: str) -> str | None:
-        return self._resolve(repo, reference)
-
-    def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
-        digest = self._resolve(repo, reference)
-        if digest is None:
-            raise EngineError(f"GET {repo}:{reference}: HTTP 404")
-        return self.manifests[digest]
-
-    def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        self.manifests[digest] = (body, media_type)
-        self.tagged[(repo, tag)] = digest
-        return digest
-
-    def blob(self, repo: str, digest: str) -> bytes:
-        return self.blobs[digest]
-
-    def put_blob(self, repo: str, data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        self.blobs[digest] = data
-        return digest
-
-    def tags(self, repo: str) -> list[str]:
-        return sorted(t for r, t in self.tagged if r == repo)
-
-    def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str:
-        self.tagged[(target_repo, tag)] = digest
-        return digest
-
-    def image(self, repo: str, tag: str, content: str) -> tuple[str, str]:
-        """Push an image: returns (manifest digest, config digest)."""
-        config = self.put_blob(repo, json.dumps({"config": {"Labels": {"x": content}}}).encode())
-        body = json.dumps({"schemaVersion": 2, "mediaType": IMAGE_TYPE, "layers": [],
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config}})
-        return self.put_manifest(repo, tag, body.encode(), IMAGE_TYPE), config
-
+from .fakes import FakeRegistry
 
 SPEC = passes.spec_key({"expect": {"torch": "2.13.0"}})
 
