@@ -36,7 +36,7 @@ from .errors import (
 from .interrupts import Interrupts
 from .render import Renderer
 from .report import print_summary, write_reports
-from .smoke_runner import CHECK_KINDS, run_smoke
+from .smoke_runner import CHECK_KINDS, blocking_skips, run_smoke
 
 
 @dataclass
@@ -508,9 +508,12 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_unte
 @click.option("--only", "only", metavar="KINDS", default="",
               help=f"Run only these kinds of checks, comma-separated ({', '.join(CHECK_KINDS)}): a diagnostic run; "
               "its report says `only` and it is never a pass of the whole suite.")
+@click.option("--allow-skip", "allow_skip", metavar="CHECKS", default="",
+              help="Comma-separated checks (names, prefixes or globs) whose skip on a GPU run is accepted; any "
+              "other skip on a GPU run fails the run (a skip is not a pass), as in `build`.")
 @click.pass_obj
 def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str,
-          driver_dir: str, only: str) -> int:
+          driver_dir: str, only: str, allow_skip: str) -> int:
     """Run the smoke suite in an existing IMAGE and print its JSON report."""
     kinds = tuple(k.strip() for k in only.split(",") if k.strip())
     unknown = [k for k in kinds if k not in CHECK_KINDS]
@@ -529,6 +532,11 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     click.echo(json.dumps({"image": image, **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
     if not report.passed:
         raise RunFailed("smoke failed: " + "; ".join(report.failures()))
+    allowed = tuple(k.strip() for k in allow_skip.split(",") if k.strip())
+    skipped = [] if kinds else blocking_skips(report.checks, gpu_run=report.gpu_verified, allow=allowed)
+    if skipped:
+        raise RunFailed("a skip is not a pass on a GPU run: " + "; ".join(skipped)
+                        + " (fix it, or accept it with --allow-skip)")
     return 0
 
 

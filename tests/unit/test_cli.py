@@ -146,3 +146,25 @@ def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
     for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x")):
         with pytest.raises(InputError):
             cli.check_floors(((key, value),), plan)
+
+
+def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`imagebuilder smoke` is a gate too (e.g. after a bake build): an unknown GPU's throughput skip on a GPU
+    run exits 1, like `build`; --allow-skip accepts it."""
+    from imagebuilder import cli
+    from imagebuilder.smoke_runner import SmokeReport
+
+    class Present:
+        def image_id(self, ref: str) -> str:
+            return "sha256:" + "a" * 64
+
+    report = SmokeReport(passed=True, duration=1.0, exit_code=0, gpu_verified=True, checks=(
+        {"name": "versions.torch", "status": "pass"},
+        {"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU model 'Tesla T4'"}))
+    monkeypatch.setattr(cli.Context, "engine", lambda self: Present())
+    monkeypatch.setattr(cli, "run_smoke", lambda *a, **k: report)
+    assert cli.main(["smoke", "img"]) == 1
+    assert "a skip is not a pass on a GPU run: throughput.cuda:0: unknown GPU model 'Tesla T4'" in \
+        capsys.readouterr().err
+    assert cli.main(["smoke", "img", "--allow-skip", "throughput"]) == 0
