@@ -1,7 +1,7 @@
-"""Runs a decided plan: build each node that is not cached FROM its parent's image, smoke the leaves
-(unless a passing result for the same leaf key is cached), then tag and push the entries whose every
-leaf passed. Independent nodes run in parallel (`jobs`); one failure blocks only its descendants.
-One `Result` per node."""
+"""Runs a decided plan: build each node that is not cached FROM its parent's image (the planned text, the
+parent's image ID written in), verify the leaves (`verify`: unless a pass of that very image exists), then
+publish the entries whose every leaf passed (`publish`: only digests with a pass record get tags).
+Independent nodes run in parallel (`jobs`); one failure blocks only its descendants. One `Result` per node."""
 
 from __future__ import annotations
 
@@ -27,19 +27,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from . import keys, passes, redact, schedule
+from . import keys, redact, schedule
 from . import tags as tagging
-from .cache import Cache, cache_ref
+from .cache import Cache
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
-from .matrix import Entry
-from .passes import LocalPasses, PassRecord, RegistryPasses
+from .passes import PassRecord
 from .plan import Node, Plan, State
 from .publish import Publisher
 from .registry import Registry, split_reference
 from .render import FIND_LINKS_ARG, wheelhouse_port, with_labels
 from .report import Result, Status
-from .smoke_runner import blocking_skips, run_smoke
+from .verify import Verifier
+from .verify import expectations as expectations  # re-exported (benchmarks/gpu_smoke.py imports it from here)
 
 LABEL_PREFIX = keys.LABEL_PREFIX
 RUN_LABEL = f"{LABEL_PREFIX}.run"
@@ -76,21 +76,6 @@ def labels(node: Node, parent_id: str) -> dict[str, str]:
     if node.base_image:
         out["org.opencontainers.image.base.name"] = node.base_image
     return out
-
-
-def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
-    """What the smoke suite checks in an entry's images: the resolved versions, floors, and overrides."""
-    expect: dict[str, Any] = dict(entry.versions())
-    user = entry.user.settings()
-    expect["user"] = {"uid": user["uid"], "gid": user["gid"], "home": user["home"]}
-    expect.update(driver_floor=entry.driver_floor, throughput_floor=entry.smoke.throughput_floor,
-                  cpu_gflops_floor=entry.smoke.cpu_gflops_floor)
-    if entry.smoke.gpu_floors:
-        expect["gpu_floors"] = [[name, floor] for name, floor in entry.smoke.gpu_floors]
-    if any(name.startswith("nvidia-cudnn") for name, _ in entry.overrides):
-        expect["cudnn_override"] = True  # the loaded cuDNN is meant to differ from torch's build
-    expect.update(dict(extra))
-    return expect
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -218,6 +203,12 @@ class Builder:
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
 
+    @functools.cached_property
+    def verifier(self) -> Verifier:
+        """The smoke step of this run (it keeps the spec key of each node)."""
+        return Verifier(self, smoke=self.options.smoke, resmoke=self.options.resmoke, expect=self.options.expect,
+                        cache_dir=self.options.cache_dir)
+
     @property
     def publisher(self) -> Publisher:
         """The publishing step of this run (stateless: it works on this run's results)."""
@@ -299,7 +290,7 @@ class Builder:
                 out.append(schedule.Task(f"build:{node.id}", functools.partial(self.build_node, node), deps))
                 steps.append(f"build:{node.id}")
                 if node.leaf:
-                    out.append(schedule.Task(f"smoke:{node.id}", functools.partial(self.smoke_node, node),
+                    out.append(schedule.Task(f"smoke:{node.id}", functools.partial(self.verifier.smoke_node, node),
                                              (f"build:{node.id}",), exclusive="smoke"))
                     steps.append(f"smoke:{node.id}")
             out.append(schedule.Task(f"publish:{entry.id}", functools.partial(self.publisher.run_publish, entry, nodes),
@@ -487,140 +478,16 @@ class Builder:
                 "(docker image prune, docker builder prune) and run again: finished nodes are cached. "
                 f"Engine said: {message}")
 
-    # -- smoke -------------------------------------------------------------------------------------------
-    def smoke_spec(self, node: Node) -> dict[str, Any]:
-        s = node.entry.smoke
-        return {"expect": expectations(node.entry, self.options.expect), "gpus": s.gpus, "driver_dir": s.driver_dir,
-                "shm_size": s.shm_size, "env": dict(s.env), "commands": self.layer_checks(node),
-                "allow_skip": list(s.allow_skip)}
-
-    def spec_key(self, node: Node) -> str:
-        """What a pass of this node is a pass of (suite, expectations, settings, inherited layer checks)."""
-        with self._lock:
-            if node.id not in self.spec_keys:
-                self.spec_keys[node.id] = passes.spec_key(self.smoke_spec(node))
-            return self.spec_keys[node.id]
-
-    def registry_passes(self, node: Node) -> tuple[RegistryPasses, str, str]:
-        """The pass records of the node's repository: (store, host, repository path)."""
-        host, repo, _ = split_reference(cache_ref(node))
-        return RegistryPasses(self.registry(host)), host, repo
-
     def registry(self, host: str) -> Registry:
         assert self.cache is not None
         return self.cache.registry(host)
 
-    def find_pass(self, node: Node, key: str) -> tuple[PassRecord, str] | None:
-        """A pass of this suite for the node's very image: in the local mirror by image ID, else in the
-        registry beside the image its key tag names (when that is this image, or the image is not here:
-        then it is what this run would publish, and is never pulled)."""
-        assert self.cache is not None
-        image = self.images.get(node.id)
-        if image is not None:
-            local = LocalPasses(self.options.cache_dir).get(image, key)
-            if local is not None:
-                return local, f"local mirror {self.options.cache_dir}"
-        if not self.cache.answers(split_reference(cache_ref(node))[0]):
-            return None
-        try:
-            manifest = self.cache.digest(cache_ref(node))
-            if manifest is None:
-                return None
-            store, host, repo = self.registry_passes(node)
-            config = store.config_digest(repo, manifest)
-            if config is None or (image is not None and config != image):
-                return None  # the key tag names another image than this one: its passes are not ours
-            record = store.find(repo, manifest, key, config)
-        except ImageBuilderError:
-            return None
-        if record is None:
-            return None
-        self.tested_manifests[node.id] = manifest
-        return record, f"registry {host}/{repo}:{passes.record_tag(manifest, key)}"
+    def spec_key(self, node: Node) -> str:
+        return self.verifier.spec_key(node)
 
-    def smoke_node(self, node: Node) -> bool:
-        result = self.results[node.id]
-        if result.build not in (Status.BUILT, Status.CACHED):
-            return True  # the build already failed and said so
-        spec = self.smoke_spec(node)
-        key = self.spec_key(node)
-        found = None if self.options.resmoke else self.find_pass(node, key)
-        if found is not None:
-            record, where = found
-            result.smoke = Status.CACHED
-            result.smoke_report = dict(record.report) if record.report else None
-            result.gpu_verified = bool(record.gpu.get("verified")) if node.entry.cuda else None
-            result.pass_record = where
-            self.passes[node.id] = record
-            self.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(record.date)} ({escape(where)}); "
-                     "--resmoke runs it again[/]")
-            return True
-        if not self.options.smoke:
-            result.smoke = Status.SKIPPED
-            return True
-        step = f"smoke {node.id}"
-        start = time.monotonic()
-        self.display.start(step)
-        self.say(f"[bold]▶ smoke {escape(node.id)}[/]")
-        if result.log is None:
-            result.log = str(self.log_file(node))
-            Path(result.log).write_text(f"# {node.id} key {node.key} (cached image)\n", encoding="utf-8")
-        try:
-            with open(result.log, "a", encoding="utf-8") as log:
-                log.write("---- smoke ----\n")
+    def smoke_spec(self, node: Node) -> dict[str, Any]:
+        return self.verifier.smoke_spec(node)
 
-                def to_log(line: str) -> None:  # the whole suite output goes to the node's log file
-                    line = redact.mask(line, self.secrets)
-                    log.write(line + "\n")
-                    log.flush()
-                    if self.display.mode == "tail":  # a progress row only: the suite's lines are not streamed
-                        self.display.line(step, node.id, line)
-                try:
-                    image = self.local_image(node)
-                    report = run_smoke(self.worker_engine(), image, spec["expect"],
-                                       timeout=node.entry.smoke.timeout, shm_size=spec["shm_size"],
-                                       gpus=spec["gpus"], driver_dir=spec["driver_dir"], env=spec["env"],
-                                       commands=spec["commands"], sink=to_log)
-                except ImageBuilderError as exc:
-                    result.smoke = Status.FAILED
-                    result.error = f"smoke: {exc.message}"
-                    self.show_log(result)
-                    return False
-        finally:
-            result.durations["smoke"] = time.monotonic() - start
-            self.display.stop(step)
-        result.smoke_report = report.to_json()
-        for check in report.checks:
-            mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
-            why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
-            self.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
-        skipped = blocking_skips(report.checks, gpu_run=report.gpu_verified, allow=node.entry.smoke.allow_skip)
-        if not report.passed or skipped:
-            result.smoke = Status.FAILED
-            result.error = ("; ".join(report.failures())[:300] or "smoke failed") if not report.passed else (
-                "a skip is not a pass on a GPU run: " + "; ".join(skipped)[:300]
-                + " (fix it, or name the check in smoke.allow_skip)")
-            result.log_tail = report.log_tail
-            self.show_log(result)
-            return False
-        result.smoke = Status.PASSED
-        if node.entry.cuda and not report.gpu_verified:
-            result.gpu_verified = False
-            self.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
-        else:
-            result.gpu_verified = report.gpu_verified if node.entry.cuda else None
-        record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
-                            expect=spec["expect"], gpu=passes.gpu_facts(result.smoke_report, bool(node.entry.cuda)),
-                            date=passes.now(), suite=passes.suite_hash(), report=result.smoke_report)
-        self.passes[node.id] = record
-        LocalPasses(self.options.cache_dir).put(record)
-        result.pass_record = "this run"
-        return True
-
-    def layer_checks(self, node: Node) -> list[dict[str, str]]:
-        """The leaf's own layer checks and every ancestor's: tests are inherited down the tree."""
-        chain = [*reversed(self.plan.ancestors(node)), node]
-        return [{"name": f"layer.{n.name}.{i}", "run": cmd} for n in chain for i, cmd in enumerate(n.layer.smoke)]
 
 def signing_status(push: bool, env: Mapping[str, str]) -> dict[str, str]:
     """Whether published images are signed with cosign (optional: where it is installed and given a key
