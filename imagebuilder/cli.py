@@ -401,7 +401,8 @@ def check_floors(expected: tuple[tuple[str, str], ...], the_plan: plan_mod.Plan)
               help="Build up to N independent nodes at once (smoke suites still run one at a time).")
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure (default: keep going; "
               "a failure blocks only what builds on it).")
-@click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by ID or digest) has a pass record.")
+@click.option("--resmoke", is_flag=True,
+              help="Run the smoke suite even where this very image (by ID or digest) has a pass record.")
 @click.option("--logs", type=click.Choice(LOG_MODES), default="stream", show_default=True,
               help="stream: every build line, prefixed by node id; tail: only a progress row per running step "
               "with its latest line (full logs under the report folder, and on the terminal when a step fails).")
