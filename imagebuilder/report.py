@@ -60,6 +60,7 @@ class Result:
     signed: str | None = None  # the signature's outcome (cosign), when signing was on
     pass_record: str | None = None  # where this image's pass is recorded (registry tag, local mirror, this run)
     untested: bool = False  # published without a pass, by --allow-untested
+    allowed_skips: list[str] = field(default_factory=list)  # skips of a GPU run that smoke.allow_skip accepted
 
     @property
     def ok(self) -> bool:
@@ -86,7 +87,7 @@ class Result:
             "aliases_held": self.aliases_held, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
             "gpu_verified": self.gpu_verified, "base": self.base, "signed": self.signed,
-            "pass_record": self.pass_record, "untested": self.untested,
+            "pass_record": self.pass_record, "untested": self.untested, "allowed_skips": self.allowed_skips,
             "smoke_report": self.smoke_report,
         }
 
@@ -154,6 +155,14 @@ def summary_markdown(results: list[Result], folder: Path) -> str:
     if published:
         lines += ["", "### Published", "", "| tag | digest |", "|---|---|"]
         lines += [f"| `{tag}` | `{digest}` |" for tag, digest in published]
+    gaps = [r for r in results if r.untested or r.allowed_skips or r.publish == Status.STAGED]
+    if gaps:
+        lines += ["", "### Not fully tested", ""]
+        for r in gaps:
+            why = ("published UNTESTED (--allow-untested)" if r.untested else "staged: untested, no public tag"
+                   if r.publish == Status.STAGED else "")
+            skips = f"skips accepted by smoke.allow_skip: {'; '.join(r.allowed_skips)}" if r.allowed_skips else ""
+            lines.append(f"- **`{r.node}`**: " + _md(" · ".join(x for x in (why, skips) if x)))
     if failed:
         lines += ["", "### Not ok", ""]
         for r in failed:
@@ -236,6 +245,8 @@ def summary_table(results: list[Result]) -> Table:
             note = f"not GPU-verified · {note}"
         if r.untested:
             note = f"UNTESTED (--allow-untested) · {note}"
+        if r.allowed_skips:
+            note = f"allowed skips: {', '.join(s.split(':', 1)[0] for s in r.allowed_skips)} · {note}"
         style = _STYLE.get(outcome)
         table.add_row(
             f"[{style}]{escape(r.node)}[/]" if style else escape(r.node),

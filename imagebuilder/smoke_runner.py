@@ -46,14 +46,22 @@ def blocking_skips(checks: list[dict[str, Any]] | tuple[dict[str, Any], ...], *,
     GPU model has no throughput floor; a missing driver floor checks nothing), unless the matrix names the
     check in `smoke.allow_skip` (a name, a prefix before `.` or `:`, or a glob). CPU runs skip the GPU
     checks by design and are judged by what they ran."""
+    return gpu_skips(checks, gpu_run=gpu_run, allow=allow)[0]
+
+
+def gpu_skips(checks: list[dict[str, Any]] | tuple[dict[str, Any], ...], *, gpu_run: bool,
+              allow: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """(blocking, allowed): the skips of a GPU run, `name: reason`, split by `smoke.allow_skip`. The allowed
+    ones are listed in the summary: an accepted gap in the evidence is still said."""
     if not gpu_run:
-        return []
+        return [], []
 
     def allowed(name: str) -> bool:
         return any(name == p or name.startswith((p + ".", p + ":")) or fnmatch.fnmatchcase(name, p) for p in allow)
 
-    return [f"{c.get('name')}: {c.get('reason') or 'skipped'}" for c in checks
-            if c.get("status") == "skip" and not allowed(str(c.get("name")))]
+    skips = [c for c in checks if c.get("status") == "skip"]
+    said = [(f"{c.get('name')}: {c.get('reason') or 'skipped'}", allowed(str(c.get("name")))) for c in skips]
+    return [text for text, ok in said if not ok], [text for text, ok in said if ok]
 
 
 def gpu_mode(requested: str, *, has_toolkit: bool, devices: list[str]) -> str:

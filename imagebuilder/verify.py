@@ -22,7 +22,7 @@ from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import Registry, split_reference
 from .report import Result, Status
-from .smoke_runner import blocking_skips, run_smoke
+from .smoke_runner import gpu_skips, run_smoke
 
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
@@ -190,7 +190,8 @@ class Verifier:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
             why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
             self.run.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
-        skipped = blocking_skips(report.checks, gpu_run=report.gpu_verified, allow=node.entry.smoke.allow_skip)
+        skipped, result.allowed_skips = gpu_skips(report.checks, gpu_run=report.gpu_verified,
+                                                  allow=node.entry.smoke.allow_skip)
         if not report.passed or skipped:
             result.smoke = Status.FAILED
             result.error = ("; ".join(report.failures())[:300] or "smoke failed") if not report.passed else (

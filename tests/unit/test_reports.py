@@ -84,3 +84,32 @@ def test_the_summary_prints_every_outcome_and_any_error_text() -> None:
     print_summary(Console(file=out, width=200), rows)
     text = out.getvalue()
     assert "e/staged" in text and "[/] [red]not markup[/red]" in text and "UNTESTED (--allow-untested)" in text
+
+
+def test_gaps_in_the_evidence_are_listed_in_the_summary(tmp_path: Path) -> None:
+    allowed = Result("e/task", "e", "task", True, build=Status.BUILT, smoke=Status.PASSED, publish=Status.PUSHED,
+                     tags=["r/x:e-task"], digest="sha256:" + "c" * 64,
+                     allowed_skips=["throughput.cuda:0: unknown GPU model 'Tesla T4'"])
+    staged = Result("f/task", "f", "task", True, build=Status.BUILT, smoke=Status.SKIPPED, publish=Status.STAGED,
+                    digest="sha256:" + "d" * 64)
+    untested = Result("g/task", "g", "task", True, build=Status.BUILT, smoke=Status.SKIPPED, publish=Status.PUSHED,
+                      tags=["r/x:g-task"], digest="sha256:" + "e" * 64, untested=True)
+    write_reports([allowed, staged, untested], tmp_path, {"tool": "imagebuilder"})
+    summary = (tmp_path / "summary.md").read_text()
+    gaps = summary.split("### Not fully tested", 1)[1]
+    assert "`e/task`**: skips accepted by smoke.allow_skip: throughput.cuda:0: unknown GPU model 'Tesla T4'" in gaps
+    assert "`f/task`**: staged: untested, no public tag" in gaps
+    assert "`g/task`**: published UNTESTED (--allow-untested)" in gaps
+    assert "`r/x:f-task`" not in summary  # a staged node is not listed as published
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["nodes"][0]["allowed_skips"] == ["throughput.cuda:0: unknown GPU model 'Tesla T4'"]
+
+
+def test_allowed_skips_of_a_gpu_run_are_split_from_blocking_ones() -> None:
+    from imagebuilder.smoke_runner import gpu_skips
+
+    checks = [{"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU"},
+              {"name": "versions.driver", "status": "skip", "reason": "no floor"}]
+    assert gpu_skips(checks, gpu_run=True, allow=("throughput",)) == (["versions.driver: no floor"],
+                                                                      ["throughput.cuda:0: unknown GPU"])
+    assert gpu_skips(checks, gpu_run=False, allow=()) == ([], [])
