@@ -44,15 +44,15 @@ def test_no_smoke_stages_key_tags_and_applies_no_public_tag(
 
 
 def test_a_different_image_under_the_key_tag_is_replaced_by_the_tested_one(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
+        engine: Engine, registry: str, wheelhouse: Path, base_image: str, cpu_chain: Chain, repository: str,
+        tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     matrix = chain_layers_matrix(tmp_path, repository, wheelhouse, cpu_chain, engine)
     nodes = cpu_chain.nodes
     repo = f"itest/{repository}"
     key_tag = f"{registry}/{repo}:cache-{nodes['task']['key'][:12]}"
-    # Another image (the business layer's) pre-seeded under the task's key tag: what an untested run, a
-    # rebuild or another day's pip leaves behind.
-    engine.tag(nodes["business"]["image"], key_tag)
+    # Another image (Debian's, small and part of no node) pre-seeded under the task's key tag: what an
+    # untested run, a rebuild or another day's pip leaves behind.
+    engine.tag(base_image, key_tag)
     seeded = engine.push(key_tag)
     engine.untag(key_tag)
     assert seeded != nodes["task"]["digest"]
