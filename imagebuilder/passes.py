@@ -107,6 +107,17 @@ class PassRecord:
     def passed(self) -> bool:
         return self.verdict == PASSED
 
+    @property
+    def gpu_verified(self) -> bool:
+        """A CUDA image's pass on real GPUs (a CPU image's pass needs none)."""
+        return self.gpu.get("kind") != "gpu" or bool(self.gpu.get("verified"))
+
+    def serves(self, *, gpus_here: bool) -> bool:
+        """Whether this pass may stand in for running the suite here: a CUDA image's pass without a GPU
+        does not, where GPUs are (the suite runs again and can verify it: CPU fleets build, GPU fleets
+        test)."""
+        return self.passed and (self.gpu_verified or not gpus_here)
+
 
 class RecordRegistry(Protocol):
     """What pass records need of a registry (the real `registry.Registry`, or a fake in unit tests)."""

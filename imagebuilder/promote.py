@@ -103,9 +103,11 @@ def evidence(registry: Registry, move: Move, tags: list[str]) -> Evidence:
     records = [(tag, r) for tag, r in found if r is not None and r.manifest == move.digest and r.config == config]
     current = passes.suite_hash()
     for tag, record in records:
-        if record.passed and record.suite == current:
+        if record.passed and record.suite == current and record.gpu_verified:
             gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
             return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag})")
+    if any(r.passed and r.suite == current for _, r in records):
+        return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
     if any(r.passed for _, r in records):
         return Evidence(None, None, "its passes are of another suite version (verify it again with this one)")
     if records:

@@ -227,10 +227,10 @@ class Publisher:
             raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
                               "pass to")
         found = store.find(repo, digest, key, config)
-        if found is not None:
-            result.pass_record = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
-            return
         record = self.pass_for(node, nodes, digests, config)
+        if found is not None and (found.gpu_verified or record is None or not record.gpu_verified):
+            result.pass_record = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
+            return  # (a pass on GPUs replaces one without: the same image, now verified)
         if record is None and untested and self.allow_untested:
             spec = self.run.smoke_spec(node)
             tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,

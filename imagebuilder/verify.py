@@ -22,7 +22,7 @@ from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import Registry, split_reference
 from .report import Result, Status
-from .smoke_runner import gpu_skips, run_smoke
+from .smoke_runner import gpu_mode, gpu_skips, nvidia_devices, run_smoke
 
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
@@ -134,6 +134,14 @@ class Verifier:
         self.run.tested_manifests[node.id] = manifest
         return record, f"registry {host}/{repo}:{passes.record_tag(manifest, key)}"
 
+    def gpus_here(self, node: Node) -> bool:
+        """Whether the suite would reach GPUs on this host for this node (its `smoke.gpus` setting)."""
+        if not node.entry.cuda:
+            return False
+        engine = self.run.worker_engine()
+        return gpu_mode(node.entry.smoke.gpus, has_toolkit=engine.has_nvidia_runtime(),
+                        devices=nvidia_devices()) != "none"
+
     def smoke_node(self, node: Node) -> bool:
         result = self.run.results[node.id]
         if result.build not in (Status.BUILT, Status.CACHED):
@@ -141,6 +149,10 @@ class Verifier:
         spec = self.smoke_spec(node)
         key = self.spec_key(node)
         found = None if self.resmoke else self.find_pass(node, key)
+        if found is not None and not found[0].serves(gpus_here=self.gpus_here(node)):
+            self.run.say(f"[yellow]  {escape(node.id)}: its pass ({escape(found[1])}) was without a GPU; GPUs are "
+                         "here: testing again[/]")
+            found = None
         if found is not None:
             record, where = found
             result.smoke = Status.CACHED

@@ -4,6 +4,7 @@ image it was written for; skips on a GPU run are not passes; promote moves only 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,18 @@ def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -
     assert reg.manifest_digest("ml/x-stable", "nightly-b") == untested
     kept = store.all_for("ml/x-stable", untested, reg.tags("ml/x-stable"))
     assert [(r.verdict, r.allowed_by) for r in kept] == [(passes.UNTESTED, "--allow-untested (promote)")]
+
+
+def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_never_promoted() -> None:
+    config = "sha256:" + "4" * 64
+    no_gpu = replace(record(config), gpu={"verified": False, "kind": "gpu", "models": []})
+    assert no_gpu.serves(gpus_here=False) and not no_gpu.serves(gpus_here=True)  # GPU fleets test it again
+    assert record(config).serves(gpus_here=True)
+    cpu = replace(record(config), gpu={"verified": False, "kind": "cpu"})
+    assert cpu.serves(gpus_here=True) and cpu.gpu_verified
+    reg = FakeRegistry()
+    manifest, config = reg.image("ml/x", "nightly-c", "c")
+    RegistryPasses(reg).put("ml/x", replace(no_gpu, config=config).at(manifest, "r/ml/x"))
+    (move,) = promote.plan_moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")  # type: ignore[arg-type]
+    proof = promote.evidence(reg, move, reg.tags("ml/x"))  # type: ignore[arg-type]
+    assert not proof.passed and "without a GPU" in proof.why

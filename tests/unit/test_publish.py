@@ -5,7 +5,7 @@ tested; a pass of another image is refused, naming both."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -177,3 +177,24 @@ def test_a_failed_or_gpu_unverified_leaf_holds_the_entry(run: FakeRun) -> None:
     assert not publish(run)
     assert run.registry_.tagged == {}
     assert publish(run, allow_untested_gpu=True) and run.tags()
+
+
+def test_a_pass_on_gpus_replaces_a_pass_without_one(run: FakeRun) -> None:
+    """CPU fleets build and test what they can; a GPU fleet's pass of the same image then takes the record's
+    place (same tag), so promote can tell the image was verified on GPUs."""
+    task = leaf(run)
+    run.passed(task)
+    cpu_only = {"verified": False, "kind": "gpu", "models": []}
+    run.passes[task.id] = replace(run.passes[task.id], gpu=cpu_only)
+    run.results[task.id].gpu_verified = False
+    assert publish(run, allow_untested_gpu=True)
+    digest = str(run.results[task.id].digest)
+    store = RegistryPasses(run.registry_)
+    first = store.find(REPO, digest, run.spec_key(task))
+    assert first is not None and not first.gpu_verified
+    on_gpus = {"verified": True, "kind": "gpu", "models": ["NVIDIA H200"]}
+    run.passes[task.id] = replace(run.passes[task.id], gpu=on_gpus)
+    run.results[task.id].gpu_verified = True
+    assert publish(run)
+    again = store.find(REPO, digest, run.spec_key(task))
+    assert again is not None and again.gpu_verified and again.gpu["models"] == ["NVIDIA H200"]
