@@ -5,10 +5,8 @@ Independent nodes run in parallel (`jobs`); one failure blocks only its descenda
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
-import http.server
 import json
 import os
 import re
@@ -18,7 +16,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,11 +30,12 @@ from . import tags as tagging
 from .cache import Cache
 from .engine import Engine, LineSink
 from .errors import EngineError, ImageBuilderError, InputError
+from .loopback import Credentials, index_credentials, serve_indexes, serve_wheelhouses
 from .passes import PassRecord
 from .plan import Node, Plan, State
 from .publish import Publisher
 from .registry import Registry, split_reference
-from .render import FIND_LINKS_ARG, wheelhouse_port, with_labels
+from .render import FIND_LINKS_ARG, build_args, declared, with_labels
 from .report import Result, Status
 from .verify import Verifier
 from .verify import expectations as expectations  # re-exported (benchmarks/gpu_smoke.py imports it from here)
@@ -76,34 +75,6 @@ def labels(node: Node, parent_id: str) -> dict[str, str]:
     if node.base_image:
         out["org.opencontainers.image.base.name"] = node.base_image
     return out
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
-
-
-@contextlib.contextmanager
-def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
-    """Serve each wheelhouse over HTTP on 127.0.0.1 for the length of the run (builds use host networking),
-    so wheels are offered to pip as find-links without ever being copied into a layer."""
-    servers = []
-    urls: dict[Path, str] = {}
-    try:
-        for folder in sorted(folders):
-            handler = functools.partial(_Quiet, directory=str(folder))
-            try:
-                server = http.server.ThreadingHTTPServer(("127.0.0.1", wheelhouse_port(folder)), handler)
-            except OSError:
-                server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            servers.append(server)
-            urls[folder] = f"http://127.0.0.1:{server.server_address[1]}/"
-        yield urls
-    finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
 
 
 def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
@@ -188,6 +159,8 @@ class Builder:
     console: Console
     cache: Cache | None = None
     wheelhouse_urls: dict[Path, str] = field(default_factory=dict)  # served for the length of the run
+    index_auth: dict[str, Credentials] = field(default_factory=dict)  # index URL -> its credentials (never logged)
+    index_urls: dict[str, str] = field(default_factory=dict)  # index URL -> its loopback proxy, for the run
     results: dict[str, Result] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -201,6 +174,7 @@ class Builder:
     secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
     signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _scanned: dict[str, list[str]] = field(default_factory=dict)  # image ID -> what its secret scan found
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
 
     @functools.cached_property
@@ -223,17 +197,26 @@ class Builder:
         if self.cache is None:
             self.cache = Cache(self.engine)
         self.cache.on_retry = lambda line: self.say(f"[yellow]  {escape(line)}[/]")
-        self.secrets = redact.known_secrets(os.environ, self.registry_passwords())
+        self.index_auth = self.index_credentials()
+        index_passwords = [(f"the password for index {url} ({creds.source})", creds.password)
+                           for url, creds in self.index_auth.items()]
+        self.secrets = redact.known_secrets(os.environ, [*self.registry_passwords(), *index_passwords])
         self.signing = signing_status(self.options.push, os.environ)
         for node in self.plan.nodes:  # supply chain: what each root image was built on, by digest
             if node.base_image is not None:
                 self.results[node.id].base = self.base_info(node.base_image)
         wheelhouses = {e.build.wheelhouse for e in self.plan.entries() if e.build.wheelhouse}
+        cafile = next((e.build.ca_bundle for e in self.plan.entries() if e.build.ca_bundle), None)
         mode = "none" if self.options.quiet else self.options.logs
-        with serve_wheelhouses(wheelhouses) as urls, _Display(self.console, len(self.plan.nodes), mode) as display:
+        with serve_wheelhouses(wheelhouses) as urls, serve_indexes(self.index_auth, cafile) as proxied, \
+                _Display(self.console, len(self.plan.nodes), mode) as display:
             self._display = display
             self.check_disk()
             self.wheelhouse_urls = urls
+            self.index_urls = proxied
+            for url, creds in self.index_auth.items():
+                self.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to builds "
+                         f"through {escape(proxied[url])} (they never enter an image)[/]")
             try:
                 outcome = schedule.run(self.tasks(), jobs=self.options.jobs, fail_fast=self.options.fail_fast)
             finally:  # also on Ctrl-C: no container of this run outlives it, no worker starts another, and no
@@ -298,6 +281,22 @@ class Builder:
         if self.plan.alias_cover:
             out.append(schedule.Task("aliases", self.publisher.move_aliases, tuple(t.id for t in out if t.id.startswith(
                 "publish:"))))
+        return out
+
+    def index_credentials(self) -> dict[str, Credentials]:
+        """The index URLs of this plan's builds that have credentials (environment or ~/.netrc)."""
+        urls = {url for node in self.plan.nodes if node.status != State.CACHED
+                for name, url in build_args(node.entry).items() if name in declared(node.rendered.dockerfile)}
+        return {url: creds for url in sorted(urls) if (creds := index_credentials(url, os.environ)) is not None}
+
+    def build_args(self, node: Node) -> dict[str, str]:
+        """The build args a node's build is given: the served wheelhouse's URL, and the loopback proxy of each
+        index that needs credentials (the text's ARG defaults name the index itself)."""
+        names = declared(node.rendered.dockerfile)
+        out = {name: self.index_urls[url] for name, url in build_args(node.entry).items()
+               if name in names and url in self.index_urls}
+        if FIND_LINKS_ARG in names and node.entry.build.wheelhouse:
+            out[FIND_LINKS_ARG] = self.wheelhouse_urls[node.entry.build.wheelhouse]
         return out
 
     def registry_passwords(self) -> list[tuple[str, str]]:
@@ -415,8 +414,12 @@ class Builder:
                 result.error = f"cannot get the cached parent: {exc.message}"
                 return False
         rendered = with_labels(node.rendered.for_parent(parent_id), labels(node, parent_id))  # rendered once
-        wheelhouse = node.entry.build.wheelhouse
-        buildargs = {FIND_LINKS_ARG: self.wheelhouse_urls[wheelhouse]} if wheelhouse else {}
+        buildargs = self.build_args(node)
+        leaked = redact.find_in_build_args(buildargs, self.secrets)
+        if leaked:  # nothing here should ever carry one: a gate, so that no later change can slip one in
+            result.build = Status.FAILED
+            result.error = "not built: " + "; ".join(leaked)
+            return False
         log_path = self.log_file(node)
         result.log = str(log_path)
         tail: list[str] = []
@@ -443,7 +446,7 @@ class Builder:
             result.durations["build"] = time.monotonic() - start
             self.display.stop(step)
         self.images[node.id] = result.image = image
-        leaks = redact.find_in_image(engine.inspect(image), engine.history(image), self.secrets)
+        leaks = self.leaks(node, image=image, parent=parent_id)
         if leaks:  # removed, so that no later run finds it by its key; nothing of its entry is published
             engine.remove_image(image)
             self.images.pop(node.id, None)
@@ -455,6 +458,49 @@ class Builder:
         result.build = Status.BUILT
         self.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {result.durations['build']:.1f}s[/]")
         return True
+
+    def leaks(self, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:
+        """Where a known secret, a credential-shaped token or a credentials file shows up in a node's image:
+        its configuration (environment, labels, history) and the files of the node's own layers (a bounded
+        scan, `redact.LayerScan`). Images are scanned as they are built, and cached ones before anything of
+        theirs is published; an image only in the registry has its configuration read from there (its
+        layers are not pulled for it). Once per image in a run."""
+        engine = self.worker_engine()
+        image = image or self.images.get(node.id) or node.decision.image
+        if image is None:
+            return self.registry_leaks(node)
+        if image in self._scanned:
+            return self._scanned[image]
+        info = engine.inspect(image)
+        found = redact.find_in_image(info, engine.history(image), self.secrets)
+        parent = parent or (info.get("Config") or {}).get("Labels", {}).get("org.opencontainers.image.base.digest")
+        parent_layers = len(((engine.inspect(parent) if parent and engine.image_id(parent) else {})
+                             .get("RootFS") or {}).get("Layers") or [])
+        layers = (info.get("RootFS") or {}).get("Layers") or []
+        scan = redact.LayerScan(self.secrets)
+        try:
+            for path, size, stream in engine.layer_files(image, len(layers) - parent_layers):
+                scan.add(path, size, stream)
+        except EngineError as exc:
+            found.append(f"its layers could not be scanned ({exc.message})")
+        if node.id in self.results:
+            self.results[node.id].secret_scan = scan.summary()
+        self._scanned[image] = found + scan.findings
+        return self._scanned[image]
+
+    def registry_leaks(self, node: Node) -> list[str]:
+        """A cached image that is only in the registry: its configuration blob, read from there."""
+        ref = node.decision.ref
+        if ref is None:
+            return []
+        host, repo, tag = split_reference(ref)
+        config = self.registry(host).config(repo, tag)
+        if config is None:
+            return []
+        inner = config.get("config") or {}
+        history = [{"CreatedBy": step.get("created_by", "")} for step in reversed(config.get("history") or [])]
+        self.results[node.id].secret_scan = "configuration only (the image is only in the registry)"
+        return redact.find_in_image({"Config": inner}, history, self.secrets)
 
     def check_disk(self) -> None:
         """Warn before anything builds when the engine's storage is short for what must be built: a CUDA

@@ -6,11 +6,12 @@ A layer folder holds `Dockerfile.j2` (which begins with `FROM {{ parent_image }}
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import source
+from . import grammar, source
 from .errors import InputError, Where, did_you_mean, unknown_key
 from .redact import looks_secret
 
@@ -111,21 +112,40 @@ def _read_layer(name: str, path: Path) -> Layer:
             raise InputError(f"`{key}` must be a list of strings", where=doc.where((key,)))
         return tuple(value)
 
+    def refuse(message: str, path: tuple[str | int, ...], hint: str | None = None) -> InputError:
+        assert doc is not None
+        return InputError(message, where=doc.where(path), hint=hint)
+
+    # Values reach the layer's Dockerfile: each must match its grammar (`grammar`); `quoting` then quotes it.
+    packages = strings("packages")
+    for i, package in enumerate(packages):
+        if not grammar.matches("debian", package):
+            raise refuse(f"invalid Debian package {package!r}", ("packages", i), grammar.hint("debian"))
+    pip = strings("pip")
+    for i, requirement in enumerate(pip):
+        problem = grammar.requirement_problem(requirement)
+        if problem is not None:
+            raise refuse(problem, ("pip", i), "one PEP 508 requirement per item, e.g. transformers==5.23.0")
     raw_vars = meta.get("vars") or {}
     if not isinstance(raw_vars, dict):
-        assert doc is not None
-        raise InputError("`vars` must be a mapping", where=doc.where(("vars",)))
-    for key in raw_vars:
+        raise refuse("`vars` must be a mapping", ("vars",))
+    for key, value in raw_vars.items():
+        if not grammar.matches("varname", str(key)):
+            raise refuse(f"invalid variable name {key!r}", ("vars", key), grammar.hint("varname"))
         if looks_secret(str(key)):
-            assert doc is not None
-            raise InputError(f"{key!r} looks like a secret; a layer's vars are rendered into its image",
-                             where=doc.where(("vars", key)), hint="give secrets to containers at run time")
+            raise refuse(f"{key!r} looks like a secret; a layer's vars are rendered into its image", ("vars", key),
+                         "give secrets to containers at run time")
+        if isinstance(value, (dict, list, bool)) or value is None or not grammar.matches("var", str(value)):
+            raise refuse(f"invalid var {value!r}", ("vars", key), grammar.hint("var"))
+    description = str(meta.get("description") or "")
+    if re.search(r"[\x00-\x08\x0b-\x1f\x7f]", description):
+        raise refuse("the description holds a control character", ("description",))
     return Layer(
         name=name,
         path=path,
-        description=str(meta.get("description") or ""),
-        packages=strings("packages"),
-        pip=strings("pip"),
+        description=description,
+        packages=packages,
+        pip=pip,
         vars=tuple(sorted((str(k), str(v)) for k, v in raw_vars.items())),
         smoke=strings("smoke"),
     )

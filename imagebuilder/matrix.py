@@ -16,38 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import source
+from . import grammar, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 from .errors import InputError, Where, did_you_mean, unknown_key
 from .redact import looks_secret
 
-# Strict patterns, one per kind of value. A value reaches Dockerfiles and shell lines only after
-# it matched one of these, so `2.6.0\nRUN curl evil|sh` or `$(id)` can never be rendered.
-PATTERNS: dict[str, str] = {
-    "torch": r"\d+\.\d+\.\d+",
-    "accelerator": r"cpu|cu\d{3}",
-    "python": r"3\.\d{1,2}",
-    "flavor": r"runtime|devel",
-    "name": r"[a-z0-9][a-z0-9._-]{0,63}",
-    "layer": r"[a-z0-9][a-z0-9_-]{0,63}",
-    "image": r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?",
-    "registry": r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
-    r"|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*",
-    "repository": r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*",
-    "url": r"(?:https?|file)://[A-Za-z0-9._~:/?#@!&'()*+,;=%{}\[\]-]+",
-    "var": r"[A-Za-z0-9._:/@+=,%-]{0,256}",
-    "size": r"\d+[bkmgBKMG]?",
-    "int": r"\d{1,7}",
-    "network": r"host|bridge|none|default",
-    "gpus": r"none|all|auto|cdi|devices",
-    "fraction": r"0?\.\d+|1(?:\.0+)?",
-    "float": r"\d{1,6}(?:\.\d+)?",
-    "abspath": r"/[A-Za-z0-9._/-]*",
-    "libversion": r"\d+(?:\.\d+){1,3}",
-    "username": r"[a-z_][a-z0-9_-]{0,31}",
-    "id": r"[1-9]\d{0,9}",
-}
+# Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
+# Dockerfile, so `2.6.0\nRUN curl evil|sh`, `$(id)` or a URL ending in `;#` are never rendered.
+PATTERNS = grammar.PATTERNS
 AXES = ("torch", "accelerator", "python", "flavor", "base_image")
 TORCH_EXTRAS = ("torchvision", "torchaudio")
 ENTRY_ONLY_KEYS = ("name",)
@@ -227,9 +203,22 @@ class _Loader:
         if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
             raise self.fail(f"expected a {kind} value, got {_describe(value)}", path)
         text = str(value)
-        if not re.fullmatch(PATTERNS[kind], text):
-            raise self.fail(f"invalid {kind} {text!r}", path, hint=_pattern_hint(kind))
+        if kind == "url":
+            return self.url(text, path)
+        if not grammar.matches(kind, text):
+            raise self.fail(f"invalid {kind} {text!r}", path, hint=grammar.hint(kind))
         return text
+
+    def url(self, text: str, path: tuple[str | int, ...], placeholders: tuple[str, ...] = ()) -> str:
+        """An index URL: never with credentials (refused without repeating them), of plain characters only."""
+        problem = grammar.url_problem(text, placeholders=placeholders)
+        if problem is None:
+            return text
+        if grammar.has_user_info(text):
+            raise self.fail(problem, path, hint="give index credentials in IMAGEBUILDER_INDEX_USER and "
+                            "IMAGEBUILDER_INDEX_PASSWORD or in ~/.netrc: pip reaches the index through "
+                            "imagebuilder's loopback proxy, and nothing of them enters an image")
+        raise self.fail(problem, path, hint=grammar.hint("url"))
 
     def mapping(self, value: Any, path: tuple[str | int, ...], allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -381,7 +370,7 @@ class _Loader:
         registry = self.registry_override or self.scalar(reg_raw, "registry", reg_path)
         if self.registry_override and not re.fullmatch(PATTERNS["registry"], registry):
             raise InputError(f"invalid registry {registry!r} given by --registry",
-                             hint=_pattern_hint("registry"))
+                             hint=grammar.hint("registry"))
         repo_raw, repo_path = self.cascaded(top, combo, "repository")
         repository = self.scalar(repo_raw, "repository", repo_path)
         layers_raw, layers_path_key = self.cascaded(top, combo, "layers")
@@ -578,21 +567,21 @@ class _Loader:
             wheelhouse = self.path_value(merged["wheelhouse"], ("build", "wheelhouse"), want_dir=True)
         index_url = self.scalar(merged.get("index_url", "https://pypi.org/simple"), "url", ("build", "index_url"))
         piu = merged.get("pip_index_url")
+        piu_path: tuple[str | int, ...] = ("build", "pip_index_url")
+        if isinstance(piu, dict):
+            piu = self.mapping(piu, piu_path, tuple(piu))
+            piu_path = (*piu_path, variant.accelerator)
+            piu = piu.get(variant.accelerator)
         if piu is None:
             torch_url = torch_index_url(variant)
-        elif isinstance(piu, dict):
-            piu = self.mapping(piu, ("build", "pip_index_url"), tuple(piu))
-            if variant.accelerator in piu:
-                acc_path = ("build", "pip_index_url", variant.accelerator)
-                torch_url = self.scalar(piu[variant.accelerator], "url", acc_path)
-            else:
-                torch_url = torch_index_url(variant)
         else:
-            torch_url = self.scalar(piu, "url", ("build", "pip_index_url"))
-        torch_url = torch_url.replace("{accelerator}", variant.accelerator)
-        if "{" in torch_url:
-            raise self.fail(f"unknown placeholder in {torch_url!r}; only {{accelerator}} is known",
-                            ("build", "pip_index_url"))
+            if not isinstance(piu, str):
+                raise self.fail(f"expected a url value, got {_describe(piu)}", piu_path)
+            unknown = sorted(set(re.findall(r"{([^{}]*)}", piu)) - {"accelerator"})
+            if unknown and not grammar.has_user_info(piu):
+                raise self.fail(f"unknown placeholder {{{unknown[0]}}} in {piu!r}; only {{accelerator}} is known",
+                                piu_path)
+            torch_url = self.url(piu, piu_path, ("accelerator",)).replace("{accelerator}", variant.accelerator)
         network = self.scalar(merged.get("network", "host"), "network", ("build", "network"))
         toolkit = self.choice(merged.get("cuda_toolkit", "pip"), ("pip", "image"), ("build", "cuda_toolkit"))
         return BuildSettings(ca, wheelhouse, torch_url, index_url, network, toolkit)
@@ -654,8 +643,15 @@ class _Loader:
                      "give secrets to containers at run time; if it is not a secret, list it in `not_secrets:`")
 
     def tag_template(self, value: Any, path: tuple[str | int, ...]) -> str:
+        """A tag template: its literal text (outside `{field}`s) may hold only what a Docker tag allows, so a
+        bad character is named at its own key, not later in the tag it makes."""
         if not isinstance(value, str) or not value:
             raise self.fail(f"a tag template must be a string, got {_describe(value)}", path)
+        literal = re.sub(r"{[A-Za-z0-9_]*}", "", value)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]*", literal):
+            bad = "".join(sorted({ch for ch in literal if not re.fullmatch(r"[A-Za-z0-9_.-]", ch)}))
+            raise self.fail(f"tag template {value!r} has characters Docker does not allow in a tag: {bad!r}", path,
+                            hint="use letters, digits, '_', '.' and '-', and {fields}")
         return value
 
     def check_unique(self, entries: list[Entry]) -> None:
@@ -727,20 +723,3 @@ def _describe(value: Any) -> str:
 
 def _label(combo: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in combo.items() if not isinstance(v, (dict, list)))
-
-
-def _pattern_hint(kind: str) -> str:
-    examples = {
-        "torch": "a release version such as 2.6.0",
-        "accelerator": "cpu or cuNNN, e.g. cu124",
-        "python": "major.minor as a string, e.g. \"3.11\"",
-        "flavor": "runtime or devel",
-        "registry": "host[:port][/namespace], e.g. 127.0.0.1:5000/ml",
-        "repository": "lowercase path components, e.g. pytorch or ml/pytorch",
-        "image": "an image reference such as debian:bookworm",
-        "layer": "lowercase letters, digits, '-' and '_'",
-        "name": "lowercase letters, digits, '.', '-' and '_'",
-        "url": "an http(s):// or file:// URL",
-        "var": "letters, digits and ._:/@+=,%- (no spaces or shell characters)",
-    }
-    return examples.get(kind, f"must match {PATTERNS[kind]}")

@@ -67,6 +67,8 @@ class Run(Protocol):
 
     def registry(self, host: str) -> Registry: ...
 
+    def leaks(self, node: Node) -> list[str]: ...
+
 
 @dataclass
 class Publisher:
@@ -88,6 +90,17 @@ class Publisher:
                     r.publish = Status.HELD
             self.run.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or "
                          "pushed[/]")
+            return False
+        leaked = {n.id: found for n in nodes if self.run.results[n.id].build == Status.CACHED
+                  and (found := self.run.leaks(n))}
+        if leaked:  # a cached image was built before this run's secrets were known to it: scanned again here
+            for r in results:
+                r.publish = Status.HELD
+                r.error = (f"a secret is in this cached image: {'; '.join(leaked[r.node])}" if r.node in leaked
+                           else r.error or f"not published: a secret is in {', '.join(leaked)}")
+            self.run.say(f"[bold red]✗ {escape(entry.id)}: a secret is in a cached image "
+                         f"({escape('; '.join(f for found in leaked.values() for f in found))}); nothing of this "
+                         "entry is tagged or pushed[/]")
             return False
         untested = [r.node for r in results if r.leaf and r.smoke == Status.SKIPPED]
         if untested and not self.allow_untested:

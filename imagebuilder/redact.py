@@ -8,9 +8,10 @@ values of this host's environment variables whose names look like secrets (HF_TO
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 SECRET_WORDS = frozenset({"TOKEN", "TOKENS", "PASSWORD", "PASSWD", "PASS", "SECRET", "SECRETS", "CREDENTIAL",
                           "CREDENTIALS", "KEY", "APIKEY", "AUTH", "PAT"})
@@ -53,3 +54,104 @@ def mask(text: str, secrets: Mapping[str, str]) -> str:
     for value in sorted(secrets.values(), key=len, reverse=True):
         text = text.replace(value, "***")
     return text
+
+
+def find_in_build_args(args: Mapping[str, str], secrets: Mapping[str, str]) -> list[str]:
+    """Build args end in the image's history: none may carry a known secret, a token or a URL's password."""
+    found = []
+    for name, value in sorted(args.items()):
+        found += [f"{secret} appears in build arg {name}" for secret, known in secrets.items() if known in value]
+        found += [f"build arg {name} holds {what}" for what in tokens_in(value.encode())]
+        if looks_secret(name):
+            found.append(f"build arg {name} is named like a secret")
+    return found
+
+
+# Credentials with a shape of their own: what a layer's files must never hold, whoever put them there. Each
+# pattern has a literal that every match contains, checked first (a fast substring search) before the regex.
+TOKEN_PATTERNS: tuple[tuple[str, tuple[bytes, ...], bytes], ...] = (
+    ("a GitHub token", (b"gh", b"github_pat_"), rb"\bgh[pousr]_[A-Za-z0-9]{36,255}\b|\bgithub_pat_[A-Za-z0-9_]{60,}"),
+    ("a Hugging Face token", (b"hf_",), rb"\bhf_[A-Za-z]{34,}\b"),
+    ("an AWS access key id", (b"AKIA", b"ASIA"), rb"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("a Slack token", (b"xox",), rb"\bxox[abprs]-[0-9]{8,}-[A-Za-z0-9-]{8,}"),
+    ("a PyPI upload token", (b"pypi-AgEI",), rb"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
+    ("a private key", (b"PRIVATE KEY-----",),
+     rb"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED )?PRIVATE KEY-----\r?\n[A-Za-z0-9+/=]{40}"),
+    ("a URL with a password", (b"://",), rb"\b(?:https?|ftp)://[A-Za-z0-9._~%!$&()*+,;=-]+:"
+                                          rb"(?!(?:pass|password|passwd|pwd|secret|xxx+)@)"
+                                          rb"[A-Za-z0-9._~%!$&()*+,;=-]{3,}@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+)
+# Variables whose value is a credential, set in a file (an .env, a profile, /etc/environment).
+SECRET_VARIABLES = (b"HF_TOKEN", b"HUGGING_FACE_HUB_TOKEN", b"GITHUB_TOKEN", b"GH_TOKEN", b"AWS_SECRET_ACCESS_KEY",
+                    b"AWS_SESSION_TOKEN", b"PIP_INDEX_URL", b"PIP_EXTRA_INDEX_URL", b"IMAGEBUILDER_INDEX_PASSWORD",
+                    b"IMAGEBUILDER_REGISTRY_PASSWORD", b"WANDB_API_KEY", b"OPENAI_API_KEY", b"NPM_TOKEN",
+                    b"TWINE_PASSWORD")
+SECRET_ASSIGNMENT = rb"(?m)^\s*(?:export\s+)?(" + b"|".join(SECRET_VARIABLES) + rb")\s*=\s*['\"]?[^\s'\"]{8,}"
+# Files whose presence in an image is itself a leak when they hold credentials.
+CREDENTIAL_FILES = (".netrc", ".pypirc", ".git-credentials", ".docker/config.json", "pip/pip.conf", "pip.conf",
+                    ".npmrc", ".aws/credentials", ".huggingface/token", ".cache/huggingface/token")
+# Where installed packages keep their code and documentation: searched for the run's known secrets, not for
+# credential shapes (their docs are full of `https://user:pass@example.com`), except the metadata pip writes
+# there (a direct URL's credentials would end in `*.dist-info/direct_url.json`).
+PACKAGE_TREES = re.compile(r"/(?:site|dist)-packages/(?![^/]+\.(?:dist|egg)-info/)|^/usr/share/(?:doc|man)/"
+                           r"|^/usr/lib/python3[^/]*/")
+
+
+def tokens_in(data: bytes) -> list[str]:
+    """Which kinds of credential-shaped text a file holds (no values)."""
+    found = [what for what, hints, pattern in TOKEN_PATTERNS
+             if any(h in data for h in hints) and re.search(pattern, data)]
+    if any(name in data for name in SECRET_VARIABLES):
+        match = re.search(SECRET_ASSIGNMENT, data)
+        if match:
+            found.append(f"a value for ${match.group(1).decode()}")
+    return found
+
+
+@dataclasses.dataclass
+class LayerScan:
+    """A bounded scan of the files a node's own layers add: every byte of each file (up to `max_bytes` in
+    all) for the run's known secrets; text files up to `max_text` bytes for credential shapes and secret
+    assignments; credential files by name. Findings name the file and what is there, never a value."""
+
+    secrets: Mapping[str, str]
+    max_bytes: int = 8 << 30
+    max_text: int = 1 << 20
+    files: int = 0
+    scanned: int = 0
+    skipped: int = 0
+    findings: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, path: str, size: int, stream: BinaryIO) -> None:
+        """One file of the layer, read in chunks (a needle across two chunks is still found); not read at all
+        when nothing is to be looked for in it (no known secret, and not a text file for the shapes)."""
+        self.files += 1
+        shapes = size <= self.max_text and not PACKAGE_TREES.search(path)
+        if not (self.secrets or shapes):
+            return
+        if self.scanned + size > self.max_bytes:
+            self.skipped += 1
+            return
+        needles = {name: value.encode() for name, value in self.secrets.items()}
+        overlap = max((len(v) for v in needles.values()), default=1) - 1
+        head, tail = b"", b""
+        seen: set[str] = set()
+        while chunk := stream.read(8 << 20):
+            window = tail + chunk
+            seen.update(name for name, value in needles.items() if value in window)
+            if shapes:
+                head += chunk
+            tail = window[-overlap:] if overlap else b""
+            self.scanned += len(chunk)
+        self.findings += [f"{name} appears in the file {path}" for name in sorted(seen)]
+        if not shapes or b"\0" in head[:8192]:
+            return
+        what = tokens_in(head)
+        if not what and path.rstrip("/").endswith(CREDENTIAL_FILES) \
+                and re.search(rb"(?i)password|passwd|token|_auth|secret", head):
+            what = ["credentials"]
+        self.findings += [f"the file {path} holds {w}" for w in what]
+
+    def summary(self) -> str:
+        extra = f", {self.skipped} over the scan's {self.max_bytes >> 30} GiB bound not read" if self.skipped else ""
+        return f"{self.files} files, {self.scanned / 2**20:.0f} MiB scanned{extra}"

@@ -258,8 +258,9 @@ class Registry:
             raise EngineError(f"registry {self.host}: upload to {repo}: HTTP {done.status_code}")
         return digest
 
-    def labels(self, repo: str, reference: str) -> dict[str, str] | None:
-        """The labels in an image's config (single-platform manifests); None when there is no such image."""
+    def config(self, repo: str, reference: str) -> dict[str, Any] | None:
+        """An image's config document (single-platform manifests: its Env, Labels and history); None when
+        there is no such image."""
         if self.manifest_digest(repo, reference) is None:
             return None
         body, _ = self.manifest(repo, reference)
@@ -270,7 +271,15 @@ class Registry:
         resp = self._request("GET", f"{repo}/blobs/{config}", scope=f"repository:{repo}:pull")
         if resp.status_code != 200:
             return None
-        labels = (json.loads(resp.content).get("config") or {}).get("Labels") or {}
+        out: dict[str, Any] = json.loads(resp.content)
+        return out
+
+    def labels(self, repo: str, reference: str) -> dict[str, str] | None:
+        """The labels in an image's config (single-platform manifests); None when there is no such image."""
+        config = self.config(repo, reference)
+        if config is None:
+            return None
+        labels = (config.get("config") or {}).get("Labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
 
 

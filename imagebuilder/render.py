@@ -11,20 +11,20 @@ import hashlib
 import io
 import os
 import re
-import shlex
 import tarfile
 import traceback
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import jinja2.meta
+from markupsafe import Markup
 
 from .errors import InputError, Where
 from .layers import Layer, project_dir
 from .matrix import Entry
+from .quoting import Marks, Unquotable, quote_word
 
 CONTEXT_DIR = "_imagebuilder"
 DATA = Path(__file__).resolve().parent / "data"  # files imagebuilder adds to build contexts
@@ -48,13 +48,21 @@ FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*
 
 
 FIND_LINKS_ARG = "IMAGEBUILDER_FIND_LINKS"  # the build arg that carries a served wheelhouse's URL
+# pip's indexes reach the build as build args, declared with the matrix's URL as their default: the text (and
+# so the key) names the index, a URL never stands in shell text (pip reads "${ARG}"), and an index that needs
+# credentials is given to the build as imagebuilder's loopback proxy instead, with nothing in the text.
+INDEX_ARG = "IMAGEBUILDER_INDEX_URL"
+TORCH_INDEX_ARG = "IMAGEBUILDER_TORCH_INDEX_URL"
 
 
-def wheelhouse_port(path: Path) -> int:
-    """A stable port for serving a wheelhouse, so Docker's build cache (which sees build args) stays warm.
-    The Dockerfile never names it: pip reads the URL from the build arg FIND_LINKS_ARG, so a wheelhouse
-    served on another port (the stable one busy) builds from the very text the key covers."""
-    return 20000 + zlib.crc32(str(path.resolve()).encode()) % 20000
+def arg_ref(name: str) -> Markup:
+    """How a template reads a build arg in a RUN line: one shell word, expanded, never parsed as code."""
+    return Markup(f'"${{{name}}}"')
+
+
+def build_args(entry: Entry) -> dict[str, str]:
+    """The build args a node of this entry may declare, with their values as the matrix gives them."""
+    return {INDEX_ARG: entry.build.index_url, TORCH_INDEX_ARG: entry.build.torch_index_url}
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,7 @@ class Renderer:
     """Renders layer templates. Holds one Jinja environment per layer folder."""
 
     _envs: dict[Path, jinja2.Environment] = field(default_factory=dict)
+    _marks: dict[Path, Marks] = field(default_factory=dict)
     _templates: dict[Path, jinja2.Template] = field(default_factory=dict)
     _sources: dict[Path, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     _files: dict[Path, tuple[tuple[tuple[str, bytes], ...], frozenset[str]]] = field(default_factory=dict)
@@ -114,12 +123,17 @@ class Renderer:
                 jinja2.FileSystemLoader(str(layer.path.parent.parent / "templates")),
                 jinja2.FileSystemLoader(str(project_dir("templates"))),
             ])
+            # Every printed expression is quoted for the place it lands in (`quoting`): `finalize` marks it,
+            # `Markup` (macro output, imagebuilder's own text) passes as it is; autoescape only makes macros
+            # return Markup, the values themselves are never HTML-escaped.
+            marks = Marks()
             env = jinja2.Environment(
                 loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                trim_blocks=True, lstrip_blocks=True, autoescape=False,
+                trim_blocks=True, lstrip_blocks=True, autoescape=True, finalize=marks.finalize,
             )
-            env.filters["shquote"] = shlex.quote  # for words a shell must not expand (`pkg[extra]==1.0`)
+            env.filters.update(join=marks.join, shquote=marks.shquote, tojson=marks.tojson)
             self._envs[layer.path] = env
+            self._marks[layer.path] = marks
         return self._envs[layer.path]
 
     def context(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> dict[str, Any]:
@@ -127,9 +141,9 @@ class Renderer:
         wheelhouse = entry.build.wheelhouse
         build = {
             "ca_bundle": f"{CONTEXT_DIR}/ca-bundle.pem" if entry.build.ca_bundle else None,
-            "find_links": f'"${{{FIND_LINKS_ARG}}}"' if wheelhouse else None,  # its URL comes as a build arg
-            "torch_index_url": entry.build.torch_index_url,
-            "index_url": entry.build.index_url,
+            "find_links": arg_ref(FIND_LINKS_ARG) if wheelhouse else None,  # its URL comes as a build arg
+            "torch_index_url": arg_ref(TORCH_INDEX_ARG),
+            "index_url": arg_ref(INDEX_ARG),
             "constraints": f"{CONTEXT_DIR}/constraints.txt",
         }
         return {
@@ -153,12 +167,24 @@ class Renderer:
         reference standing in as a marker, so each distinct output is rendered once."""
         names = self.reads(layer)
         if names is None:
-            return _tidy(self.template(layer).render(context))
+            return self.quoted(layer, context)
         memo_key = (layer.path, repr([(name, context.get(name)) for name in names]))
         text = self._outputs.get(memo_key)
         if text is None:
-            text = self._outputs[memo_key] = _tidy(self.template(layer).render({**context, "parent_image": PARENT}))
+            text = self._outputs[memo_key] = self.quoted(layer, {**context, "parent_image": PARENT})
         return text.replace(PARENT, parent_image)
+
+    def quoted(self, layer: Layer, context: dict[str, Any]) -> str:
+        """The template rendered, every printed value quoted for where it stands (`quoting`)."""
+        template = self.template(layer)
+        marks = self._marks[layer.path]
+        marks.begin()
+        try:
+            return _tidy(marks.resolve(template.render(context)))
+        except Unquotable as exc:
+            raise InputError(str(exc), where=Where(str(layer.template)),
+                             hint="a value from a matrix or layer file may not change what a Dockerfile line "
+                                  "does; pass it through ENV, or print it where it can be quoted") from None
 
     def reads(self, layer: Layer) -> tuple[str, ...] | None:
         """The top-level names a layer's template reads, or None when its output may depend on more than
@@ -236,9 +262,8 @@ class Renderer:
             raise InputError(f"template error: {exc}", where=_template_where(exc, layer)) from None
         line = check_first_from(text, parent_image, layer.template)
         lines = text.splitlines(keepends=True)
-        after_from = ["USER 0\n"] + ([f"ARG {FIND_LINKS_ARG}\n"] if entry.build.wheelhouse else [])
-        text = "".join([*lines[:line], *after_from, *lines[line:]])
-        user = entry.user.settings()
+        text = with_args("".join([*lines[:line], "USER 0\n", *lines[line:]]), entry)
+        user = {name: quote_word(str(value)) for name, value in entry.user.settings().items()}
         layer_files, executables = self.layer_files(layer)
         files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),
                  (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(DATA / "versions_manifest.py"))]
@@ -249,6 +274,32 @@ class Renderer:
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
+
+
+def declared(text: str) -> set[str]:
+    """The build args a rendered text declares (`ARG NAME` or `ARG NAME=default`)."""
+    return set(re.findall(r"^ARG ([A-Z_]+)", text, re.MULTILINE))
+
+
+def with_args(text: str, entry: Entry) -> str:
+    """The text with an ARG line for every imagebuilder build arg it reads (`${NAME}`), right before the
+    instruction that first reads it (so the steps before it stay shared: devel's text starts with runtime's),
+    with the matrix's value as the default where there is one (a served wheelhouse's port may vary)."""
+    defaults = build_args(entry)
+    names = [name for name in (FIND_LINKS_ARG, INDEX_ARG, TORCH_INDEX_ARG) if f"${{{name}}}" in text]
+    out: list[str] = []
+    start = 0  # where the current instruction began in `out`
+    continuing = False
+    for line in text.splitlines(keepends=True):
+        if not continuing:
+            start = len(out)
+        for name in [n for n in names if f"${{{n}}}" in line]:
+            out.insert(start, f"ARG {name}={quote_word(defaults[name])}\n" if name in defaults else f"ARG {name}\n")
+            start += 1
+            names.remove(name)
+        out.append(line)
+        continuing = line.rstrip().endswith("\\") and not line.lstrip().startswith("#")
+    return "".join(out)
 
 
 def _tidy(text: str) -> str:

@@ -58,6 +58,7 @@ class Result:
     aliases_held: list[str] = field(default_factory=list)  # aliases not moved (something they cover failed)
     base: dict[str, Any] | None = None  # root nodes: the base image's name, image ID and registry digests
     signed: str | None = None  # the signature's outcome (cosign), when signing was on
+    secret_scan: str | None = None  # what the secret scan of its image covered (files, bytes)
     pass_record: str | None = None  # where this image's pass is recorded (registry tag, local mirror, this run)
     untested: bool = False  # published without a pass, by --allow-untested
     allowed_skips: list[str] = field(default_factory=list)  # skips of a GPU run that smoke.allow_skip accepted
@@ -87,6 +88,7 @@ class Result:
             "aliases_held": self.aliases_held, "error": self.error,
             "log": self.log, "durations": {k: round(v, 3) for k, v in self.durations.items()},
             "gpu_verified": self.gpu_verified, "base": self.base, "signed": self.signed,
+            "secret_scan": self.secret_scan,
             "pass_record": self.pass_record, "untested": self.untested, "allowed_skips": self.allowed_skips,
             "smoke_report": self.smoke_report,
         }

@@ -253,8 +253,8 @@ class CliRun:
 _CACHE_DIR = Path(tempfile.mkdtemp(prefix="imagebuilder-itest-cache-"))  # smoke results of this test session
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 3000) -> CliRun:
-    env = {"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 3000, env: dict[str, str] | None = None) -> CliRun:
+    env = {"IMAGEBUILDER_CACHE_DIR": str(_CACHE_DIR), **os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "imagebuilder", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=env, timeout=timeout)
     return CliRun(proc.returncode, proc.stdout, proc.stderr)

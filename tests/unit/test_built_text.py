@@ -8,7 +8,8 @@ import io
 import tarfile
 import threading
 from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from rich.console import Console
 
@@ -49,6 +50,9 @@ class RecordingEngine(Engine):
 
     def history(self, image: str) -> list[dict[str, Any]]:
         return []
+
+    def layer_files(self, image: str, top: int) -> Iterator[tuple[str, int, BinaryIO]]:
+        return iter(())
 
 
 def wheelhouse_plan(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> Plan:

@@ -39,6 +39,7 @@ class FakeRun:
     stopping: threading.Event = field(default_factory=threading.Event)
     said: list[str] = field(default_factory=list)
     engine: FakeEngine | None = None
+    secrets_in: dict[str, list[str]] = field(default_factory=dict)  # node id -> what a secret scan finds
 
     def __post_init__(self) -> None:
         self.engine = FakeEngine(self.registry_)
@@ -71,6 +72,9 @@ class FakeRun:
 
     def registry(self, host: str) -> FakeRegistry:
         return self.registry_
+
+    def leaks(self, node: Node) -> list[str]:
+        return self.secrets_in.get(node.id, [])
 
     def passed(self, node: Node, image: str | None = None) -> None:
         """The leaf passed its suite in this image (default: its own)."""
@@ -198,3 +202,17 @@ def test_a_pass_on_gpus_replaces_a_pass_without_one(run: FakeRun) -> None:
     assert publish(run)
     again = store.find(REPO, digest, run.spec_key(task))
     assert again is not None and again.gpu_verified and again.gpu["models"] == ["NVIDIA H200"]
+
+
+def test_a_cached_image_with_a_secret_holds_its_entry_and_nothing_is_pushed(run: FakeRun) -> None:
+    run.passed(leaf(run))
+    business = run.plan.nodes[1]
+    run.results[business.id].build = Status.CACHED  # built by an earlier run, before this secret was known
+    run.secrets_in[business.id] = ["$HF_TOKEN appears in the file /opt/team/.env"]
+    assert not publish(run)
+    assert run.tags() == {} and run.registry_.tagged == {}  # not even a key tag
+    assert all(r.publish == Status.HELD for r in run.results.values())
+    assert "HF_TOKEN appears in the file /opt/team/.env" in (run.results[business.id].error or "")
+    # the gate looks at cached images only: built ones were scanned as they were built
+    run.results[business.id].build = Status.BUILT
+    assert publish(run) and run.tags()

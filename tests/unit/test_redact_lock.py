@@ -69,3 +69,53 @@ def test_the_lock_makes_a_second_holder_wait_and_says_who_holds_it(tmp_path: Pat
     with lock.hold(tmp_path, ["reg/repo"], said.append):  # free again: taken at once, nothing said
         pass
     assert len(said) == 1
+
+
+def scan(files: dict[str, bytes], secrets: dict[str, str], **bounds: int) -> redact.LayerScan:
+    import io as io_mod
+
+    out = redact.LayerScan(secrets, **bounds)
+    for path, data in files.items():
+        out.add(path, len(data), io_mod.BytesIO(data))
+    return out
+
+
+def test_the_layer_scan_finds_known_secrets_in_any_file_and_credential_shapes_in_text_files() -> None:
+    secret = "pw-" + "z" * 20
+    found = scan({
+        "/opt/app/blob.bin": b"\0\1" + secret.encode() + b"\0",  # a binary: known secrets still found
+        "/opt/app/.env": b"HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzabcdefghij\n",
+        "/root/.netrc": b"machine x login u password hunter22\n",
+        "/opt/app/notes.txt": b"token ghp_" + b"a" * 36 + b" and AKIAABCDEFGHIJKLMNOP\n",
+        "/opt/app/key.pem": b"-----BEGIN OPENSSH PRIVATE KEY-----\n" + b"b3BlbnNzaC1rZXktdjEAAAAA" * 3 + b"\n",
+        "/etc/pip.conf": b"[global]\nindex-url = https://alice:s3cret-pw@mirror.example/simple\n",
+        "/opt/app/ok.py": b"PASSWORD_FIELD = 'password'\nurl = 'https://pypi.org/simple'\n",
+    }, {"the index password": secret}).findings
+    assert found == [
+        "the index password appears in the file /opt/app/blob.bin",
+        "the file /opt/app/.env holds a Hugging Face token",
+        "the file /opt/app/.env holds a value for $HF_TOKEN",
+        "the file /root/.netrc holds credentials",
+        "the file /opt/app/notes.txt holds a GitHub token",
+        "the file /opt/app/notes.txt holds an AWS access key id",
+        "the file /opt/app/key.pem holds a private key",
+        "the file /etc/pip.conf holds a URL with a password",
+    ]
+    assert all(secret not in f for f in found)
+
+
+def test_a_known_secret_across_two_chunks_is_found_and_the_scan_is_bounded() -> None:
+    secret = "s3cr3t-value-12345"
+    data = b"x" * ((8 << 20) - 5) + secret.encode() + b"y" * 10
+    assert scan({"/big": data}, {"$T": secret}).findings == ["$T appears in the file /big"]
+    bounded = scan({"/a": b"a" * 100, "/b": secret.encode()}, {"$T": secret}, max_bytes=110)
+    assert bounded.findings == [] and bounded.skipped == 1 and "1 over the scan's" in bounded.summary()
+
+
+def test_build_args_carry_no_secret() -> None:
+    secrets = {"the password for index x": "pw-123456"}
+    assert redact.find_in_build_args({"IMAGEBUILDER_INDEX_URL": "http://127.0.0.1:2345/simple"}, secrets) == []
+    assert redact.find_in_build_args({"IMAGEBUILDER_INDEX_URL": "https://u:pw-123456@x.example/simple"}, secrets) \
+        == ["the password for index x appears in build arg IMAGEBUILDER_INDEX_URL",
+            "build arg IMAGEBUILDER_INDEX_URL holds a URL with a password"]
+    assert redact.find_in_build_args({"HF_TOKEN": "x"}, {}) == ["build arg HF_TOKEN is named like a secret"]

@@ -56,7 +56,9 @@ def test_rendered_base_pins_exactly_the_planned_versions() -> None:
     text = node.rendered.dockerfile
     assert text.startswith("FROM debian:bookworm\n")
     assert "torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0" in text
-    assert "--no-cache-dir --index-url https://pypi.org/simple" in text
+    # pip reads the index from a build arg whose default is the matrix's URL (a URL never stands in shell text)
+    assert '--no-cache-dir --index-url "${IMAGEBUILDER_TORCH_INDEX_URL}"' in text
+    assert "\nARG IMAGEBUILDER_TORCH_INDEX_URL=https://pypi.org/simple\nRUN pip install" in text
 
 
 def test_children_render_from_their_parent() -> None:

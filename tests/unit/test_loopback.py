@@ -1,0 +1,97 @@
+"""What builds reach on loopback: an index that needs credentials, through a proxy that adds them (and sends
+them nowhere else), and where those credentials come from."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagebuilder.loopback import Credentials, index_credentials, serve_indexes
+
+AUTH = "Basic " + base64.b64encode(b"u:pw-123456").decode()
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[str, list[str]]]:
+    """An index that answers only with AUTH: (its URL, the Authorization headers it saw)."""
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Authorization") or "")
+            if self.headers.get("Authorization") != AUTH:
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            port = self.server.server_address[1]
+            if self.path == "/elsewhere":
+                self.send_response(302)
+                self.send_header("Location", "https://files.example/p.whl")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = (f'<a href="http://127.0.0.1:{port}/files/p.whl">p</a>'
+                    '<a href="https://files.example/q.whl">q</a>').encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
+    server.shutdown()
+    server.server_close()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+def test_the_proxy_adds_the_credentials_and_points_the_index_links_back_at_itself(
+        upstream: tuple[str, list[str]]) -> None:
+    url, seen = upstream
+    with pytest.raises(urllib.error.HTTPError):  # the index really needs them
+        urllib.request.urlopen(url + "/p/")
+    with serve_indexes({url: Credentials("u", "pw-123456", "test")}) as proxied:
+        local = proxied[url]
+        assert local.startswith("http://127.0.0.1:") and local.endswith("/simple") and "pw-" not in local
+        page = urllib.request.urlopen(local + "/p/").read().decode()
+        origin = local.rsplit("/simple", 1)[0]
+        assert f'href="{origin}/files/p.whl"' in page  # its own links go through the proxy
+        assert 'href="https://files.example/q.whl"' in page  # others' links stay as they are
+        opener = urllib.request.build_opener(NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as info:
+            opener.open(origin + "/elsewhere")
+        assert info.value.code == 302  # a redirect elsewhere is handed to pip, not followed with credentials
+        assert info.value.headers["Location"] == "https://files.example/q.whl".replace("q", "p")
+    assert seen[-2:] == [AUTH, AUTH]
+
+
+def test_credentials_come_from_netrc_by_host_or_from_the_environment_but_never_for_public_indexes(
+        tmp_path: Path) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine mirror.example login alice password from-netrc\n")
+    netrc.chmod(0o600)
+    env = {"NETRC": str(netrc), "IMAGEBUILDER_INDEX_USER": "bob", "IMAGEBUILDER_INDEX_PASSWORD": "from-env"}
+    found = index_credentials("https://mirror.example/simple", env)
+    assert found is not None and (found.user, found.password) == ("alice", "from-netrc") and "netrc" in found.source
+    other = index_credentials("https://other.example/simple", env)
+    assert other is not None and other.password == "from-env" and "from-env" not in other.source
+    assert index_credentials("https://pypi.org/simple", env) is None  # never sent to PyPI
+    assert index_credentials("https://download.pytorch.org/whl/cpu", env) is None
+    assert index_credentials("https://other.example/simple", {"NETRC": str(netrc)}) is None
