@@ -65,9 +65,10 @@ unit: venv
 integration: cuda-wheels env
 	$(BIN)/python -m pytest tests -m integration -v --durations=20 $(PYTEST_ARGS)
 
-# Lint once, then every test once (what .ci/run runs).
+# Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
+# other integration tests (tests/conftest.py: WORK_UNITS).
 test: cuda-wheels env lint
-	$(BIN)/python -m pytest tests -v --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv
 	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py -q --update-golden

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ class Context:
     compat_file: Path | None = None
     check_index: bool = True
     cache_dir: Path = Path(".")
+    container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
     _engine: Engine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -69,6 +71,7 @@ class Context:
     def engine(self) -> Engine:
         if self._engine is None:
             self._engine = Engine.connect(self.engine_url)
+            self._engine.run_labels.update(self.container_labels)
         return self._engine
 
     def base_python(self, image: str) -> str | None:
@@ -124,14 +127,25 @@ only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id m
               help="Do not ask package indexes whether nccl/cudnn overrides exist.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
               help="Where passed smoke results are kept, by leaf key (default: ~/.cache/imagebuilder).")
+@click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
+              envvar="IMAGEBUILDER_CONTAINER_LABELS",
+              help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
+                   "what it left); repeatable, or space-separated in IMAGEBUILDER_CONTAINER_LABELS.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
-        cache_dir: Path | None) -> None:
+        cache_dir: Path | None, container_labels: tuple[str, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
+    labels = []
+    for item in container_labels:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", key) or "\n" in value:
+            raise InputError(f"--container-label {item!r}: expected KEY=VALUE (KEY of letters, digits, '.', '_', "
+                             "'-')")
+        labels.append((key, value))
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
-                            cache_dir=cache_dir or cache_mod.default_dir())
+                            cache_dir=cache_dir or cache_mod.default_dir(), container_labels=tuple(labels))
 
 
 @cli.command()

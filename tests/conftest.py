@@ -3,6 +3,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = FOLDER_MARKERS.get(folder[0]) if folder else None
         if marker is not None:
             item.add_marker(marker)
+
+
+# Under pytest-xdist (`make test` runs `-n 2`) the integration tests keep to two workers, as two units of
+# work: the CUDA images (bound by the disk: gigabytes of wheels unpacked and committed) build on one while
+# every other integration test (bound by the CPU, sharing one session chain) runs on the other; each unit
+# test is a unit of its own and goes to whichever worker is free. (A scheduler of our own: xdist's
+# `loadgroup` marks do not survive pytest 9's node ids.)
+WORK_UNITS = (("tests/integration/test_cuda_image.py", "cuda-images"), ("tests/integration/", "integration"))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return next((unit for prefix, unit in WORK_UNITS if nodeid.startswith(prefix)), nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 @pytest.fixture

@@ -31,6 +31,12 @@ from imagebuilder.errors import EngineUnavailable
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILDER_TEST_WHEELHOUSE", ROOT / ".wheelhouse"))
+# Every container this test process starts, and every imagebuilder it runs starts, carries this label: the
+# checks for containers left behind look at this session's own, so test processes running side by side
+# (pytest-xdist workers share one engine) never see, or remove, each other's.
+SESSION = f"itest.session={uuid.uuid4().hex[:12]}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+os.environ["IMAGEBUILDER_CONTAINER_LABELS"] = SESSION
+SESSION_STARTED = int(time.time())
 
 
 def _need(what: str, how: str) -> None:
@@ -42,10 +48,13 @@ def _need(what: str, how: str) -> None:
 @pytest.fixture(scope="session")
 def engine() -> Engine:
     try:
-        return Engine.connect()
+        connected = Engine.connect()
     except EngineUnavailable:
         _need("a Docker engine", "run `make engine`")
         raise
+    key, _, value = SESSION.partition("=")
+    connected.run_labels[key] = value
+    return connected
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +80,9 @@ def _no_container_left(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "engine" in request.fixturenames:
         engine: Engine = request.getfixturevalue("engine")
-        left = engine.managed_containers()
+        left = engine.managed_containers(SESSION)
         if left:
-            removed = engine.remove_containers(MANAGED_LABEL)
+            removed = engine.remove_containers(SESSION)
             pytest.fail(f"{len(left)} container(s) of imagebuilder's were left behind ({removed} removed now)",
                         pytrace=False)
 
@@ -194,8 +203,9 @@ def gate() -> Iterator[Gate]:
         g.close()
 
 
-def running_containers(engine: Engine, label: str = MANAGED_LABEL) -> list[dict[str, Any]]:
-    return [dict(c) for c in engine.api.containers(filters={"label": label, "status": "running"})]
+def running_containers(engine: Engine, label: str = SESSION) -> list[dict[str, Any]]:
+    """This session's running containers (imagebuilder's and the tests' own)."""
+    return [dict(c) for c in engine.api.containers(filters={"label": [MANAGED_LABEL, label], "status": "running"})]
 
 
 CUDA_TEST_SPACE = 25 * 2**30  # a CUDA base layer is ~6 GB, written twice while it is committed, plus its wheels
@@ -211,7 +221,9 @@ def _room_for_cuda_images(request: pytest.FixtureRequest) -> None:
     engine: Engine = request.getfixturevalue("engine")
     root, free = engine.storage()
     if free is not None and free < CUDA_TEST_SPACE:
-        engine.api.prune_images(filters={"dangling": True})
+        # only what was left before this session began: a test running beside this one may hold an
+        # untagged image it has just built
+        engine.api.prune_images(filters={"dangling": True, "until": str(SESSION_STARTED)})
         engine.api.prune_builds()
         root, free = engine.storage()
     if free is not None and free < CUDA_TEST_SPACE:

@@ -15,6 +15,7 @@ from imagebuilder.engine import Engine
 
 from .conftest import (
     REGISTRY,
+    SESSION,
     Chain,
     CliRun,
     Processes,
@@ -146,7 +147,7 @@ def test_smoke_command_reports_json(engine: Engine, cpu_chain: Chain, cli: Calla
     report_json = json.loads(bad.out)
     assert report_json["only"] == ["versions"] and {c["name"].split(".")[0] for c in report_json["checks"]} == {
         "versions"}
-    assert engine.managed_containers() == []  # every smoke container was removed
+    assert engine.managed_containers(SESSION) == []  # every smoke container was removed
 
 
 def test_build_error_fails_that_node_with_its_log(
@@ -231,7 +232,7 @@ def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
     assert node["smoke"] == "failed"
     assert "timed out after 20 s; the container was killed" in node["error"]
     assert node["durations"]["smoke"] < 80
-    assert engine.managed_containers() == []  # killed and removed
+    assert engine.managed_containers(SESSION) == []  # killed and removed
 
 
 @pytest.mark.interrupt
@@ -249,7 +250,7 @@ def test_ctrl_c_during_smoke_removes_the_container(
     err = processes.interrupt(proc, lambda: running_containers(engine), "the smoke container to run", wait=120,
                               stop_within=60)
     assert "interrupted" in err
-    assert engine.managed_containers() == []
+    assert engine.managed_containers(SESSION) == []
 
 
 def test_an_unreachable_registry_is_retried_then_fails_cleanly(
@@ -283,7 +284,7 @@ def test_ctrl_c_during_a_parallel_build_removes_its_containers(
                            ignore_sigint=parent == "sigint-ignored")
     processes.interrupt(proc, lambda: running_containers(engine), "the smoke container to run", wait=600,
                         stop_within=60)
-    assert engine.managed_containers() == []
+    assert engine.managed_containers(SESSION) == []
     data = report(tmp_path / "r")
     assert data["interrupted"] is True
     hang = next(n for n in data["nodes"] if n["layer"] == "hang")

@@ -105,7 +105,8 @@ def service(engine: Engine, image: str, port: int, *, env: dict[str, str] | None
     host_config = engine.api.create_host_config(port_bindings={port: ("127.0.0.1", None)}, binds=binds or {},
                                                 shm_size="1g")
     cid = engine.api.create_container(image, environment=env or {}, ports=[port], host_config=host_config,
-                                      labels={MANAGED_LABEL: "1", "io.imagebuilder.test": "dev-images"})["Id"]
+                                      labels={MANAGED_LABEL: "1", "io.imagebuilder.test": "dev-images",
+                                              **engine.run_labels})["Id"]
     try:
         engine.api.start(cid)
         published = engine.api.port(cid, port)

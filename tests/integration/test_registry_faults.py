@@ -14,7 +14,7 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, Processes, cpu_matrix, registry_tags, report
+from .conftest import REGISTRY, SESSION, CliRun, Processes, cpu_matrix, registry_tags, report
 
 
 class CuttingProxy:
@@ -124,4 +124,4 @@ def test_ctrl_c_during_a_push_exits_130_and_applies_no_tag(
     assert all(n["publish"] in ("held", "failed") and n["tags"] == [] for n in data["nodes"]), data["nodes"]
     # Straight to the registry: no tag of this repository but perhaps a key tag (content-addressed, never public).
     assert [t for t in registry_tags(REGISTRY, f"itest/{repository}", cache=True) if not t.startswith("cache-")] == []
-    assert engine.managed_containers() == []
+    assert engine.managed_containers(SESSION) == []

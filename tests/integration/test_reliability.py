@@ -21,7 +21,7 @@ import pytest
 
 from imagebuilder.engine import Engine
 
-from .conftest import REGISTRY, CliRun, Gate, Processes, cpu_matrix, registry_tags, report, wait_until
+from .conftest import REGISTRY, SESSION, CliRun, Gate, Processes, cpu_matrix, registry_tags, report, wait_until
 
 
 def layer(tmp_path: Path, name: str, template: str) -> None:
@@ -195,7 +195,7 @@ def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
     assert nodes["base"]["build"] in ("built", "cached") and nodes["base"]["publish"] == "held"
     assert nodes["slow"]["build"] == "interrupted" and "interrupted" in nodes["slow"]["error"]
     assert registry_tags(registry, f"itest/{repository}", cache=True) == []  # nothing pushed, nothing tagged
-    assert engine.managed_containers() == []
+    assert engine.managed_containers(SESSION) == []
     # The engine cancels the build step the closed connection asked for.
     wait_until(lambda: not step_containers(engine, gate), "the engine to drop the interrupted step", 60)
 
