@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 import tarfile
 import threading
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from rich.console import Console

@@ -28,7 +28,7 @@ def upstream() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             seen.append(self.headers.get("Authorization") or "")
             if self.headers.get("Authorization") != AUTH:
                 self.send_response(401)
