@@ -37,6 +37,7 @@ from .publish import Publisher
 from .registry import Registry, split_reference
 from .render import FIND_LINKS_ARG, build_args, declared, with_labels
 from .report import Result, Status
+from .scan import Findings, Scanner
 from .verify import Verifier
 from .verify import expectations as expectations  # re-exported (benchmarks/gpu_smoke.py imports it from here)
 
@@ -174,7 +175,7 @@ class Builder:
     secrets: dict[str, str] = field(default_factory=dict)  # what must never be in an image, a log or a report
     signing: dict[str, str] = field(default_factory=dict)  # cosign: on (key given), or why not
     _bases: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _scanned: dict[str, list[str]] = field(default_factory=dict)  # image ID -> what its secret scan found
+    scanner: Scanner = field(default_factory=lambda: Scanner({}))
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
 
     @functools.cached_property
@@ -201,6 +202,7 @@ class Builder:
         index_passwords = [(f"the password for index {url} ({creds.source})", creds.password)
                            for url, creds in self.index_auth.items()]
         self.secrets = redact.known_secrets(os.environ, [*self.registry_passwords(), *index_passwords])
+        self.scanner = Scanner(self.secrets)
         self.signing = signing_status(self.options.push, os.environ)
         for node in self.plan.nodes:  # supply chain: what each root image was built on, by digest
             if node.base_image is not None:
@@ -460,47 +462,20 @@ class Builder:
         return True
 
     def leaks(self, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:
-        """Where a known secret, a credential-shaped token or a credentials file shows up in a node's image:
-        its configuration (environment, labels, history) and the files of the node's own layers (a bounded
-        scan, `redact.LayerScan`). Images are scanned as they are built, and cached ones before anything of
-        theirs is published; an image only in the registry has its configuration read from there (its
-        layers are not pulled for it). Once per image in a run."""
-        engine = self.worker_engine()
+        """What the secret scan (`scan`) finds in a node's image: the one on this engine, else its
+        configuration in the registry. Its coverage goes to the node's result."""
         image = image or self.images.get(node.id) or node.decision.image
-        if image is None:
-            return self.registry_leaks(node)
-        if image in self._scanned:
-            return self._scanned[image]
-        info = engine.inspect(image)
-        found = redact.find_in_image(info, engine.history(image), self.secrets)
-        parent = parent or (info.get("Config") or {}).get("Labels", {}).get("org.opencontainers.image.base.digest")
-        parent_layers = len(((engine.inspect(parent) if parent and engine.image_id(parent) else {})
-                             .get("RootFS") or {}).get("Layers") or [])
-        layers = (info.get("RootFS") or {}).get("Layers") or []
-        scan = redact.LayerScan(self.secrets)
-        try:
-            for path, size, stream in engine.layer_files(image, len(layers) - parent_layers):
-                scan.add(path, size, stream)
-        except EngineError as exc:
-            found.append(f"its layers could not be scanned ({exc.message})")
+        if image is not None:
+            findings = self.scanner.image(self.worker_engine(), image, parent)
+        elif node.decision.ref is not None:
+            host, repo, tag = split_reference(node.decision.ref)
+            config = self.registry(host).config(repo, tag)
+            findings = self.scanner.config(config) if config is not None else Findings((), "not found")
+        else:
+            return []
         if node.id in self.results:
-            self.results[node.id].secret_scan = scan.summary()
-        self._scanned[image] = found + scan.findings
-        return self._scanned[image]
-
-    def registry_leaks(self, node: Node) -> list[str]:
-        """A cached image that is only in the registry: its configuration blob, read from there."""
-        ref = node.decision.ref
-        if ref is None:
-            return []
-        host, repo, tag = split_reference(ref)
-        config = self.registry(host).config(repo, tag)
-        if config is None:
-            return []
-        inner = config.get("config") or {}
-        history = [{"CreatedBy": step.get("created_by", "")} for step in reversed(config.get("history") or [])]
-        self.results[node.id].secret_scan = "configuration only (the image is only in the registry)"
-        return redact.find_in_image({"Config": inner}, history, self.secrets)
+            self.results[node.id].secret_scan = findings.covered
+        return list(findings.found)
 
     def check_disk(self) -> None:
         """Warn before anything builds when the engine's storage is short for what must be built: a CUDA
