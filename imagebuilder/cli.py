@@ -71,7 +71,8 @@ class Context:
     def engine(self) -> Engine:
         if self._engine is None:
             self._engine = Engine.connect(self.engine_url)
-            self._engine.run_labels.update(self.container_labels)
+            if self.container_labels:
+                self._engine.run_labels.update(self.container_labels)
         return self._engine
 
     def base_python(self, image: str) -> str | None:

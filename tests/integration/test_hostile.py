@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from imagebuilder.engine import Engine
@@ -34,6 +35,18 @@ def chain_base(cpu_chain: Chain, engine: Engine) -> Path:
     """The session chain's layer folders (its base image is on the engine: the probe builds on it)."""
     cpu_chain.image(engine, "base")
     return cpu_chain.folder / "layers"
+
+
+@pytest.fixture(autouse=True)
+def _leave_the_chain_childless(engine: Engine, tmp_path: Path) -> Iterator[None]:
+    """These tests build on the session chain's base image; what they built is removed afterwards, so the chain
+    has no children when later tests remove its images (an image with children cannot be removed)."""
+    yield
+    for folder in tmp_path.glob("*"):
+        if (folder / "report.json").is_file():
+            for node in report(folder)["nodes"]:
+                if node["image"] and node["layer"] != "base":
+                    engine.remove_image(node["image"])
 
 
 def run_in(engine: Engine, image: str, script: str) -> str:

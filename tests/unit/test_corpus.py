@@ -72,6 +72,7 @@ class NoImages:
     """An engine that has no image and cannot pull one; anything else it is asked is a test failure."""
 
     asked: list[str] = field(default_factory=list)
+    run_labels: dict[str, str] = field(default_factory=dict)
 
     def image_id(self, ref: str) -> str | None:
         self.asked.append(ref)
