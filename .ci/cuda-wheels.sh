@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Download the wheels of the CUDA integration tests (PyPI's torch with its nvidia-* wheels: ~7 GB) into a
+# Download the wheels of the CUDA integration tests (PyPI's torch with its nvidia-* wheels: ~4 GB) into a
 # local wheelhouse, so the builds read them over loopback. `make test` starts this in the background first
 # thing: the download, which is bound by the network, overlaps the set-up, lint, unit and CPU tests, which
 # are bound by the CPU. The CUDA tests wait for DIR/.complete (tests/integration/test_cuda_image.py).
@@ -16,10 +16,10 @@ pip_download() {  # the host's pip config is ignored: only PyPI, binary wheels, 
     --index-url https://pypi.org/simple ${ca:+--cert "$ca"} --dest "$dest" "$@"
 }
 start=$(date +%s)
-# torch 2.6.0 + cu124 (runtime, and the NCCL override), torch 2.11.0 + cu130 with the devel toolkit.
-if pip_download torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0 \
-   && pip_download --no-deps nvidia-nccl-cu12==2.23.4 \
-   && pip_download torch==2.11.0 'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2'; then
+# torch 2.11.0 + cu130 for every CUDA image of the tests (runtime, the NCCL override, devel with its toolkit):
+# they share one torch install step, which the engine's build cache then serves.
+if pip_download torch==2.11.0 'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2' \
+   && pip_download --no-deps nvidia-nccl-cu13==2.29.7; then
   echo "cuda wheels: $(ls "$dest"/*.whl | wc -l) wheels, $(du -sh "$dest" | cut -f1) in $(( $(date +%s) - start )) s"
   touch "$dest/.complete"
 else

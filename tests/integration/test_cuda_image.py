@@ -1,5 +1,7 @@
-"""One real CUDA image: PyPI's torch with its nvidia-* wheels. Without a GPU, the CUDA, cuDNN and NCCL
-libraries still load, so the versions inside the image are checked against the plan's."""
+"""Real CUDA images: PyPI's torch 2.11.0 with its CUDA 13.0 nvidia-* wheels. Without a GPU, the CUDA, cuDNN
+and NCCL libraries still load, so the versions inside the image are checked against the plan's. The runtime
+image, an NCCL override and the devel image share one torch install step (the engine's build cache serves
+it after the first), so the wheels are unpacked and committed once."""
 
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
                                             cli: Callable[..., CliRun]) -> None:
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
-    assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("12.4", "9.1.0.70", "2.21.5")
+    assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("13.0", "9.19.0.56", "2.28.9")
 
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
@@ -68,37 +70,41 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     assert not [c for c in checks.values() if c["status"] == "fail"], checks
     assert checks["versions.cuda"]["value"] == planned["cuda"]
-    assert checks["versions.cudnn"]["value"] == "9.1.0"  # the runtime reports major.minor.patch
+    assert checks["versions.cudnn"]["value"] == "9.19.0"  # the runtime reports major.minor.patch
     assert planned["cudnn"].startswith(checks["versions.cudnn"]["value"] + ".")
     assert checks["versions.nccl"]["value"] == planned["nccl"]
     assert checks["versions.triton"]["value"] == planned["triton"]
-    assert checks["versions.torchvision"]["value"] == planned["torchvision"]
-    assert checks["versions.accelerator"]["value"] == "cu124"
+    assert checks["versions.accelerator"]["value"] == "cu130"
 
     # The installed nvidia wheels are exactly the pins of the plan, and nothing was cached on the way.
-    out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^nvidia-(cudnn|nccl)-cu12=='; "
+    out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^nvidia-(cudnn|nccl)-cu13=='; "
                      "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) -print 2>/dev/null"], timeout=120)
-    assert sorted(out.logs.split()) == ["nvidia-cudnn-cu12==9.1.0.70", "nvidia-nccl-cu12==2.21.5"]
+    assert sorted(out.logs.split()) == ["nvidia-cudnn-cu13==9.19.0.56", "nvidia-nccl-cu13==2.28.9"]
 
     # The versions manifest inside the image, at the path its label names.
     path = engine.inspect(node["image"])["Config"]["Labels"]["io.imagebuilder.versions"]
     manifest = json.loads(engine.run(node["image"], ["cat", path], timeout=60).logs)
     assert (manifest["torch"], manifest["cuda"], manifest["cudnn"], manifest["nccl"]) == (
-        "2.6.0", "12.4", "9.1.0.70", "2.21.5")
-    assert manifest["pip"]["nvidia-cudnn-cu12"] == "9.1.0.70" and "python3" in manifest["dpkg"]
+        "2.11.0", "13.0", "9.19.0.56", "2.28.9")
+    assert manifest["pip"]["nvidia-cudnn-cu13"] == "9.19.0.56" and "python3" in manifest["dpkg"]
 
 
 def wheelhouse_setting(wheelhouse: Path | None) -> str:
     return f"build: {{wheelhouse: {wheelhouse}}}\n" if wheelhouse else ""
 
 
-def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "") -> Path:
-    """torch 2.6.0 with PyPI's CUDA 12.4 wheels, base layer only."""
-    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra + wheelhouse_setting(wheelhouse), body="""
+def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "",
+                flavor: str = "runtime") -> Path:
+    """torch 2.11.0 with PyPI's CUDA 13.0 wheels, base layer only (no torchvision/torchaudio: one torch install
+    step that every CUDA image of this module shares)."""
+    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra + wheelhouse_setting(wheelhouse),
+                        body=f"""
+        torch_extras: []
         matrix:
-          torch: ["2.6.0"]
-          accelerator: [cu124]
+          torch: ["2.11.0"]
+          accelerator: [cu130]
           python: ["3.11"]
+          flavor: [{flavor}]
         """)
 
 
@@ -106,21 +112,21 @@ def test_nccl_override_is_installed_and_checked_at_run_time(
         engine: Engine, registry: str, base_image: str, repository: str, tmp_path: Path,
         cuda_wheelhouse: Path | None,
         cli: Callable[..., CliRun]) -> None:
-    # torch 2.6.0 pins nvidia-nccl-cu12==2.21.5; the entry asks for 2.23.4 instead (same major).
+    # torch 2.11.0 pins nvidia-nccl-cu13==2.28.9; the entry asks for 2.29.7 instead (same major).
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse,
-                         "include:\n  - {accelerator: cu124, nccl: \"2.23.4\"}\n")
+                         "include:\n  - {accelerator: cu130, nccl: \"2.29.7\"}\n")
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
-    assert planned["nccl"] == "2.23.4"
+    assert planned["nccl"] == "2.29.7"
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
     (node,) = report(tmp_path / "r")["nodes"]
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
-    assert checks["versions.nccl"]["value"] == "2.23.4"  # the library loaded at run time is the override
+    assert checks["versions.nccl"]["value"] == "2.29.7"  # the library loaded at run time is the override
 
     # A wrong expectation fails the versions check, and nothing is pushed.
     bad = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "bad"), "--expect", "nccl=2.0.0")
     assert bad.code == 1
-    assert "versions.nccl: NCCL loaded at run time: got '2.23.4', expected '2.0.0'" in bad.out
+    assert "versions.nccl: NCCL loaded at run time: got '2.29.7', expected '2.0.0'" in bad.out
     assert registry_tags(registry, f"itest/{repository}") == []
 
 
@@ -137,12 +143,10 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     for name in ("distributed.nccl_init", "fsdp.compiled_step_cuda", "throughput.cuda"):
         assert (checks[name]["status"], checks[name]["reason"]) == ("skip", "no GPU visible in this container")
-    # What needs no GPU still ran: the versions, and the CPU paths of the same torch build (torch 2.6's
-    # FSDP2 cannot run on CPU, which the suite says instead of failing).
+    # What needs no GPU still ran: the versions, and the CPU paths of the same torch build.
     assert checks["versions.nccl"]["status"] == "pass"
     assert checks["distributed.all_reduce"]["status"] == "pass"
-    assert checks["fsdp.compiled_step_cpu"]["status"] == "skip"
-    assert "FSDP2 does not run on CPU in torch 2.6.0" in checks["fsdp.compiled_step_cpu"]["reason"]
+    assert checks["fsdp.compiled_step_cpu"]["status"] == "pass"
     assert registry_tags(registry, f"itest/{repository}") == []
 
 
@@ -151,14 +155,7 @@ def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: st
                                                   cli: Callable[..., CliRun]) -> None:
     """The devel flavor of a CUDA 13 entry: nvcc and the CUDA headers from NVIDIA's cuda-toolkit wheels (at the
     version torch pins), gathered under CUDA_HOME; without a GPU the kernel is built and loaded, not run."""
-    matrix = itest_matrix(tmp_path, repository, layers="[base]", extra=wheelhouse_setting(cuda_wheelhouse), body="""
-        torch_extras: []
-        matrix:
-          torch: ["2.11.0"]
-          accelerator: [cu130]
-          python: ["3.11"]
-          flavor: [devel]
-        """)
+    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse, flavor="devel")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
     (node,) = report(tmp_path / "r")["nodes"]
