@@ -40,7 +40,7 @@ def main() -> None:
         text = meta.read_text()
         new = re.sub(r"^Version: (.+)$", lambda m: f"Version: {bumped(m[1])}", text, count=1, flags=re.M)
         meta.write_text(new)
-        print(f"MUTANT torch_version: {meta}: Version: {bumped(dist.version)}")
+        print(f"MUTANT torch_version: {meta}: {re.search(r'^Version: .+$', new, re.M)[0]}")  # type: ignore[index]
 
 
 if __name__ == "__main__":
