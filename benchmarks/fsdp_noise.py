@@ -10,7 +10,7 @@ process's Python, with torch from that Python:
 - each gradient mutant of tests/mutants/grad_scale (weight-matrix gradients of the sharded model x0, x0.5, x2
   before the reduce-scatter), put on the spawned ranks' Python path with IB_MUTANT_GRAD_SCALE.
 
-Prints and writes JSON (default results/fsdp_noise_<cpu|cuda>.json): per run the worst and median gap of
+Prints and writes JSON (default results/fsdp_noise_<backend>_<run kind>.json): per run the worst and median gap of
 parameters and gradients, the worst tensor, the losses, wall time; a summary (clean maximum, mutants'
 minimum) and the tolerance the rule gives: the geometric mean of the clean maximum and the smallest mutant
 gap, rounded down to one significant digit (equal margins on both sides; each must be at least 3x). On a GPU
@@ -18,6 +18,8 @@ host:
 
     python benchmarks/fsdp_noise.py --seeds 5            # NCCL over all GPUs (world = GPU count, as the suite)
     python benchmarks/fsdp_noise.py --backend gloo --world 2 --seeds 5   # the CPU numbers
+    python benchmarks/fsdp_noise.py --backend gloo --world 2 --run-kind cuda --seeds 3   # the GPU run's
+        # configuration (bf16 mixed precision) on CPU: an estimate of bf16 noise until a GPU has measured it
 """
 
 from __future__ import annotations
@@ -41,14 +43,15 @@ MUTANT = ROOT / "tests" / "mutants" / "grad_scale"
 SCALES = {"grad_zero": "0", "grad_half": "0.5", "grad_double": "2"}
 
 
-def one(backend: str, world: int, seed: int, reference_autocast: bool | None, scale: str | None) -> dict[str, Any]:
+def one(backend: str, world: int, seed: int, reference_autocast: bool | None, scale: str | None,
+        run_kind: str) -> dict[str, Any]:
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "IB_MUTANT_GRAD_SCALE")}
     if scale is not None:  # the spawned ranks start Python afresh: sitecustomize.py from MUTANT patches FSDP2
         os.environ["PYTHONPATH"] = os.pathsep.join([str(MUTANT), *filter(None, [saved["PYTHONPATH"]])])
         os.environ["IB_MUTANT_GRAD_SCALE"] = scale
     t0 = time.monotonic()
     try:
-        step, compiled = suite.check_fsdp(backend, world, seed, reference_autocast)
+        step, compiled = suite.check_fsdp(backend, world, seed, reference_autocast, run_kind)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -87,19 +90,22 @@ def main() -> None:
     parser.add_argument("--backend", default="nccl" if gpus else "gloo")
     parser.add_argument("--world", type=int, default=gpus or 2)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--no-fp32-reference", action="store_true", help="skip the fp32-reference runs on GPU")
+    parser.add_argument("--run-kind", choices=("cpu", "cuda"), default=None,
+                        help="which of the suite's runs (FSDP_RUN): default the backend's; `--backend gloo --run-kind "
+                             "cuda` runs the GPU run (bf16 mixed precision, dim 512) on CPU, an estimate of bf16 noise")
+    parser.add_argument("--no-fp32-reference", action="store_true", help="skip the fp32-reference runs (bf16 runs)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    dev = "cuda" if args.backend == "nccl" else "cpu"
-    out = args.out or ROOT / "benchmarks" / "results" / f"fsdp_noise_{dev}.json"
+    dev = args.run_kind or ("cuda" if args.backend == "nccl" else "cpu")
+    out = args.out or ROOT / "benchmarks" / "results" / f"fsdp_noise_{args.backend}_{dev}.json"
     runs: dict[str, list[dict[str, Any]]] = {"clean": []}
     for seed in range(args.seeds):
-        runs["clean"].append(one(args.backend, args.world, seed, None, None))
+        runs["clean"].append(one(args.backend, args.world, seed, None, None, dev))
         print("clean", json.dumps(runs["clean"][-1]["param_gap"]), flush=True)
     if dev == "cuda" and not args.no_fp32_reference:
-        runs["clean_fp32_reference"] = [one(args.backend, args.world, s, False, None) for s in range(args.seeds)]
+        runs["clean_fp32_reference"] = [one(args.backend, args.world, s, False, None, dev) for s in range(args.seeds)]
     for name, scale in SCALES.items():
-        runs[name] = [one(args.backend, args.world, s, None, scale) for s in range(min(args.seeds, 2))]
+        runs[name] = [one(args.backend, args.world, s, None, scale, dev) for s in range(min(args.seeds, 2))]
         print(name, json.dumps(runs[name][-1]["param_gap"]), flush=True)
     clean_max = max(worst(r) for r in runs["clean"])
     mutant_min = min(worst(r) for name in SCALES for r in runs[name])
@@ -110,7 +116,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
                     "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)], "cpus": os.cpu_count()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "backend": args.backend, "world": args.world, "run": suite.FSDP_RUN[dev],
+        "backend": args.backend, "world": args.world, "run_kind": dev, "run": suite.FSDP_RUN[dev],
         "tolerance_in_suite": suite.FSDP_TOL[dev],
         "summary": {
             "clean_worst_gap_max": clean_max,

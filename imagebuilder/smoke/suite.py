@@ -918,16 +918,19 @@ FSDP_MIN_LOSS_DROP = 0.2  # the loss after the steps must be at least 20 % below
 # weights (which hardly move in 5 steps). A zeroed gradient gives ~1.0 (100 %), a halved one ~0.5.
 # Both are set by benchmarks/fsdp_noise.py's rule: the geometric mean of the clean runs' worst gap and the
 # gradient mutants' smallest worst gap (equal margins on both sides), rounded down to one significant digit.
-#   cpu (gloo x2, fp32; results/fsdp_noise_cpu.json): clean worst gap over 5 seeds 6.5e-7..4.5e-6 (the update
+#   cpu (gloo x2, fp32; results/fsdp_noise_gloo_cpu.json): clean worst gap over 5 seeds 6.5e-7..4.5e-6 (the update
 #   of a LayerNorm weight; the median tensor 3e-7); mutants (weight-matrix gradients of the sharded model):
 #   x0.5 -> 0.47 (parameters) and 0.50 (first gradients), x0 -> 1.0, x2 -> 0.83 / 1.0. sqrt(4.5e-6 * 0.47) =
 #   1.45e-3 -> 1e-3: 220x above the clean maximum, 470x below the halved gradient.
-#   cuda (nccl, bf16 params, fp32 reduce): PROVISIONAL, not yet measured on a GPU. The reference runs under
-#   bf16 autocast: like FSDP's MixedPrecisionPolicy it rounds the matmuls' inputs to bf16 and keeps fp32
-#   weights, gradients and reductions, so the gap measures what sharding, the collectives and compile add,
-#   not bf16's own rounding (a property of bf16, not of the image), and the tolerance can be tight;
-#   fsdp_noise.py measures the fp32-reference gap beside it. Expected: bf16 noise ~1 % against the mutants'
-#   ~50 %; run `python benchmarks/fsdp_noise.py --seeds 5` on an H100 and set this from its rule.
+#   cuda (nccl, bf16 params, fp32 reduce): PROVISIONAL, not yet measured on a GPU. The same run on CPU
+#   (fsdp_noise.py --backend gloo --run-kind cuda: bf16 mixed precision, CPU kernels; results/
+#   fsdp_noise_gloo_cuda.json): clean worst gap 0.67..0.68 % over 3 seeds (0.60..0.62 % against an fp32
+#   reference), mutants 0.5 (x0.5) and 1.0 (x0, x2); sqrt(0.0068 * 0.5) = 0.058 -> 0.05: 7x above, 10x below.
+#   GPU kernels round differently: run `python benchmarks/fsdp_noise.py --seeds 5` on an H100 and set this
+#   from its rule. The reference runs under bf16 autocast: like FSDP's MixedPrecisionPolicy it rounds the
+#   matmuls' inputs to bf16 and keeps fp32 weights, gradients and reductions, so the gap measures what
+#   sharding, the collectives and compile add rather than bf16's own rounding (a property of bf16, not of
+#   the image); fsdp_noise.py measures the fp32-reference gap beside it (on CPU it was no larger).
 FSDP_TOL = {"cpu": 1e-3, "cuda": 0.05}
 CPU_FSDP2_SINCE = (2, 7)  # torch before 2.7 runs FSDP2 on CUDA streams only
 # The errors that say so (torch 2.4/2.5 refuse; 2.6's CPU Stream lacks record_event/wait_event); any other
@@ -985,11 +988,12 @@ def _compile_counters() -> dict[str, Any]:
 
 
 def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, seed: int = FSDP_SEED,
-                 reference_autocast: bool | None = None) -> None:
+                 reference_autocast: bool | None = None, run_kind: str | None = None) -> None:
     """One rank of the FSDP check: the compiled, sharded model and (on every rank, for the same numbers) the
     unsharded reference train side by side; reports losses, the gaps' norms and torch.compile's counters.
-    `reference_autocast`: run the reference under bf16 autocast (default: on a GPU; benchmarks/fsdp_noise.py
-    also measures the fp32 reference)."""
+    For benchmarks/fsdp_noise.py: `reference_autocast` runs the reference under bf16 autocast or not (default:
+    with the GPU run); `run_kind` "cuda" runs the GPU run (FSDP_RUN["cuda"], bf16 mixed precision) on any
+    backend (default: the backend's own)."""
     import copy
 
     import torch
@@ -1001,8 +1005,9 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
 
         fully_shard, MixedPrecisionPolicy = _fully_shard()
         gpu = backend == "nccl"
-        ref_bf16 = gpu if reference_autocast is None else reference_autocast
-        cfg = FSDP_RUN["cuda" if gpu else "cpu"]
+        kind = run_kind or ("cuda" if gpu else "cpu")
+        ref_bf16 = kind == "cuda" if reference_autocast is None else reference_autocast
+        cfg = FSDP_RUN[kind]
         device = torch.device("cuda", rank) if gpu else torch.device("cpu")
         mesh = init_device_mesh(device.type, (world,))
         torch.manual_seed(seed)
@@ -1010,7 +1015,7 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
         reference = copy.deepcopy(model)  # unsharded, eager, fp32 (bf16 autocast on a GPU, as FSDP computes)
         names = [name for name, _ in reference.named_parameters()]
         initial = [p.detach().clone() for p in reference.parameters()]
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if gpu else None
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if kind == "cuda" else None
         kwargs = {"mesh": mesh, **({"mp_policy": mp} if mp is not None else {})}
         for block in model.blocks:
             block.compile()
@@ -1036,7 +1041,7 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
         out["step_s"] = round(time.monotonic() - t0, 3)
         out["param_norms"] = _norms(list(model.parameters()), list(reference.parameters()), initial)
         out.update(names=names, losses=losses, ref_losses=ref_losses, compile=_compile_counters(),
-                   reference_autocast=ref_bf16)
+                   reference_autocast=ref_bf16, run_kind=kind, seed=seed)
         dist.barrier()
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001
@@ -1121,7 +1126,9 @@ def fsdp_known_incompatibility(version: str, backend: str, error: str) -> bool:
 def fsdp_records(got: list[dict[str, Any]], backend: str, world: int, duration: float) -> list[Record]:
     """The two FSDP records from the ranks' reports: the training step against the reference, and compile."""
     dev = "cuda" if backend == "nccl" else "cpu"
-    g, cfg, tol = got[0], FSDP_RUN[dev], FSDP_TOL[dev]
+    g = got[0]
+    kind = g.get("run_kind") or dev
+    cfg, tol = FSDP_RUN[kind], FSDP_TOL[kind]
     grad_gaps = relative_gaps(g["names"], g["grad_norms"])
     param_gaps = relative_gaps(g["names"], g["param_norms"])
     moves = {n: float(scale) for n, (_diff, scale) in zip(g["names"], g["param_norms"])}
@@ -1133,10 +1140,10 @@ def fsdp_records(got: list[dict[str, Any]], backend: str, world: int, duration: 
                   min_loss_drop=FSDP_MIN_LOSS_DROP,
                   loss_gap=max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref)), default=None),
                   param_gap=gap_summary(param_gaps, tol), grad_gap=gap_summary(grad_gaps, tol),
-                  run={**cfg, "optimizer": "SGD", "data": "one fixed batch, reused every step",
+                  run={**cfg, "seed": g.get("seed"), "optimizer": "SGD", "data": "one fixed batch, reused every step",
                        "reference": "unsharded, eager, fp32" + (" under bf16 autocast" if g["reference_autocast"]
                                                                 else ""),
-                       "mixed_precision": "bf16 params, fp32 reduce" if dev == "cuda" else None})
+                       "mixed_precision": "bf16 params, fp32 reduce" if kind == "cuda" else None})
     counts = [r["compile"] for r in got]
     c_status, c_reason = compile_verdict(counts)
     total = {k: sum(c[k] for c in counts) for k in ("frames", "frames_tried", "graphs", "aot_graphs",
@@ -1147,12 +1154,13 @@ def fsdp_records(got: list[dict[str, Any]], backend: str, world: int, duration: 
     return [step, compiled]
 
 
-def check_fsdp(backend: str, world: int, seed: int = FSDP_SEED, reference_autocast: bool | None = None) -> list[Record]:
+def check_fsdp(backend: str, world: int, seed: int = FSDP_SEED, reference_autocast: bool | None = None,
+               run_kind: str | None = None) -> list[Record]:
     start = time.monotonic()  # torch is imported by the ranks only (here it would cost ~1.5 s before they start)
     dev = "cuda" if backend == "nccl" else "cpu"
     names = (f"fsdp.compiled_step_{dev}", f"fsdp.compiled_graphs_{dev}")
     try:
-        got = _spawn(_fsdp_worker, world, (backend, seed, reference_autocast), timeout=600)
+        got = _spawn(_fsdp_worker, world, (backend, seed, reference_autocast, run_kind), timeout=600)
     except RuntimeError as exc:
         import torch
 
