@@ -433,16 +433,38 @@ def library_path_verdict(paths: list[str], torch_dirs: list[str], cuda_dirs: lis
                   foreign=foreign)
 
 
-def cuda_libraries_verdict(paths: list[str], touch_error: str) -> Record:
+def missing_wheel_files(listing: dict[str, list[str]], exists: Callable[[str], bool]) -> list[str]:
+    """The shared libraries that installed wheels list in their RECORD but that are gone: `dist: path`. Most
+    of CUDA's are loaded only on first use (cuDNN's engines, ...): without this, one deleted by a later layer
+    shows only when a user's job reaches it."""
+    return [f"{dist}: {path}" for dist, paths in sorted(listing.items()) for path in paths if not exists(path)]
+
+
+def cuda_libraries_verdict(paths: list[str], touch_error: str, missing_files: list[str]) -> Record:
     """A CUDA image maps cudart, cuBLAS, cuDNN and NCCL (from anywhere: where from is versions.library_path's
-    question), and using them (cuDNN's version; on a GPU a convolution and a matmul) raises nothing."""
+    question), every shared library its nvidia-* wheels (and torch) installed is still there, and using them
+    (cuDNN's version; on a GPU a convolution and a matmul) raises nothing."""
     names = [os.path.basename(p) for p in paths]
     missing = [lib for lib in CUDA_LIBS_LOADED if not any(n.startswith(lib + ".so") for n in names)]
+    gone = ", ".join(missing_files[:5]) + (f" and {len(missing_files) - 5} more" if len(missing_files) > 5 else "")
     reasons = ([f"not loaded after import torch: {', '.join(missing)}"] if missing else []) + \
+        ([f"installed by the wheels but missing: {gone}"] if missing_files else []) + \
         ([f"using the CUDA libraries failed: {touch_error}"] if touch_error else [])
     return record("versions.cuda_libraries", "fail" if reasons else "pass",
                   value=[p for p in paths if library_family(p) == "cuda"], expected=list(CUDA_LIBS_LOADED),
-                  reason="; ".join(reasons))
+                  reason="; ".join(reasons), missing_files=missing_files)
+
+
+def _wheel_libraries() -> dict[str, list[str]]:
+    """Every shared library the installed nvidia-* wheels and torch list in their RECORD: {dist: [paths]}."""
+    import importlib.metadata as md
+
+    out: dict[str, list[str]] = {}
+    for dist in md.distributions():
+        name = str(dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-") or name == "torch":
+            out[name] = [str(dist.locate_file(f)) for f in dist.files or [] if ".so" in f.name]
+    return out
 
 
 def _wheel_dirs(torch: Any) -> tuple[list[str], list[str]]:
@@ -492,7 +514,7 @@ def check_libraries(expect: dict[str, Any]) -> list[Record]:
     torch_dirs, cuda_dirs = _wheel_dirs(torch)
     out = [library_path_verdict(paths, torch_dirs, cuda_dirs, cuda_image)]
     if cuda_image:
-        out.append(cuda_libraries_verdict(paths, touched))
+        out.append(cuda_libraries_verdict(paths, touched, missing_wheel_files(_wheel_libraries(), os.path.exists)))
     for rec in out:
         rec.update(env)
     return out

@@ -227,14 +227,28 @@ def test_library_path_cannot_pass_having_seen_nothing() -> None:
 
 def test_cuda_libraries_must_be_loaded_and_usable() -> None:
     paths = suite.mapped_libraries(MAPS_CUDA)
-    assert suite.cuda_libraries_verdict(paths, "")["status"] == "pass"
+    assert suite.cuda_libraries_verdict(paths, "", [])["status"] == "pass"
     without = [p for p in paths if "libcudnn" not in p]
-    rec = suite.cuda_libraries_verdict(without, "")
+    rec = suite.cuda_libraries_verdict(without, "", [])
     assert rec["status"] == "fail" and rec["reason"] == "not loaded after import torch: libcudnn"
-    rec = suite.cuda_libraries_verdict(paths, "OSError: libcudnn_graph.so.9: cannot open shared object file")
+    rec = suite.cuda_libraries_verdict(paths, "OSError: libcudnn_graph.so.9: cannot open shared object file", [])
     assert rec["status"] == "fail" and "using the CUDA libraries failed: OSError: libcudnn_graph" in rec["reason"]
     only_lt = [p for p in paths if not p.endswith("libcublas.so.12")]  # cuBLASLt is not cuBLAS
-    assert "libcublas" in suite.cuda_libraries_verdict(only_lt, "")["reason"]
+    assert "libcublas" in suite.cuda_libraries_verdict(only_lt, "", [])["reason"]
+
+
+def test_a_library_the_wheels_installed_must_still_be_there() -> None:
+    """cuDNN's engines are loaded on first use only: a deleted one shows in the wheel's RECORD, not in maps."""
+    engines = f"{NVIDIA}/cudnn/lib/libcudnn_engines_precompiled.so.9"
+    listing = {"nvidia-cudnn-cu12": [f"{NVIDIA}/cudnn/lib/libcudnn.so.9", engines],
+               "torch": [f"{TORCH}/lib/libc10.so"]}
+    assert suite.missing_wheel_files(listing, lambda path: True) == []
+    gone = suite.missing_wheel_files(listing, lambda path: path != engines)
+    assert gone == [f"nvidia-cudnn-cu12: {engines}"]
+    rec = suite.cuda_libraries_verdict(suite.mapped_libraries(MAPS_CUDA), "", gone)
+    assert rec["status"] == "fail" and "installed by the wheels but missing: nvidia-cudnn-cu12: " in rec["reason"]
+    many = suite.cuda_libraries_verdict(suite.mapped_libraries(MAPS_CUDA), "", [f"d: /x/{i}.so" for i in range(7)])
+    assert many["reason"].endswith("and 2 more") and len(many["missing_files"]) == 7
 
 
 def test_torch_version_and_its_metadata_must_both_match() -> None:
