@@ -16,7 +16,8 @@ expected version key yields a record: a planned version must match, a None must 
               (libtorch*, libc10*) mapped into the process comes from the torch package, every CUDA library
               (cudart, cuBLAS, cuDNN, NCCL, ...) from the nvidia-* wheels' folders, none from an LD_PRELOAD or
               LD_LIBRARY_PATH shadow, and a CPU image maps none; versions.cuda_libraries (CUDA images):
-              cudart/cuBLAS/cuDNN/NCCL are loaded, and a cuDNN convolution and a cuBLAS matmul run on a GPU.
+              cudart/cuBLAS/cuDNN/NCCL are loaded, every shared library the nvidia-* wheels and torch list
+              in their RECORD is there, and a cuDNN convolution and a cuBLAS matmul run on a GPU.
   health      /dev/shm size, memlock limit, the image's user (non-root, the planned UID/GID) and a
               writable home and working folder.
   toolchain   a C compiler that builds and runs a program (torch.compile needs one: Inductor on CPU,
