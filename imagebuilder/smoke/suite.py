@@ -1012,6 +1012,52 @@ def _compile_counters() -> dict[str, Any]:
             "recompiles": int(sum(counters["recompiles"].values()))}
 
 
+def _sharded_pair(cfg: dict[str, Any], mixed: bool, device: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
+    """The model, each block compiled and then sharded (bf16 params and fp32 reduce if `mixed`), and its
+    unsharded, eager, fp32 twin with the same initial weights."""
+    import copy
+
+    import torch
+
+    fully_shard, MixedPrecisionPolicy = _fully_shard()
+    torch.manual_seed(seed)
+    model = _model(cfg["dim"], cfg["blocks"]).to(device)
+    reference = copy.deepcopy(model)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
+    kwargs = {"mesh": mesh, **({"mp_policy": mp} if mp is not None else {})}
+    for block in model.blocks:
+        block.compile()
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model, reference
+
+
+def _train_side_by_side(model: Any, reference: Any, cfg: dict[str, Any], data: tuple[Any, Any], rank: int,
+                        world: int, ref_bf16: bool) -> dict[str, Any]:
+    """cfg["steps"] SGD steps of both on the fixed data (the sharded model on this rank's slice, the reference on
+    the whole batch): both losses per step, and the first step's gradient norms."""
+    import torch
+    import torch.distributed as dist
+
+    x, y = data
+    mine = slice(rank * cfg["batch"], (rank + 1) * cfg["batch"])
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
+    out: dict[str, Any] = {"losses": [], "ref_losses": []}
+    for step in range(cfg["steps"]):
+        loss = _train_step(model, x[mine], y[mine], autocast=False)  # FSDP's MixedPrecisionPolicy casts itself
+        out["ref_losses"].append(float(_train_step(reference, x, y, autocast=ref_bf16)))
+        dist.all_reduce(loss)  # the mean over the ranks' equal slices: the loss on the whole batch
+        out["losses"].append(float(loss) / world)
+        if step == 0:
+            out["grad_norms"] = _norms([p.grad for p in model.parameters()],
+                                       [p.grad for p in reference.parameters()], None)
+        for optim in (opt, ref_opt):
+            optim.step()
+            optim.zero_grad()
+    return out
+
+
 def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, seed: int = FSDP_SEED,
                  reference_autocast: bool | None = None, run_kind: str | None = None) -> None:
     """One rank of the FSDP check: the compiled, sharded model and (on every rank, for the same numbers) the
@@ -1019,8 +1065,6 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
     For benchmarks/fsdp_noise.py: `reference_autocast` runs the reference under bf16 autocast or not (default:
     with the GPU run); `run_kind` "cuda" runs the GPU run (FSDP_RUN["cuda"], bf16 mixed precision) on any
     backend (default: the backend's own)."""
-    import copy
-
     import torch
 
     out: dict[str, Any] = {"rank": rank}
@@ -1028,44 +1072,18 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
         dist = _init(rank, world, port, backend)
         from torch.distributed.device_mesh import init_device_mesh
 
-        fully_shard, MixedPrecisionPolicy = _fully_shard()
-        gpu = backend == "nccl"
-        kind = run_kind or ("cuda" if gpu else "cpu")
+        kind = run_kind or ("cuda" if backend == "nccl" else "cpu")
         ref_bf16 = kind == "cuda" if reference_autocast is None else reference_autocast
         cfg = FSDP_RUN[kind]
-        device = torch.device("cuda", rank) if gpu else torch.device("cpu")
-        mesh = init_device_mesh(device.type, (world,))
-        torch.manual_seed(seed)
-        model = _model(cfg["dim"], cfg["blocks"]).to(device)
-        reference = copy.deepcopy(model)  # unsharded, eager, fp32 (bf16 autocast on a GPU, as FSDP computes)
-        names = [name for name, _ in reference.named_parameters()]
+        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        model, reference = _sharded_pair(cfg, kind == "cuda", device, init_device_mesh(device.type, (world,)), seed)
         initial = [p.detach().clone() for p in reference.parameters()]
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if kind == "cuda" else None
-        kwargs = {"mesh": mesh, **({"mp_policy": mp} if mp is not None else {})}
-        for block in model.blocks:
-            block.compile()
-            fully_shard(block, **kwargs)
-        fully_shard(model, **kwargs)
-        x, y = _fsdp_data(cfg, world, seed, device)
-        mine = slice(rank * cfg["batch"], (rank + 1) * cfg["batch"])
-        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
-        losses, ref_losses = [], []
         t0 = time.monotonic()
-        for step in range(cfg["steps"]):
-            loss = _train_step(model, x[mine], y[mine], autocast=False)  # FSDP's MixedPrecisionPolicy casts itself
-            ref_losses.append(float(_train_step(reference, x, y, autocast=ref_bf16)))
-            dist.all_reduce(loss)  # the mean over the ranks' equal slices: the loss on the whole batch
-            losses.append(float(loss) / world)
-            if step == 0:
-                out["grad_norms"] = _norms([p.grad for p in model.parameters()],
-                                           [p.grad for p in reference.parameters()], None)
-            for optim in (opt, ref_opt):
-                optim.step()
-                optim.zero_grad()
+        out.update(_train_side_by_side(model, reference, cfg, _fsdp_data(cfg, world, seed, device), rank, world,
+                                       ref_bf16))
         out["step_s"] = round(time.monotonic() - t0, 3)
         out["param_norms"] = _norms(list(model.parameters()), list(reference.parameters()), initial)
-        out.update(names=names, losses=losses, ref_losses=ref_losses, compile=_compile_counters(),
+        out.update(names=[name for name, _ in reference.named_parameters()], compile=_compile_counters(),
                    reference_autocast=ref_bf16, run_kind=kind, seed=seed)
         dist.barrier()
         dist.destroy_process_group()
