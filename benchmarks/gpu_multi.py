@@ -48,19 +48,19 @@ BUSBW = ROOT / "benchmarks" / "allreduce_busbw.py"
 BLOCKING_SKIP = "a skip is not a pass on a GPU run"
 
 # The gradient mutant: after each backward of the sharded model, its weight matrices' gradients are zeroed.
-MUTANT_FIND = "            loss.backward()\n"
-MUTANT_REPLACE = (
-    "            loss.backward()\n"
-    "            if net is model:  # MUTANT (benchmarks/gpu_multi.py): weight-matrix gradients lost\n"
-    "                zeroed = [p for p in net.parameters() if p.ndim >= 2 and p.grad is not None]\n"
-    "                for p in zeroed:\n"
-    "                    p.grad.zero_()\n"
-    "                out['mutant'] = {'zeroed_grad_tensors': len(zeroed),\n"
-    "                                 'param_tensors': len(list(net.parameters())),\n"
-    "                                 'shapes': [list(p.shape) for p in zeroed]}\n"
+# (tests/mutants/grad_scale does the same inside FSDP2, as an image layer would; this patches a copy of the suite.)
+MUTANT_FIND = ("        loss = _train_step(model, x[mine], y[mine], autocast=False)"
+               "  # FSDP's MixedPrecisionPolicy casts itself\n")
+MUTANT_REPLACE = MUTANT_FIND + (
+    "        zeroed = [p for p in model.parameters() if p.ndim >= 2 and p.grad is not None]  # MUTANT\n"
+    "        for p in zeroed:\n"
+    "            p.grad.zero_()\n"
+    "        out['mutant'] = {'zeroed_grad_tensors': len(zeroed),\n"
+    "                         'param_tensors': len(list(model.parameters())),\n"
+    "                         'shapes': [list(p.shape) for p in zeroed]}\n"
 )
-MUTANT_RECORD_FIND = 'step_s=g["step_s"])]'
-MUTANT_RECORD_REPLACE = 'step_s=g["step_s"], mutant=g.get("mutant"))]'
+MUTANT_RECORD_FIND = 'step_s=g["step_s"], tolerance=tol,'
+MUTANT_RECORD_REPLACE = 'step_s=g["step_s"], mutant=g.get("mutant"), tolerance=tol,'
 
 
 def now() -> str:

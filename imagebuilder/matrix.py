@@ -90,7 +90,7 @@ class SmokeSettings:
     gpus: str  # auto | all (NVIDIA toolkit) | cdi | devices (raw /dev/nvidia* + driver_dir) | none
     driver_dir: str = "/usr/local/nvidia"
     throughput_floor: float = 0.6  # fraction of the GPU model's dense bf16 peak
-    cpu_gflops_floor: float = 5.0
+    cpu_gflops_floor: float = 25.0  # fp32, one thread, best of 10: suite.CPU_GFLOPS_FLOOR, measured (cpu_floor.py)
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the smoke container
     allow_skip: tuple[str, ...] = ()  # checks (names or globs) whose skip does not block publishing on a GPU run
     gpu_floors: tuple[tuple[str, float], ...] = ()  # GPU name (substring) -> bf16 TFLOP/s floor, for unlisted GPUs
@@ -599,7 +599,8 @@ class _Loader:
             raise self.fail(f"throughput_floor {floor:g} is outside [{low:g}, {high:g}] (a fraction of the GPU "
                             "model's dense bf16 peak)", ("smoke", "throughput_floor"),
                             hint="0.6 is the default; a slower GPU host still clears 0.3")
-        cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", "5"), "float", ("smoke", "cpu_gflops_floor")))
+        cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", str(SmokeSettings.cpu_gflops_floor)), "float",
+                                      ("smoke", "cpu_gflops_floor")))
         raw_env = merged.get("env") or {}
         if not isinstance(raw_env, dict):
             raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", ("smoke", "env"))

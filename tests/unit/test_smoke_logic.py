@@ -76,13 +76,6 @@ def test_collective_values() -> None:
     assert suite.collectives_expected(1)["reduce_scatter.0"] == [0.0, 1.0]
 
 
-def test_fsdp_verdicts() -> None:
-    assert suite.fsdp_verdict([1.0, 0.9], [1.0, 0.91], 4, 4, 0.05) == ("pass", "")
-    assert suite.fsdp_verdict([1.0, float("nan")], [1.0, 0.9], 4, 4, 0.05)[0] == "fail"
-    assert "only 3 of 4 parameters changed" in suite.fsdp_verdict([1.0], [1.0], 3, 4, 0.05)[1]
-    assert "differ from the unsharded reference" in suite.fsdp_verdict([1.0, 0.5], [1.0, 0.9], 4, 4, 0.05)[1]
-
-
 def test_gpu_mode_auto() -> None:
     assert gpu_mode("auto", has_toolkit=True, devices=["/dev/nvidia0"]) == "all"
     assert gpu_mode("auto", has_toolkit=False, devices=["/dev/nvidiactl", "/dev/nvidia0"]) == "devices"
