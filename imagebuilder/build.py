@@ -38,7 +38,7 @@ from .registry import Registry, split_reference
 from .render import FIND_LINKS_ARG, build_args, declared, with_labels
 from .report import Result, Status
 from .scan import Findings, Scanner
-from .verify import Verifier
+from .verify import CHECKS_LABEL, Verifier
 from .verify import expectations as expectations  # re-exported (benchmarks/gpu_smoke.py imports it from here)
 
 LABEL_PREFIX = keys.LABEL_PREFIX
@@ -66,12 +66,16 @@ class BuildOptions:
     cache_dir: Path = Path(".imagebuilder-cache")
 
 
-def labels(node: Node, parent_id: str) -> dict[str, str]:
+def labels(node: Node, parent_id: str, checks: list[dict[str, str]] | None = None) -> dict[str, str]:
     """Everything the image carries: its content labels (part of the key), the key, the inputs the key
-    was made of (so a later run can say what changed) and the parent it was built on."""
+    was made of (so a later run can say what changed), the parent it was built on, and the layer checks it
+    was built to pass (for `smoke IMAGE`; not part of the key: an image cached by key keeps the checks of
+    the build that made it)."""
     out = keys.content_labels(node)
     out[keys.KEY_LABEL] = node.key
     out[keys.INPUTS_LABEL] = json.dumps(dict(node.inputs), sort_keys=True, separators=(",", ":"))
+    if checks:
+        out[CHECKS_LABEL] = json.dumps(checks, separators=(",", ":"))
     out["org.opencontainers.image.base.digest"] = parent_id
     if node.base_image:
         out["org.opencontainers.image.base.name"] = node.base_image
@@ -415,7 +419,8 @@ class Builder:
                 result.build = Status.FAILED
                 result.error = f"cannot get the cached parent: {exc.message}"
                 return False
-        rendered = with_labels(node.rendered.for_parent(parent_id), labels(node, parent_id))  # rendered once
+        rendered = with_labels(node.rendered.for_parent(parent_id),  # rendered once
+                               labels(node, parent_id, self.verifier.layer_checks(node)))
         buildargs = self.build_args(node)
         leaked = redact.find_in_build_args(buildargs, self.secrets)
         if leaked:  # nothing here should ever carry one: a gate, so that no later change can slip one in

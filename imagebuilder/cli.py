@@ -38,6 +38,7 @@ from .interrupts import Interrupts
 from .render import Renderer
 from .report import print_summary, write_reports
 from .smoke_runner import CHECK_KINDS, blocking_skips, run_smoke
+from .verify import image_checks, image_expectations
 
 
 @dataclass
@@ -530,22 +531,45 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_unte
 @click.pass_obj
 def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_size: str, gpus: str,
           driver_dir: str, only: str, allow_skip: str) -> int:
-    """Run the smoke suite in an existing IMAGE and print its JSON report."""
+    """Run the smoke suite in an existing IMAGE and print its JSON report. What it checks comes from the
+    image's own labels (an image imagebuilder built carries its versions, user and layer checks); --expect
+    adds to them or overrides them, and may raise a floor, never lower it."""
     kinds = tuple(k.strip() for k in only.split(",") if k.strip())
     unknown = [k for k in kinds if k not in CHECK_KINDS]
     if unknown:
         raise InputError(f"--only {only!r}: unknown kind {unknown[0]!r}",
                          hint=did_you_mean(unknown[0], CHECK_KINDS) or f"kinds: {', '.join(CHECK_KINDS)}")
-    expected: dict[str, Any] = dict(parse_expect(expect))
-    for key, value in list(expected.items()):
+    given: dict[str, Any] = dict(parse_expect(expect))
+    for key, value in list(given.items()):
         if value.lower() in ("none", "null"):
-            expected[key] = None
+            given[key] = None
     engine = ctx.engine()
     if engine.image_id(image) is None:
         raise InputError(f"image {image!r} is not present on the engine")
+    labels = (engine.inspect(image).get("Config") or {}).get("Labels") or {}
+    expected = image_expectations(labels, ctx.table())
+    if expected is None and not given:
+        raise InputError(f"image {image!r} carries no imagebuilder labels (io.imagebuilder.version.*) and no "
+                         "--expect was given: the suite would have nothing to check its versions against",
+                         hint="say what the image promises, e.g. --expect torch=2.6.0 --expect accelerator=cu124 "
+                              "--expect python=3.11")
+    source = "labels" if expected is not None and not given else "--expect" if expected is None else \
+        "labels and --expect"
+    expected = expected or {}
+    for key in ("throughput_floor", "cpu_gflops_floor"):
+        if key in given and key in expected:
+            try:
+                lower = float(given[key]) < float(expected[key])
+            except (TypeError, ValueError):
+                raise InputError(f"--expect {key}={given[key]!r} is not a number") from None
+            if lower:
+                raise InputError(f"--expect {key}={given[key]} would lower the floor ({expected[key]:g}); floors can "
+                                 "be raised, never lowered")
+    expected.update(given)
     report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir,
-                       only=kinds)
-    click.echo(json.dumps({"image": image, **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
+                       only=kinds, commands=image_checks(labels))
+    click.echo(json.dumps({"image": image, "expect_from": source, "expect": expected,
+                           **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
     if not report.passed:
         raise RunFailed("smoke failed: " + "; ".join(report.failures()))
     allowed = tuple(k.strip() for k in allow_skip.split(",") if k.strip())

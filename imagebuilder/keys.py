@@ -52,6 +52,10 @@ def content_labels(node: Node) -> dict[str, str]:
     for name, value in entry.versions().items():
         if value is not None:
             out[f"{LABEL_PREFIX}.version.{name}"] = value
+    user = entry.user.settings()
+    out[f"{LABEL_PREFIX}.user"] = f"{user['uid']}:{user['gid']}:{user['home']}"  # what `smoke IMAGE` checks
+    if entry.overrides:
+        out[f"{LABEL_PREFIX}.overrides"] = " ".join(f"{name}=={version}" for name, version in entry.overrides)
     return out
 
 

@@ -5,6 +5,7 @@ pass. What a pass is a pass of (the spec key) is computed here for every node, l
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,9 +16,10 @@ from rich.markup import escape
 
 from . import passes, redact
 from .cache import Cache, cache_ref
+from .compat import CompatTable
 from .engine import Engine
 from .errors import ImageBuilderError
-from .matrix import Entry
+from .matrix import Entry, SmokeSettings
 from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import Registry, split_reference
@@ -38,6 +40,40 @@ def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, 
         expect["cudnn_override"] = True  # the loaded cuDNN is meant to differ from torch's build
     expect.update(dict(extra))
     return expect
+
+
+VERSION_KEYS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
+                "torchaudio")
+CHECKS_LABEL = "io.imagebuilder.checks"  # the layer checks an image inherits, as JSON (not part of the key)
+
+
+def image_expectations(labels: dict[str, str], table: CompatTable) -> dict[str, Any] | None:
+    """What the suite checks in an image built by imagebuilder, read from its own labels: the resolved
+    versions (a version it has no label for is expected absent), the user, overrides, the driver floor of
+    its CUDA, and the default floors. None when the image carries no imagebuilder version labels."""
+    prefix = "io.imagebuilder.version."
+    if f"{prefix}torch" not in labels:
+        return None
+    expect: dict[str, Any] = {key: labels.get(prefix + key) for key in VERSION_KEYS}
+    uid, _, rest = labels.get("io.imagebuilder.user", "").partition(":")
+    gid, _, home = rest.partition(":")
+    if uid.isdigit() and gid.isdigit():
+        expect["user"] = {"uid": int(uid), "gid": int(gid), "home": home}
+    cuda = expect.get("cuda")
+    expect.update(driver_floor=table.min_driver(cuda) if cuda else None,
+                  throughput_floor=SmokeSettings.throughput_floor, cpu_gflops_floor=SmokeSettings.cpu_gflops_floor)
+    if "nvidia-cudnn" in labels.get("io.imagebuilder.overrides", ""):
+        expect["cudnn_override"] = True
+    return expect
+
+
+def image_checks(labels: dict[str, str]) -> list[dict[str, str]]:
+    """The layer checks an image was built to pass (its label), for `smoke IMAGE`."""
+    try:
+        checks = json.loads(labels.get(CHECKS_LABEL) or "[]")
+    except ValueError:
+        return []
+    return [c for c in checks if isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("name", "run"))]
 
 
 class Display(Protocol):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,6 +160,9 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
         def image_id(self, ref: str) -> str:
             return "sha256:" + "a" * 64
 
+        def inspect(self, ref: str) -> dict[str, object]:
+            return {"Config": {"Labels": {"io.imagebuilder.version.torch": "2.11.0"}}}
+
     report = SmokeReport(passed=True, duration=1.0, exit_code=0, gpu_verified=True, checks=(
         {"name": "versions.torch", "status": "pass"},
         {"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU model 'Tesla T4'"}))
@@ -168,3 +172,67 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
     assert "a skip is not a pass on a GPU run: throughput.cuda:0: unknown GPU model 'Tesla T4'" in \
         capsys.readouterr().err
     assert cli.main(["smoke", "img", "--allow-skip", "throughput"]) == 0
+
+
+class LabelledImage:
+    """An engine with one image, carrying the labels a build gives it (or none)."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+
+    def image_id(self, ref: str) -> str:
+        return "sha256:" + "b" * 64
+
+    def inspect(self, ref: str) -> dict[str, object]:
+        return {"Config": {"Labels": self.labels}}
+
+
+BUILT_LABELS = {
+    "io.imagebuilder.version.torch": "2.11.0", "io.imagebuilder.version.accelerator": "cu130",
+    "io.imagebuilder.version.python": "3.11", "io.imagebuilder.version.flavor": "runtime",
+    "io.imagebuilder.version.cuda": "13.0", "io.imagebuilder.version.nccl": "2.28.9",
+    "io.imagebuilder.user": "1000:1000:/home/ml",
+    "io.imagebuilder.checks": '[{"name": "layer.task.0", "run": "python /opt/task/evaluate.py --tiny"}]',
+}
+
+
+def smoke_with(monkeypatch: pytest.MonkeyPatch, labels: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    from imagebuilder import cli
+    from imagebuilder.smoke_runner import SmokeReport
+
+    seen: dict[str, Any] = {}
+
+    def run_smoke(engine: object, image: str, expect: dict[str, Any], **kwargs: Any) -> SmokeReport:
+        seen.update(expect=expect, **kwargs)
+        return SmokeReport(passed=True, duration=1.0, exit_code=0,
+                           checks=({"name": "versions.torch", "status": "pass"},))
+
+    monkeypatch.setattr(cli.Context, "engine", lambda self: LabelledImage(labels))
+    monkeypatch.setattr(cli, "run_smoke", run_smoke)
+    return cli.main(["smoke", "img", *args]), seen
+
+
+def test_smoke_reads_what_to_check_from_the_images_own_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, seen = smoke_with(monkeypatch, BUILT_LABELS)
+    assert code == 0
+    expect = seen["expect"]
+    assert (expect["torch"], expect["accelerator"], expect["cuda"], expect["nccl"]) == \
+        ("2.11.0", "cu130", "13.0", "2.28.9")
+    assert expect["cudnn"] is None and expect["torchvision"] is None  # no label: expected absent, still checked
+    assert expect["user"] == {"uid": 1000, "gid": 1000, "home": "/home/ml"}
+    assert expect["driver_floor"] and expect["throughput_floor"] == 0.6
+    assert seen["commands"] == [{"name": "layer.task.0", "run": "python /opt/task/evaluate.py --tiny"}]
+    code, seen = smoke_with(monkeypatch, BUILT_LABELS, "--expect", "torch=2.11.1", "--expect", "throughput_floor=0.7")
+    assert code == 0 and seen["expect"]["torch"] == "2.11.1" and seen["expect"]["throughput_floor"] == "0.7"
+
+
+def test_smoke_with_neither_labels_nor_expect_is_an_input_error(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, seen = smoke_with(monkeypatch, {"maintainer": "someone"})
+    assert code == 2 and seen == {}
+    assert "carries no imagebuilder labels (io.imagebuilder.version.*) and no --expect was given" in \
+        capsys.readouterr().err
+    code, seen = smoke_with(monkeypatch, {}, "--expect", "torch=2.6.0")
+    assert code == 0 and seen["expect"] == {"torch": "2.6.0"}
+    code, seen = smoke_with(monkeypatch, BUILT_LABELS, "--expect", "throughput_floor=0.1")
+    assert code == 2 and seen == {}  # a floor is never lowered
