@@ -64,6 +64,7 @@ def main() -> None:
                         help="copy the host's CUDA toolkit (nvcc, NVVM, headers, libcudart) into the gpu-task layer "
                              "as /usr/local/cuda, for the devel flavor's CUDA extension check (the host has no "
                              "network, so NVIDIA's wheels cannot be installed there)")
+    parser.add_argument("--no-host", action="store_true", help="skip the suite on the host (the container only)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "160"}
@@ -82,10 +83,22 @@ def main() -> None:
         copy_host_cuda(toolchain / "local" / "cuda")
 
     (entry,) = matrix_mod.load(ROOT / args.matrix, CompatTable.load()).entries
-    expect = expectations(entry, ())
+    # The base is the host's own torch install: a companion it carries that the table knows no release of (torch
+    # 2.11.0's torchaudio) is expected as the host has it, not absent.
+    import importlib.metadata as md
+
+    extra = []
+    for pkg in ("torchvision", "torchaudio"):
+        try:
+            have = md.version(pkg).split("+")[0]
+        except md.PackageNotFoundError:
+            continue
+        if entry.versions().get(pkg) is None:
+            extra.append((pkg, have))
+    expect = expectations(entry, tuple(extra))
 
     build_cmd = [sys.executable, "-m", "imagebuilder", "--offline", "build", "--matrix", args.matrix, "--no-push",
-                 "--report", str(args.out / "container")]
+                 "--report", str(args.out / "container"), *[f"--expect={k}={v}" for k, v in extra]]
     t0 = time.monotonic()
     build = sh(build_cmd, cwd=ROOT, env=env)
     build_s = time.monotonic() - t0
@@ -96,7 +109,7 @@ def main() -> None:
     host_cmd = [sys.executable, str(ROOT / "imagebuilder/smoke/suite.py"), "--expect", json.dumps(host_expect),
                 "--report", str(args.out / "host.json")]
     t0 = time.monotonic()
-    host = sh(host_cmd, cwd=ROOT)
+    host = sh(["true"] if args.no_host else host_cmd, cwd=ROOT)
     host_s = time.monotonic() - t0
     host_report = json.loads((args.out / "host.json").read_text()) if (args.out / "host.json").is_file() else {}
 

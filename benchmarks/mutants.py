@@ -57,6 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     engine = Engine.connect()
     base = args.image or leaf_of(args.matrix, args.out.parent / "mutants-build")
+    engine.tag(base, "imagebuilder-mutants/clean:latest")  # an untagged base would go with its first mutant
     chosen = [m for m in mutants.load(args.kind) if not args.only or m.name in args.only.split(",")]
     doc: dict[str, Any] = {
         "benchmark": "mutants", "kind": args.kind, "device": device(args.kind),
