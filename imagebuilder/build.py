@@ -64,6 +64,14 @@ class BuildOptions:
     resmoke: bool = False
     logs: str = "stream"  # stream: every log line, prefixed by node id; tail: the progress rows only
     cache_dir: Path = Path(".imagebuilder-cache")
+    # build: stage + verify + publish in one process; stage: build and push key tags only, no suite; verify:
+    # build nothing, test the staged leaves and write their pass records; publish: build and test nothing,
+    # point tags at staged digests that have pass records
+    step: str = "build"
+    dry_run: bool = False  # publish: say what would move, move nothing
+
+
+STEPS = ("build", "stage", "verify", "publish")
 
 
 def labels(node: Node, parent_id: str, checks: list[dict[str, str]] | None = None) -> dict[str, str]:
@@ -185,14 +193,16 @@ class Builder:
     @functools.cached_property
     def verifier(self) -> Verifier:
         """The smoke step of this run (it keeps the spec key of each node)."""
-        return Verifier(self, smoke=self.options.smoke, resmoke=self.options.resmoke, expect=self.options.expect,
-                        cache_dir=self.options.cache_dir)
+        return Verifier(self, smoke=self.options.smoke and self.options.step != "publish",
+                        resmoke=self.options.resmoke, expect=self.options.expect, cache_dir=self.options.cache_dir,
+                        step=self.options.step)
 
     @property
     def publisher(self) -> Publisher:
         """The publishing step of this run (stateless: it works on this run's results)."""
         return Publisher(self, push=self.options.push, allow_untested=self.options.allow_untested,
-                         allow_untested_gpu=self.options.allow_untested_gpu)
+                         allow_untested_gpu=self.options.allow_untested_gpu, step=self.options.step,
+                         dry_run=self.options.dry_run)
 
     def run(self) -> list[Result]:
         self.results = {n.id: Result(n.id, n.entry.id, n.layer.name, n.leaf, key=n.key or None, reason=n.reason)
@@ -379,8 +389,12 @@ class Builder:
             if node.id not in self.images:
                 ref = node.decision.ref
                 assert ref is not None, f"{node.id} is neither on the engine nor in the registry"
-                self.say(f"[dim]pulling {escape(ref)} (cached {escape(node.id)})[/]")
-                self.images[node.id] = self.worker_engine().pull(ref, auth=self.auth(ref))
+                digest = self.cache.digest(ref) if self.cache is not None else None
+                by_digest = f"{ref.rsplit(':', 1)[0]}@{digest}" if digest else ref  # exactly what the tag named
+                self.say(f"[dim]pulling {escape(by_digest)} (cached {escape(node.id)})[/]")
+                self.images[node.id] = self.worker_engine().pull(by_digest, auth=self.auth(ref))
+                if digest:
+                    self.tested_manifests.setdefault(node.id, digest)
                 self.results[node.id].image = self.images[node.id]
             return self.images[node.id]
 
@@ -399,6 +413,10 @@ class Builder:
             result.error = f"parent {node.parent} did not build"
             return False
         decision = node.decision
+        if self.options.step in ("verify", "publish") and decision.state != State.CACHED:
+            result.build = Status.FAILED  # `imagebuilder verify` and `publish` build nothing
+            result.error = f"not staged: {node.reason or 'no key tag in the registry'} (run `imagebuilder stage`)"
+            return False
         if decision.state == State.CACHED and decision.where is not None:
             result.build = Status.CACHED
             result.cache = decision.where

@@ -36,7 +36,7 @@ from .errors import (
 )
 from .interrupts import Interrupts
 from .render import Renderer
-from .report import print_summary, write_reports
+from .report import Status, print_summary, write_reports
 from .smoke_runner import CHECK_KINDS, blocking_skips, run_smoke
 from .verify import image_checks, image_expectations
 
@@ -162,11 +162,14 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
               help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
 @click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CPU entries.")
+@click.option("--wave", type=int, default=None, help="With github-matrix: only the entries of this stage wave "
+              "(entries that share a node with an earlier one wait for its wave).")
 @click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
 @click.option("--no-cache", is_flag=True, help="Plan as `build --no-cache` would: every node builds.")
 @click.pass_obj
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-         as_json: bool, fmt: str, gpu_runner: str, cpu_runner: str, explain: bool, no_cache: bool) -> int:
+         as_json: bool, fmt: str, gpu_runner: str, cpu_runner: str, wave: int | None, explain: bool,
+         no_cache: bool) -> int:
     """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
     (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
@@ -186,7 +189,8 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if fmt == "github-matrix":
         labels = {name: tuple(x.strip() for x in value.split(",") if x.strip())
                   for name, value in (("gpu", gpu_runner), ("cpu", cpu_runner))}
-        click.echo(json.dumps(plan_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"])))
+        click.echo(json.dumps(plan_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
+                                                     wave=wave)))
         return 0
     table = Table(box=None, pad_edge=False)
     for col in ("status", "node", "key", "from", "versions", "tags", "why"):
@@ -440,10 +444,86 @@ def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regis
         return run_build(ctx, matrix_file, the_plan, engine, options)
 
 
+step_options = [
+    matrix_option, strict_option, only_option,
+    click.option("--registry", help="Override the registry (host[:port][/namespace])."),
+    click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("imagebuilder-report"),
+                 show_default=True, help="Folder for report.json and per-node logs."),
+    click.option("--quiet", is_flag=True, help="No live log; summary only."),
+    click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+                 help="Up to N independent nodes at once."),
+]
+
+
+def with_step_options(func: Any) -> Any:
+    for option in reversed(step_options):
+        func = option(func)
+    return func
+
+
+def run_step(ctx: Context, step: str, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
+             report_dir: Path, quiet: bool, jobs: int, **extra: Any) -> int:
+    """`stage`, `verify` or `publish`: one step of `build`, for machines of their own (CPU runners stage, GPU
+    runners verify by digest, one job publishes the whole matrix); the registry is the only hand-off."""
+    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    engine = ctx.engine()
+    options = BuildOptions(push=True, smoke=step != "stage", report_dir=report_dir, quiet=quiet, jobs=jobs,
+                           cache_dir=ctx.cache_dir, step=step, **extra)
+    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
+    with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
+        return run_build(ctx, matrix_file, the_plan, engine, options)
+
+
+@cli.command()
+@with_step_options
+@click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
+@click.pass_obj
+def stage(ctx: Context, /, no_cache: bool, **args: Any) -> int:
+    """Build every node that is not cached and push it under its key tag only (content-addressed, never a
+    public tag); no suite runs, no GPU is needed. Children build on their parents' staged images."""
+    return run_step(ctx, "stage", no_cache=no_cache, **args)
+
+
+@cli.command()
+@with_step_options
+@click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Override an expected value (never lower a floor).")
+@click.option("--resmoke", is_flag=True, help="Test again where a pass record of this image exists.")
+@click.pass_obj
+def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, **args: Any) -> int:
+    """On a GPU host: pull each staged leaf by digest, run the smoke suite, and write its pass record beside the
+    digest. Builds nothing. A leaf whose digest has a pass of this suite on this host's GPU model is skipped
+    (and said); an unstaged node is an input error naming its key tag."""
+    return run_step(ctx, "verify", expect=parse_expect(expect), resmoke=resmoke, **args)
+
+
+@cli.command()
+@with_step_options
+@click.option("--dry-run", is_flag=True, help="Say what would be written and moved; change nothing.")
+@click.option("--allow-untested-gpu", is_flag=True, help="Publish CUDA images whose pass was without a GPU.")
+@click.pass_obj
+def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **args: Any) -> int:
+    """Over the whole matrix, all or nothing per entry: point immutable tags and aliases at the staged digests
+    that have pass records (ancestors' records are written `via` their leaf). Builds and tests nothing;
+    idempotent: a second run changes nothing and says so."""
+    return run_step(ctx, "publish", dry_run=dry_run, allow_untested_gpu=allow_untested_gpu, **args)
+
+
+def unstaged(the_plan: plan_mod.Plan) -> list[str]:
+    """The key tags of the nodes a `verify` or `publish` needs that are not in the registry."""
+    from .cache import cache_ref
+
+    return [cache_ref(n) for n in the_plan.nodes if n.status != plan_mod.State.CACHED]
+
+
 def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: Engine, options: BuildOptions) -> int:
     quiet, report_dir = options.quiet, options.report_dir
     check_bases(the_plan, engine, lambda line: None if quiet else ctx.out.print(line, highlight=False))
     the_plan, cache = decide(ctx, the_plan, rebuild=options.no_cache)
+    missing = unstaged(the_plan) if options.step in ("verify", "publish") else []
+    if missing:
+        raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry (first: "
+                         f"{missing[0]}); `imagebuilder {options.step}` builds nothing",
+                         hint="run `imagebuilder stage` for the same matrix first")
     if not quiet:
         counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
         ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
@@ -459,6 +539,12 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
     written = write_reports(results, report_dir, run_meta(matrix_file, signing=builder.signing, options=options))
     print_summary(ctx.out, results)
     ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
+    if options.step == "publish":
+        lacking = sorted({r.entry for r in results if r.leaf and r.smoke == Status.SKIPPED})
+        if lacking:
+            raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
+        if all(r.publish == Status.CURRENT for r in results) and not options.dry_run:
+            ctx.out.print("publish: every tag already named its digest; nothing changed", highlight=False)
     if not all(r.ok for r in results):
         raise RunFailed(f"{sum(not r.ok for r in results)} of {len(results)} nodes did not pass")
     return 0

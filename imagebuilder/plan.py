@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import fnmatch
 import functools
+import hashlib
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -196,11 +197,40 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
     return Plan(tuple(nodes), tuple((ref, tuple(ids)) for ref, ids in cover.items()))
 
 
-def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[str, ...]) -> dict[str, Any]:
-    """A GitHub Actions `strategy.matrix` with one job per entry (`--only '<entry>/*'` builds it): CUDA
-    entries go to GPU runners, CPU entries to ordinary ones."""
-    include = []
+def waves(plan: Plan) -> dict[str, int]:
+    """entry id -> the wave its stage job runs in: an entry that shares a node with an entry before it (the
+    same content: rendered text, files and the same chain down to the same base image) waits for that entry's
+    wave, which stages the shared node once; the later one finds it in the registry."""
+    same: dict[str, str] = {}  # node id -> what it is made of, down its chain
+    owner: dict[str, str] = {}  # content -> the entry that stages it
+    out: dict[str, int] = {}
+    for node in plan.nodes:
+        if node.key:  # the content address, once the base image is resolved (the same image under two names too)
+            same[node.id] = node.key
+            continue
+        below = same[node.parent] if node.parent else f"base {node.base_image}"
+        files = sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in node.rendered.files)
+        same[node.id] = repr((node.rendered.dockerfile.replace(node.rendered.parent_image, "<parent>"), files, below))
     for entry in plan.entries():
+        wave = 0
+        for node in (n for n in plan.nodes if n.entry.id == entry.id):
+            first = owner.setdefault(same[node.id], entry.id)
+            if first != entry.id:
+                wave = max(wave, out[first] + 1)
+        out[entry.id] = wave
+    return out
+
+
+def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[str, ...],
+                  wave: int | None = None) -> dict[str, Any]:
+    """A GitHub Actions `strategy.matrix` with one job per entry (`--only '<entry>/*'` stages or verifies it):
+    each entry's `wave` (shared nodes are staged by the first wave that has them: `waves`), `gpu`, and the
+    runners its verify job runs on (CUDA entries on GPU runners). `wave`: only the entries of that wave."""
+    include = []
+    entry_waves = waves(plan)
+    for entry in plan.entries():
+        if wave is not None and entry_waves[entry.id] != wave:
+            continue
         nodes = [n for n in plan.nodes if n.entry.id == entry.id]
         include.append({
             "id": entry.id,
@@ -214,5 +244,6 @@ def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[
             "runs_on": list(gpu_runner if entry.cuda else cpu_runner),
             "nodes": len(nodes),
             "to_build": sum(n.status != State.CACHED for n in nodes),
+            "wave": entry_waves[entry.id],
         })
     return {"include": include}

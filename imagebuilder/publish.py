@@ -76,6 +76,8 @@ class Publisher:
     push: bool = True
     allow_untested: bool = False  # publish what has no pass (loud; an `untested` record beside each digest)
     allow_untested_gpu: bool = False  # publish CUDA images tested without a GPU
+    step: str = "build"  # stage: key tags only; verify: the leaves' pass records only; publish/build: the rule
+    dry_run: bool = False  # publish: say what would be written and moved; write and move nothing
 
     def run_publish(self, entry: Entry, nodes: list[Node]) -> bool:
         """The publishing rule: an entry's public tags are applied only when every node built and every leaf
@@ -91,6 +93,10 @@ class Publisher:
             self.run.say(f"[yellow]{escape(entry.id)}: not every node passed; nothing of this entry is tagged or "
                          "pushed[/]")
             return False
+        if self.step == "stage":
+            return self.stage(nodes, "staged: `imagebuilder stage` pushes key tags only")
+        if self.step == "verify":
+            return self.record(nodes)
         leaked = {n.id: found for n in nodes if self.run.results[n.id].build == Status.CACHED
                   and (found := self.run.leaks(n))}
         if leaked:  # a cached image was built before this run's secrets were known to it: scanned again here
@@ -103,6 +109,15 @@ class Publisher:
                          "entry is tagged or pushed[/]")
             return False
         untested = [r.node for r in results if r.leaf and r.smoke == Status.SKIPPED]
+        if untested and self.step == "publish" and not self.allow_untested:
+            for r in results:
+                r.publish = Status.HELD
+                r.error = r.error or (f"no pass record of this suite beside {r.node}'s staged digest (run "
+                                      "`imagebuilder verify`)" if r.node in untested else
+                                      f"not published: {untested[0]} has no pass record")
+            self.run.say(f"[yellow]{escape(entry.id)}: {escape(untested[0])} has no pass record of this suite; "
+                         "nothing of this entry is tagged[/]")
+            return False
         if untested and not self.allow_untested:
             return self.stage(nodes, f"untested: {untested[0]} has no pass (--no-smoke), so no public tag "
                                      "(--allow-untested publishes anyway)")
@@ -146,6 +161,35 @@ class Publisher:
             finally:
                 result.durations["publish"] = time.monotonic() - start
         return True
+
+    def record(self, nodes: list[Node]) -> bool:
+        """`imagebuilder verify`: each leaf that passed here (or was found to have passed) gets its pass record
+        beside the digest its key tag names, once the image tested is shown to be that digest's. No tag moves;
+        ancestors get theirs `via` the leaf at publish time."""
+        ok = True
+        for node in nodes:
+            result = self.run.results[node.id]
+            if not node.leaf:
+                result.publish = Status.STAGED
+                continue
+            start = time.monotonic()
+            try:
+                digest = self.run.tested_manifests.get(node.id) or self.registry_digest(cache_ref(node))
+                if digest is None:
+                    raise EngineError(f"{cache_ref(node)} is not in the registry")
+                result.digest = digest
+                self.bind_pass(node, nodes, {node.id: digest}, untested=False)
+                result.publish = Status.STAGED
+                self.run.say(f"[green]✓ verified {escape(node.id)}@{digest}[/] "
+                             f"[dim]{escape(result.pass_record or '')}[/]")
+            except ImageBuilderError as exc:
+                ok = False
+                result.publish = Status.FAILED
+                result.error = exc.message
+                self.run.say(f"[bold red]✗ verify {escape(node.id)}: {escape(exc.message)}[/]")
+            finally:
+                result.durations["publish"] = time.monotonic() - start
+        return ok
 
     def tag_locally(self, node: Node) -> bool:
         result = self.run.results[node.id]
@@ -207,15 +251,16 @@ class Publisher:
             result = self.run.results[node.id]
             try:
                 moved = sum(self.point_tag(node, ref, digests[node.id]) for ref in node.tags)
-                if node.id in self.run.images:
+                if node.id in self.run.images and not self.dry_run:
                     for ref in node.tags:
                         engine.tag(self.run.images[node.id], ref)
                 result.tags = list(node.tags)
                 result.digest = digests[node.id]
                 result.publish = Status.PUSHED if moved else Status.CURRENT
                 repo = tagging.repository_ref(node.entry.registry, node.entry.repository)
-                self.run.sign(node, f"{repo}@{digests[node.id]}")
-                done = "pushed" if moved else "up to date"
+                if not self.dry_run:
+                    self.run.sign(node, f"{repo}@{digests[node.id]}")
+                done = ("would push" if self.dry_run else "pushed") if moved else "up to date"
                 self.run.say(f"[green]✓ {done} {escape(node.tags[0])}@{result.digest}[/]")
             except ImageBuilderError as exc:
                 ok = False
@@ -252,6 +297,9 @@ class Publisher:
                             .at(digest, f"{host}/{repo}"))
             result.pass_record = f"UNTESTED, published by --allow-untested: registry {host}/{repo}:{tag}"
             result.untested = True
+            return
+        if record is not None and self.dry_run:
+            result.pass_record = f"would write registry {host}/{repo}:{passes.record_tag(digest, key)} (--dry-run)"
             return
         if record is None:
             tested = self.run.passes.get(node.id)
@@ -364,6 +412,9 @@ class Publisher:
             raise EngineError(f"tag {ref}: not moved, the run was interrupted")
         if self.registry_digest(ref) == digest:
             return 0
+        if self.dry_run:
+            self.run.say(f"[dim]  would point {escape(ref)} at {digest} (--dry-run)[/]")
+            return 1
         host, repo, tag = split_reference(ref)
         self.run.registry(host).copy(split_reference(cache_ref(node))[1], digest, repo, tag)
         held = self.registry_digest(ref)

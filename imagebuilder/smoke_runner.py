@@ -116,6 +116,22 @@ def nvidia_devices() -> list[str]:
     return found
 
 
+def gpu_models() -> list[str]:
+    """The distinct GPU models of this host, as the driver names them (what a pass record's `gpu.models`
+    holds); empty without nvidia-smi or GPUs."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()}) if out.returncode == 0 else []
+
+
 FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 
 

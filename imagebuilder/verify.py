@@ -24,7 +24,7 @@ from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import Registry, split_reference
 from .report import Result, Status
-from .smoke_runner import gpu_mode, gpu_skips, nvidia_devices, run_smoke
+from .smoke_runner import gpu_mode, gpu_models, gpu_skips, nvidia_devices, run_smoke
 
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
@@ -118,6 +118,7 @@ class Verifier:
     run: Run
     smoke: bool = True  # False (--no-smoke): only passes found by image are used; nothing runs
     resmoke: bool = False  # run the suite even where a pass of this very image exists
+    step: str = "build"  # verify: a pass of another GPU model does not stand in for this host's
     expect: tuple[tuple[str, str], ...] = ()  # --expect overrides
     cache_dir: Path = Path(".imagebuilder-cache")  # the local mirror of pass records
     spec_keys: dict[str, str] = field(default_factory=dict)
@@ -188,6 +189,12 @@ class Verifier:
         if found is not None and not found[0].serves(gpus_here=self.gpus_here(node)):
             self.run.say(f"[yellow]  {escape(node.id)}: its pass ({escape(found[1])}) was without a GPU; GPUs are "
                          "here: testing again[/]")
+            found = None
+        models = gpu_models() if self.step == "verify" and node.entry.cuda else []
+        if found is not None and models and sorted(found[0].gpu.get("models") or []) != models:
+            self.run.say(f"[yellow]  {escape(node.id)}: its pass ({escape(found[1])}) was on "
+                         f"{escape(', '.join(found[0].gpu.get('models') or ['no GPU']))}; this host has "
+                         f"{escape(', '.join(models))}: testing here too[/]")
             found = None
         if found is not None:
             record, where = found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -40,12 +41,49 @@ def test_one_job_per_entry_on_the_right_runners(capsys: pytest.CaptureFixture[st
 
 def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.CaptureFixture[str]) -> None:
     workflow = yaml.safe_load(NIGHTLY.read_text())
-    plan_step = next(s for s in workflow["jobs"]["plan"]["steps"] if s.get("id") == "plan")
-    assert "--format github-matrix" in plan_step["run"]
-    build = workflow["jobs"]["build"]
-    assert build["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
-    assert build["runs-on"] == "${{ matrix.runs_on }}"
-    used = set(re.findall(r"matrix\.([A-Za-z_]+)", yaml.safe_dump(build)))
-    assert {"id", "only", "runs_on"} <= used
-    for job in generated(capsys)["include"]:
-        assert used <= set(job), f"the workflow reads {sorted(used - set(job))}, which the matrix lacks"
+    jobs = workflow["jobs"]
+    plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
+    assert "--format github-matrix" in plan_step["run"] and "--wave 0" in plan_step["run"]
+    # plan -> stage (waves, CPU runners) -> verify (the entry's runners: GPU for CUDA) -> publish (one job)
+    assert jobs["stage-wave0"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.wave0) }}"
+    assert jobs["stage-wave1"]["needs"] == ["plan", "stage-wave0"]
+    assert "stage-wave1" in jobs["verify"]["needs"] and jobs["publish"]["needs"] == "verify"
+    assert jobs["verify"]["runs-on"] == "${{ matrix.runs_on }}"
+    steps = {name: yaml.safe_dump(job) for name, job in jobs.items()}
+    assert "imagebuilder stage" in steps["stage-wave0"] and "imagebuilder stage" in steps["stage-wave1"]
+    assert "imagebuilder verify" in steps["verify"] and "imagebuilder build" not in "".join(steps.values())
+    assert "imagebuilder publish --matrix" in steps["publish"] and "--only" not in steps["publish"]
+    for name in ("stage-wave0", "stage-wave1", "verify"):
+        used = set(re.findall(r"matrix\.([A-Za-z_]+)", steps[name]))
+        assert {"id", "only"} <= used
+        for job in generated(capsys)["include"]:
+            assert used <= set(job), f"{name} reads {sorted(used - set(job))}, which the matrix lacks"
+
+
+def test_an_entry_sharing_a_node_with_an_earlier_one_waits_for_its_wave(tmp_path: Path) -> None:
+    """One base image under two names: the entries' nodes have equal keys, so the second entry's stage job
+    waits for the first's wave, which stages them once; an entry of its own is wave 0."""
+    from imagebuilder import keys
+    from imagebuilder import matrix as matrix_mod
+    from imagebuilder import plan as plan_mod
+    from imagebuilder.compat import CompatTable
+    from imagebuilder.render import Renderer
+
+    path = tmp_path / "matrix.yaml"
+    path.write_text("version: 1\nbase_image: debian:bookworm\nregistry: 127.0.0.1:5000/ml\nrepository: pytorch\n"
+                    "layers: [base, task]\ntorch_extras: []\nmatrix: {torch: ['2.8.0'], accelerator: [cpu], "
+                    "python: ['3.11'], flavor: [runtime, devel],"
+                    " base_image: ['debian:bookworm', 'mirror/debian:12']}\n")
+    plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(), env={}), Renderer())
+    keyed = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64, "mirror/debian:12": "sha256:" + "2" * 64})
+    assert set(plan_mod.waves(keyed).values()) == {0}  # every node of its own: one wave
+    # A node two entries share (the same key: e.g. a node no entry names in its labels) is staged by the first
+    # entry that has it; the other waits for that wave.
+    first, second = keyed.entries()[0].id, keyed.entries()[1].id
+    shared = {n.name: n.key for n in keyed.nodes if n.entry.id == first}
+    nodes = [dataclasses.replace(n, key=shared["base"]) if n.entry.id == second and n.name == "base" else n
+             for n in keyed.nodes]
+    waves = plan_mod.waves(keyed.with_nodes(nodes))
+    assert waves[first] == 0 and waves[second] == 1
+    assert sorted(waves.values()) == [0, 0, 0, 1]
+    assert set(plan_mod.waves(plan).values()) == {0}  # without keys: by what each node is made of
