@@ -19,15 +19,17 @@ COPY = "itest/debian-copy:bookworm"
 
 
 def write_matrix(tmp_path: Path, repository: str, wheelhouse: Path) -> Path:
-    layers = salted_layers(tmp_path / "layers", ["base", "task"], f"itest steps {repository}")
+    layers = salted_layers(tmp_path / "layers", ["base"], f"itest steps {repository}")
+    (layers / "leaf").mkdir()
+    (layers / "leaf" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo leaf > /opt/leaf\n")
     (layers / "failing").mkdir()
     (layers / "failing" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
     (layers / "failing" / "layer.yaml").write_text("smoke:\n  - sh -c 'echo this check fails on purpose; exit 3'\n")
-    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, task]", extra=f"""
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, leaf]", extra=f"""
 layers_path: [layers]
 aliases: ["latest-{{layer}}"]
 include:
-  - {{base_image: "{COPY}", layers: [base, task, failing]}}
+  - {{base_image: "{COPY}", layers: [base, leaf, failing]}}
 """)
     axis = f'  python: ["3.11"]\n  base_image: [debian:bookworm, "{COPY}"]\n'
     text = matrix.read_text().replace('  python: ["3.11"]\n', axis)
@@ -73,9 +75,9 @@ def test_stage_verify_publish_as_three_machines(engine: Engine, registry: str, w
     assert verified.code == 1, verified.text[-3000:]  # the failing layer's check
     vnodes = {n["node"]: n for n in report(tmp_path / "verify")["nodes"]}
     assert sum(n["build"] == "built" for n in vnodes.values()) == 0  # verify builds nothing
-    good = next(n for node_id, n in vnodes.items() if node_id.endswith("bookworm/task") and "copy" not in node_id)
+    good = next(n for node_id, n in vnodes.items() if node_id.endswith("bookworm/leaf") and "copy" not in node_id)
     bad = next(n for node_id, n in vnodes.items() if node_id.endswith("/failing"))
-    assert good["smoke"] == "passed" and good["pass_record"].endswith("(written by this run)")
+    assert good["smoke"] == "passed" and good["pass_record"].endswith("(written by this run)"), good["error"]
     assert bad["smoke"] == "failed" and "layer.failing.0" in bad["error"]
     assert f"pulling {registry}/{repo}@sha256:" in verified.out  # by digest
     # a second verify skips what already passed here, and says so; no smoke container starts for it
@@ -85,14 +87,14 @@ def test_stage_verify_publish_as_three_machines(engine: Engine, registry: str, w
     assert engine.managed_containers(SESSION) == []
 
     # Machine 3: publish, the whole matrix. The passing entry's tags name exactly its verified digests; the
-    # failing entry gets none; latest-task covers both entries' task nodes and does not move.
+    # failing entry gets none; latest-leaf covers both entries' leaf nodes and does not move.
     forget(engine, tmp_path, "verify")
     published = cli("--cache-dir", str(tmp_path / "m3"), "publish", "--matrix", str(matrix), "--report",
                     str(tmp_path / "publish"))
     assert published.code == 1, published.text[-3000:]
     pnodes = {n["node"]: n for n in report(tmp_path / "publish")["nodes"]}
     tags = registry_tags(registry, repo)
-    assert tags and not any(t.startswith("latest-task") or "failing" in t for t in tags), tags
+    assert tags and not any(t.startswith("latest-leaf") or "failing" in t for t in tags), tags
     store, every = RegistryPasses(reg), registry_tags(registry, repo, cache=True)
     for tag in tags:  # every public tag names a digest with a pass record of this suite
         digest = reg.manifest_digest(repo, tag)
