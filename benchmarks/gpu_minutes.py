@@ -37,6 +37,17 @@ def main() -> None:
     parser.add_argument("--matrix", default="tests/gpu/matrix.yaml")
     parser.add_argument("--report", type=Path, default=Path("/tmp/ib-gpu-minutes"))
     args = parser.parse_args()
+    # the devel flavor's toolchain from the host, as benchmarks/gpu_smoke.py --host-headers --host-cuda does
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import shutil
+
+    from gpu_smoke import copy_host_cuda
+
+    toolchain = ROOT / "tests/gpu/layers/gpu-task/usr"
+    for part in ("include", "libexec/gcc"):
+        if Path("/usr", part).is_dir():
+            shutil.copytree(Path("/usr", part), toolchain / part, dirs_exist_ok=True, symlinks=True)
+    copy_host_cuda(toolchain / "local" / "cuda")
     doc: dict[str, object] = {"benchmark": "gpu_minutes", "command": "python3 benchmarks/gpu_minutes.py " +
                               " ".join(sys.argv[1:]), "matrix": args.matrix,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
