@@ -51,7 +51,7 @@ def main() -> None:
     doc: dict[str, object] = {"benchmark": "gpu_minutes", "command": "python3 benchmarks/gpu_minutes.py " +
                               " ".join(sys.argv[1:]), "matrix": args.matrix,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    code, build_s, text = timed([sys.executable, "-m", "imagebuilder", "--offline", "build", "--matrix", args.matrix,
+    code, build_s, _ = timed([sys.executable, "-m", "imagebuilder", "--offline", "build", "--matrix", args.matrix,
                                  "--no-push", "--no-cache", "--resmoke", "--report", str(args.report)])
     nodes = json.loads((args.report / "report.json").read_text())["nodes"] if (args.report / "report.json").is_file() \
         else []
@@ -61,7 +61,7 @@ def main() -> None:
                               "smoke_s": round((leaf.get("durations") or {}).get("smoke", 0), 1)}
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     if leaf.get("image"):
-        code, smoke_s, text = timed([sys.executable, "-m", "imagebuilder", "smoke", leaf["image"]])
+        code, smoke_s, _ = timed([sys.executable, "-m", "imagebuilder", "smoke", leaf["image"]])
         history = subprocess.run(["docker", "history", "--format", "{{.Size}}", leaf["image"]], capture_output=True,
                                  text=True).stdout.split()
         doc["verify"] = {"exit": code, "smoke_wall_s": round(smoke_s, 1), "leaf_layer_sizes": history[:8],
