@@ -170,3 +170,24 @@ def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: st
     out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^(cuda-toolkit|nvidia-cuda-nvcc)=='"],
                      timeout=120)
     assert "cuda-toolkit==13.0.2" in out.logs.split(), out.logs
+
+
+def test_a_missing_cuda_library_is_caught_without_a_gpu(engine: Engine, base_image: str, repository: str,
+                                                        tmp_path: Path, cuda_wheelhouse: Path | None,
+                                                        cli: Callable[..., CliRun]) -> None:
+    """The cuda_lib_missing mutant (cuDNN's engines deleted by a later layer) on the runtime image: the wheels'
+    RECORD says they were installed, so versions.cuda_libraries fails, GPU or not."""
+    from ..mutants import image as mutants
+
+    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke")
+    assert run.code == 0, run.text[-3000:]
+    (node,) = report(tmp_path / "r")["nodes"]
+    engine.tag(node["image"], f"itest/{repository}:clean")  # kept when its mutant is removed
+    (mutant,) = [m for m in mutants.load("gpu") if m.name == "cuda_lib_missing"]
+    image = mutants.build(engine, node["image"], mutant)
+    try:
+        outcome = mutants.judge(mutant, "gpu", image)
+    finally:
+        engine.remove_image(image)
+    assert outcome.caught, outcome.row()
