@@ -286,6 +286,8 @@ class Builder:
             steps = []
             for node in nodes:
                 deps = (f"build:{node.parent}",) if node.parent else ()
+                if node.decision.same_as:  # one image for nodes of one content: the first builds it
+                    deps = (*deps, f"build:{node.decision.same_as}")
                 out.append(schedule.Task(f"build:{node.id}", functools.partial(self.build_node, node), deps))
                 steps.append(f"build:{node.id}")
                 if node.leaf:
@@ -413,6 +415,8 @@ class Builder:
             result.error = f"parent {node.parent} did not build"
             return False
         decision = node.decision
+        if decision.same_as and decision.state == State.BUILD:
+            return self.reuse(node, decision.same_as, result)
         if self.options.step in ("verify", "publish") and decision.state != State.CACHED:
             result.build = Status.FAILED  # `imagebuilder verify` and `publish` build nothing
             result.error = f"not staged: {node.reason or 'no key tag in the registry'} (run `imagebuilder stage`)"
@@ -482,6 +486,21 @@ class Builder:
             return False
         result.build = Status.BUILT
         self.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {result.durations['build']:.1f}s[/]")
+        return True
+
+    def reuse(self, node: Node, twin: str, result: Result) -> bool:
+        """A node whose content another node of this run has (the same key: entries that share the OS, the
+        CUDA libraries or torch): that node's image, built once."""
+        built = self.results[twin]
+        if built.build not in (Status.BUILT, Status.CACHED) or twin not in self.images:
+            result.build = Status.BLOCKED
+            result.error = f"{twin}, the same image, did not build"
+            return False
+        self.images[node.id] = result.image = self.images[twin]
+        result.build = Status.CACHED
+        result.cache = "local"
+        result.secret_scan = built.secret_scan
+        self.say(f"[cyan]● same image as {escape(twin)}[/] [dim]{escape(node.id)}: built once[/]")
         return True
 
     def leaks(self, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:

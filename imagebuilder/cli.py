@@ -179,7 +179,11 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
                       highlight=False)
         unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to resolve the base image")
-        the_plan = the_plan.with_nodes([dataclasses.replace(n, decision=unknown) for n in the_plan.nodes])
+        same = plan_mod.identities(the_plan)  # shared nodes are known without keys
+        first: dict[str, str] = {}
+        the_plan = the_plan.with_nodes([dataclasses.replace(n, decision=dataclasses.replace(
+            unknown, same_as=None if first.setdefault(same[n.id], n.id) == n.id else first[same[n.id]]))
+            for n in the_plan.nodes])
     fmt = "json" if as_json else fmt
     if explain:
         explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())
@@ -199,13 +203,17 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     for n in the_plan.nodes:
         e = n.entry
         versions = f"cuda {e.cuda} · cudnn {e.cudnn} · nccl {e.nccl}" if e.cuda else "cpu"
-        table.add_row(f"[{style[n.status.value]}]{n.status.value}[/]", escape(n.id), keys.short(n.key) or "-",
+        status = "same" if n.decision.same_as else n.status.value
+        table.add_row(f"[{style[n.status.value]}]{status}[/]", escape(n.id), keys.short(n.key) or "-",
                       escape(n.parent or n.base_image or ""), versions,
                       "\n".join(escape(t.rsplit("/", 1)[-1]) for t in n.tags), escape(n.reason))
     ctx.out.print(table)
     counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
+    shared = sum(1 for n in the_plan.nodes if n.decision.same_as)
     ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries: "
-                  + ", ".join(f"{v} {k}" for k, v in counts.items() if v), highlight=False)
+                  + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+                  + (f"; {len(the_plan.nodes) - shared} distinct images ({shared} nodes are the same image as an "
+                     "earlier one: built once)" if shared else ""), highlight=False)
     return 0
 
 

@@ -33,6 +33,26 @@ class Variant:
     index: str  # "pypi" (PyPI's default variant) or "pytorch" (PyTorch's per-accelerator index)
     packages: tuple[tuple[str, str], ...]
     verified: bool
+    extras: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cuda-toolkit -> the extras torch asks for
+    constraints: tuple[tuple[str, str], ...] = ()  # what torch requires without an exact pin (name, specifier)
+
+    def cuda_libs(self, overrides: tuple[tuple[str, str], ...] = ()) -> tuple[str, ...]:
+        """The requirements of this variant's CUDA libraries, the way torch's wheel asks for them: every
+        nvidia-* and cuda-toolkit pin with its extras (an override's version instead of torch's pin), and
+        the ranges torch gives for the libraries it does not pin. Python-independent wheels only: triton and
+        cuda-bindings are built per Python and install with torch."""
+        pins = {**dict(self.packages), **dict(overrides)}
+        extras = dict(self.extras)
+        out = [f"{name}{'[' + ','.join(extras[name]) + ']' if extras.get(name) else ''}=={version}"
+               for name, version in sorted(pins.items()) if cuda_lib(name)]
+        out += [f"{name}{spec}" for name, spec in sorted(self.constraints) if cuda_lib(name) and name not in pins]
+        return tuple(out)
+
+
+def cuda_lib(name: str) -> bool:
+    """A wheel of NVIDIA's CUDA libraries (Python-independent, py3-none): nvidia-* and the cuda-toolkit
+    metapackage; not triton, cuda-bindings or cuda-python (one build per Python)."""
+    return name.startswith("nvidia-") or name == "cuda-toolkit"
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,8 @@ class CompatTable:
                     index=v.get("index", "pytorch"),
                     packages=tuple(sorted((v.get("packages") or {}).items())),
                     verified=bool(v.get("verified", True)),
+                    extras=tuple(sorted((k, tuple(x)) for k, x in (v.get("extras") or {}).items())),
+                    constraints=tuple(sorted((v.get("constraints") or {}).items())),
                 )
                 for acc, v in sorted(rel.get("variants", {}).items())
             )

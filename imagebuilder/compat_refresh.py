@@ -670,6 +670,7 @@ def _derive_variant(
 ) -> tuple[str, dict[str, object]]:
     """(accelerator, variant) of a wheel from its METADATA pins: the CUDA runtime (or cuda-toolkit) pin names it."""
     packages: dict[str, str] = {}
+    extras: dict[str, list[str]] = {}
     constraints: dict[str, str] = {}
     for req in meta.requirements:
         name = canonicalize_name(req.name)
@@ -678,6 +679,8 @@ def _derive_variant(
         pin = _exact_pin(req)
         if pin is not None:
             packages[name] = pin
+            if req.extras:  # cuda-toolkit[cublas,cudart,...]: the extras name the libraries it brings
+                extras[name] = sorted(req.extras)
         elif str(req.specifier):
             constraints[name] = str(req.specifier)
 
@@ -702,6 +705,7 @@ def _derive_variant(
         "nccl": _first(packages, "nvidia-nccl", suffixed="nvidia-nccl"),
         "triton": _first(packages, "triton", "pytorch-triton"),
         "packages": dict(sorted(packages.items())),
+        "extras": dict(sorted(extras.items())),
         "constraints": dict(sorted(constraints.items())),
         "verified": True,
     }
@@ -744,6 +748,7 @@ def _cpu_variant() -> dict[str, object]:
         "nccl": None,
         "triton": None,
         "packages": {},
+        "extras": {},
         "constraints": {},
         "verified": False,
     }

@@ -20,6 +20,7 @@ PATTERNS: dict[str, str] = {
     "flavor": r"runtime|devel",
     "name": r"[a-z0-9][a-z0-9._-]{0,63}",
     "layer": r"[a-z0-9][a-z0-9_-]{0,63}",
+    "glob": r"[A-Za-z0-9.*?_\[\]-]{1,64}",  # a layer's `when:` value: fnmatch over a version or flavor
     "image": r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?",
     "registry": r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
@@ -52,6 +53,7 @@ HINTS: dict[str, str] = {
     "repository": "lowercase path components, e.g. pytorch or ml/pytorch",
     "image": "an image reference such as debian:bookworm",
     "layer": "lowercase letters, digits, '-' and '_'",
+    "glob": "a value or an fnmatch glob of letters, digits and .*?_-[], e.g. devel or cu13*",
     "name": "lowercase letters, digits, '.', '-' and '_'",
     "url": "an http(s):// or file:// URL of letters, digits and ._~:/?=&%+,- (no user info, no fragment)",
     "var": "letters, digits and ._:/@+=,%- (no spaces or shell characters)",

@@ -40,21 +40,26 @@ def content_labels(node: Node) -> dict[str, str]:
     so they can be part of the key: a cached image's labels are still true when it is reused under new
     tags or in another repository, and images of one content share one key wherever they are pushed."""
     entry = node.entry
+    versions = {name: value for name, value in entry.versions().items()
+                if value is not None and (node.scope is None or name in node.scope)}
     out = {
-        "org.opencontainers.image.title": f"{entry.id} {node.name}",
         "org.opencontainers.image.description": node.layer.description or f"imagebuilder layer {node.layer.name}",
         "org.opencontainers.image.vendor": "imagebuilder",
-        f"{LABEL_PREFIX}.node": node.id,
-        f"{LABEL_PREFIX}.entry": entry.id,
         f"{LABEL_PREFIX}.layer": node.layer.name,
         f"{LABEL_PREFIX}.versions": VERSIONS_PATH,
     }
-    for name, value in entry.versions().items():
-        if value is not None:
-            out[f"{LABEL_PREFIX}.version.{name}"] = value
+    if node.scope is None:
+        out.update({"org.opencontainers.image.title": f"{entry.id} {node.name}", f"{LABEL_PREFIX}.node": node.id,
+                    f"{LABEL_PREFIX}.entry": entry.id})
+    else:  # shared by every entry that agrees on its scope: its labels say nothing that is true of one entry only
+        said = " ".join(f"{name} {versions[name]}" for name in node.scope if name in versions)
+        out["org.opencontainers.image.title"] = f"{node.layer.name}" + (f" ({said})" if said else "")
+        out[f"{LABEL_PREFIX}.scope"] = ",".join(node.scope) or "-"
+    for name, value in versions.items():
+        out[f"{LABEL_PREFIX}.version.{name}"] = value
     user = entry.user.settings()
     out[f"{LABEL_PREFIX}.user"] = f"{user['uid']}:{user['gid']}:{user['home']}"  # what `smoke IMAGE` checks
-    if entry.overrides:
+    if entry.overrides and (node.scope is None or "nccl" in node.scope):
         out[f"{LABEL_PREFIX}.overrides"] = " ".join(f"{name}=={version}" for name, version in entry.overrides)
     return out
 

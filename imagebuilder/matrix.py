@@ -8,6 +8,8 @@ compatibility table. Nothing here touches the engine or the network.
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import itertools
 import os
 import re
@@ -53,6 +55,30 @@ class LayerSpec:
     name: str
     layer: str
     parent: str | None
+    when: tuple[tuple[str, tuple[str, ...]], ...] = ()  # entry field -> globs: the node exists only where one matches
+
+    def applies(self, fields: Mapping[str, str | None]) -> bool:
+        return all(any(fnmatch.fnmatchcase(fields.get(name) or "", glob) for glob in globs)
+                   for name, globs in self.when)
+
+
+WHEN_FIELDS = ("torch", "accelerator", "python", "flavor", "cuda")
+
+
+def for_entry(specs: tuple[LayerSpec, ...], fields: Mapping[str, str | None]) -> tuple[LayerSpec, ...]:
+    """An entry's own tree: the nodes whose `when:` it matches; a node left out hands its children to its
+    parent (`{layer: devel, when: {flavor: devel}}` sits between torch and business only in devel entries)."""
+    kept: list[LayerSpec] = []
+    up: dict[str, str | None] = {}  # a left-out node -> the nearest kept ancestor
+    for spec in specs:  # parents come first (_tree_order)
+        parent = spec.parent
+        while parent is not None and parent in up:
+            parent = up[parent]
+        if spec.applies(fields):
+            kept.append(spec if parent == spec.parent else dataclasses.replace(spec, parent=parent))
+        else:
+            up[spec.name] = parent
+    return tuple(kept)
 
 
 @dataclass(frozen=True)
@@ -127,6 +153,7 @@ class Entry:
     aliases: tuple[str, ...] = DEFAULT_ALIASES  # floating tag templates
     user: UserSpec = UserSpec()
     toolkit: tuple[str, ...] = ()  # devel flavor of a CUDA entry: nvcc and CUDA headers as pip requirements
+    cuda_libs: tuple[str, ...] = ()  # torch's CUDA library wheels (compat.Variant.cuda_libs): the shared CUDA node
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -374,7 +401,11 @@ class _Loader:
         repo_raw, repo_path = self.cascaded(top, combo, "repository")
         repository = self.scalar(repo_raw, "repository", repo_path)
         layers_raw, layers_path_key = self.cascaded(top, combo, "layers")
-        layers = self.layer_tree(layers_raw, layers_path_key)
+        layers = for_entry(self.layer_tree(layers_raw, layers_path_key), {
+            "torch": torch, "accelerator": acc, "python": python, "flavor": flavor, "cuda": variant.cuda})
+        if not layers:
+            raise self.fail(f"{label}: no layer of the tree applies (every one has a `when:` this entry misses)",
+                            layers_path_key)
         lp_raw, lp_path = self.cascaded(top, combo, "layers_path")
         layers_path = tuple(
             self.path_value(p, (*lp_path, i), want_dir=True)
@@ -430,6 +461,7 @@ class _Loader:
             vars=tuple(var_pairs), where=where, overrides=overrides,
             driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
             user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
+            cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (),
         )
 
     def user(self, top: dict[str, Any], combo: dict[str, Any]) -> UserSpec:
@@ -526,14 +558,14 @@ class _Loader:
                 layer = self.scalar(item, "layer", ipath)
                 spec = LayerSpec(layer, layer, previous)
             else:
-                m = self.mapping(item, ipath, ("layer", "name", "parent"))
+                m = self.mapping(item, ipath, ("layer", "name", "parent", "when"))
                 if "layer" not in m:
                     raise self.fail("a layer mapping needs `layer:` (the folder name)", ipath)
                 layer = self.scalar(m["layer"], "layer", (*ipath, "layer"))
                 name = self.scalar(m.get("name", layer), "layer", (*ipath, "name"))
                 parent = previous if "parent" not in m else (
                     None if m["parent"] is None else self.scalar(m["parent"], "layer", (*ipath, "parent")))
-                spec = LayerSpec(name, layer, parent)
+                spec = LayerSpec(name, layer, parent, self.when(m.get("when"), (*ipath, "when")))
             if any(s.name == spec.name for s in specs):
                 raise self.fail(f"layer node {spec.name!r} appears twice; give one a distinct `name:`", ipath)
             specs.append(spec)
@@ -544,6 +576,19 @@ class _Loader:
                 raise self.fail(f"parent {spec.parent!r} of layer {spec.name!r} is not in this layer tree",
                                 (*path, i), hint=did_you_mean(spec.parent, names))
         return tuple(_tree_order(specs, self.doc.where(path)))
+
+    def when(self, raw: Any, path: tuple[str | int, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """`when: {flavor: devel, accelerator: [cu*]}`: entry fields and the globs (one or a list) they match."""
+        if raw is None:
+            return ()
+        m = self.mapping(raw, path, WHEN_FIELDS)
+        out = []
+        for name, value in m.items():
+            globs = value if isinstance(value, list) else [value]
+            if not globs:
+                raise self.fail(f"`when: {name}` needs at least one value", (*path, name))
+            out.append((name, tuple(self.scalar(g, "glob", (*path, name, i)) for i, g in enumerate(globs))))
+        return tuple(sorted(out))
 
     def build_settings(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant) -> BuildSettings:
         top_build = self.mapping(top.get("build") or {}, ("build",), BUILD_KEYS)

@@ -38,6 +38,7 @@ class Decision:
     reason: str = ""
     image: str | None = None  # cached on this engine: the image ID
     ref: str | None = None  # cached in the registry only: its key tag (pulled when needed)
+    same_as: str | None = None  # an earlier node of this plan with the same key: one image serves both
 
     @property
     def where(self) -> str | None:
@@ -59,6 +60,9 @@ class Node:
     inputs: tuple[tuple[str, str], ...] = ()  # what the key is made of, for saying why a node rebuilds
     decision: Decision = Decision()  # cache.decide
     aliases: tuple[str, ...] = ()  # floating: moved once every node they cover passed
+    # the entry's fields this node's chain depends on (scope): the versions its labels state; None: all of them
+    # and the entry's own identity (a leaf, or a template that reads the entry as a whole)
+    scope: tuple[str, ...] | None = None
 
     @property
     def status(self) -> State:
@@ -79,9 +83,11 @@ class Node:
             "tags": list(self.tags),
             "aliases": list(self.aliases),
             "leaf": self.leaf,
+            "scope": None if self.scope is None else list(self.scope),
             "key": self.key or None,
             "status": self.status.value,
             "reason": self.reason,
+            "same_as": self.decision.same_as,
         }
 
 
@@ -153,6 +159,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
         catalog = catalogs[entry.layers_path]
         leaves = {spec.name for spec in entry.leaves()}
         refs: dict[str, str] = {}
+        scopes: dict[str, tuple[str, ...] | None] = {}
         for spec in entry.layers:
             layer = catalog.find(spec.layer, where=entry.where)
             node_id = f"{entry.id}/{spec.name}"
@@ -177,6 +184,10 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
             refs[spec.name] = aliases[0] if aliases else refs_for_node[0]  # what children's FROM shows
             parent_image = entry.base_image if spec.parent is None else refs[spec.parent]
             rendered = renderer.render(entry, layer, node_id, parent_image, root=spec.parent is None)
+            below = () if spec.parent is None else scopes[spec.parent]
+            own = scope_of(renderer.reads(layer))
+            scopes[spec.name] = None if spec.name in leaves or below is None or own is None else \
+                tuple(sorted({*below, *own}))
             nodes.append(Node(
                 id=node_id,
                 name=spec.name,
@@ -188,6 +199,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
                 leaf=spec.name in leaves,
                 rendered=rendered,
                 aliases=tuple(aliases),
+                scope=scopes[spec.name],
             ))
     for ref, covered in cover.items():
         if ref in owners:
@@ -197,20 +209,56 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
     return Plan(tuple(nodes), tuple((ref, tuple(ids)) for ref, ids in cover.items()))
 
 
-def waves(plan: Plan) -> dict[str, int]:
-    """entry id -> the wave its stage job runs in: an entry that shares a node with an entry before it (the
-    same content: rendered text, files and the same chain down to the same base image) waits for that entry's
-    wave, which stages the shared node once; the later one finds it in the registry."""
-    same: dict[str, str] = {}  # node id -> what it is made of, down its chain
-    owner: dict[str, str] = {}  # content -> the entry that stages it
-    out: dict[str, int] = {}
+# What a template name makes a node depend on, among the entry's versions (Entry.versions()); a name not
+# listed here and not a version field (build, layer, parent_image, user) depends on no version.
+READS = {
+    "torch": ("torch", "accelerator", "triton"),  # a torch release's wheel is one per accelerator, with its triton
+    "cuda_libs": ("accelerator", "cuda", "cudnn", "nccl"),
+    "overrides": ("cudnn", "nccl"),
+    "toolkit": ("cuda", "flavor"),
+}
+ENTRY_WIDE = ("entry", "node", "vars")  # the entry as a whole, or its identity
+
+
+def scope_of(reads: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """The version fields a template depends on (see READS), or None when it depends on the entry itself."""
+    if reads is None or any(name in ENTRY_WIDE for name in reads):
+        return None
+    fields = {"torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
+              "torchaudio"}
+    out: set[str] = set()
+    for name in reads:
+        out.update(READS.get(name, (name,) if name in fields else ()))
+    return tuple(sorted(out))
+
+
+def identities(plan: Plan) -> dict[str, str]:
+    """node id -> what its image is made of: its key once the base image is resolved, else its rendered text
+    (parent's reference as `<parent>`), its files and the same down its chain to its base image's name. Nodes
+    of several entries with one identity are one image: built once (`cache.decide`), staged once (`waves`)."""
+    same: dict[str, str] = {}
     for node in plan.nodes:
-        if node.key:  # the content address, once the base image is resolved (the same image under two names too)
+        if node.key:
             same[node.id] = node.key
             continue
         below = same[node.parent] if node.parent else f"base {node.base_image}"
         files = sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in node.rendered.files)
-        same[node.id] = repr((node.rendered.dockerfile.replace(node.rendered.parent_image, "<parent>"), files, below))
+        text = node.rendered.dockerfile.replace(node.rendered.parent_image, "<parent>")
+        # what its labels say (keys.content_labels): the versions of its scope, or the entry itself
+        versions = node.entry.versions()
+        said = node.entry.id if node.scope is None else [(name, versions.get(name)) for name in node.scope]
+        labels = (said, node.layer.description, node.entry.user.settings(), node.entry.overrides)
+        same[node.id] = hashlib.sha256(repr((text, files, below, labels)).encode()).hexdigest()
+    return same
+
+
+def waves(plan: Plan) -> dict[str, int]:
+    """entry id -> the wave its stage job runs in: an entry that shares a node with an entry before it (one
+    identity: `identities`) waits for that entry's wave, which stages the shared node once; the later one
+    finds it in the registry."""
+    same = identities(plan)
+    owner: dict[str, str] = {}  # identity -> the entry that stages it
+    out: dict[str, int] = {}
     for entry in plan.entries():
         wave = 0
         for node in (n for n in plan.nodes if n.entry.id == entry.id):

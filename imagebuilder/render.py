@@ -43,6 +43,7 @@ RUN sh /opt/imagebuilder/add_user.sh {{name}} {{uid}} {{gid}} {{home}} {{workdir
 WORKDIR {{workdir}}
 """
 FINAL_USER = "USER {uid}:{gid}\n"
+HELPERS = ("cuda_prefix.py", "requires.py", "cuda_home.py")  # imagebuilder's scripts that macros.j2 COPYs
 PARENT = "imagebuilder-parent-image-4f1c2a"  # stands in for parent_image while a template's output is reused
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
@@ -152,6 +153,7 @@ class Renderer:
                       "overrides": dict(entry.overrides)},
             "overrides": dict(entry.overrides),
             "toolkit": list(entry.toolkit),
+            "cuda_libs": list(entry.cuda_libs),
             "user": entry.user.settings(),
             "vars": dict(entry.vars),
             "parent_image": parent_image,
@@ -265,8 +267,13 @@ class Renderer:
         text = with_args("".join([*lines[:line], "USER 0\n", *lines[line:]]), entry)
         user = {name: quote_word(str(value)) for name, value in entry.user.settings().items()}
         layer_files, executables = self.layer_files(layer)
-        files = [*layer_files, (f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()),
-                 (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(DATA / "versions_manifest.py"))]
+        files = [*layer_files, (f"{CONTEXT_DIR}/versions_manifest.py", self.blob(DATA / "versions_manifest.py"))]
+        # What a node's text COPYs from imagebuilder, and nothing else: a file in the context is part of the key,
+        # so a node that copies no pins (the OS, the CUDA libraries) stays the same for every torch.
+        if f"{CONTEXT_DIR}/constraints.txt" in text:
+            files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))
+        files += [(f"{CONTEXT_DIR}/{name}", self.blob(DATA / name)) for name in HELPERS
+                  if f"{CONTEXT_DIR}/{name}" in text]
         if root:
             text += USER_STEP.format(**user)
             files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(DATA / "add_user.sh")))
@@ -322,7 +329,7 @@ def constraints(entry: Entry) -> str:
     lines = [f"torch=={entry.torch}"]
     lines += [f"{name}=={ver}" for name, ver in (("torchvision", entry.torchvision),
                                                   ("torchaudio", entry.torchaudio)) if ver]
-    lines += [f"{name}=={ver}" for name, ver in entry.pins]
+    lines += [f"{name}=={ver}" for name, ver in sorted({**dict(entry.pins), **dict(entry.overrides)}.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -497,6 +497,94 @@ def _touch_cuda(torch: Any) -> str:
     return ""
 
 
+LOADER_DEFAULTS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
+
+
+def loader_dirs(conf: str = "/etc/ld.so.conf") -> list[str]:
+    """The folders the dynamic loader searches by name: LD_LIBRARY_PATH, ld.so.conf (with its includes) and
+    the default folders."""
+    import glob
+
+    out = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+
+    def read(path: str, depth: int = 0) -> None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = [line.split("#", 1)[0].strip() for line in f]
+        except OSError:
+            return
+        for line in lines:
+            if line.startswith("include ") and depth < 4:
+                pattern = line.split(None, 1)[1]
+                for found in sorted(glob.glob(pattern if pattern.startswith("/") else
+                                              os.path.join(os.path.dirname(path), pattern))):
+                    read(found, depth + 1)
+            elif line.startswith("/"):
+                out.append(line)
+
+    read(conf)
+    return [*out, *LOADER_DEFAULTS]
+
+
+def soname_key(name: str) -> str | None:
+    """A torch or CUDA library file's name up to its major version (libcudnn.so.9.19.0 -> libcudnn.so.9), or
+    None for any other file: a Python extension, a copy auditwheel made private to one wheel
+    (libgomp-a34b3233.so.1: its name carries its content's hash, so two of them are one content), or a library of
+    neither family (torch's wheel vendors libgomp.so.1 beside the compiler's, pyarrow ships its libraries
+    under two names in one folder: each loads once by soname, and they are no CUDA library)."""
+    import re
+
+    match = re.fullmatch(r"(lib[^/]+?\.so)((?:\.\d+)?)(?:\.[0-9.]+)?", name)
+    if match is None or re.search(r"\.(?:cpython|pypy)[^/]*\.so$|\.abi3\.so$", match.group(1)):
+        return None  # a Python extension module
+    if re.search(r"-[0-9a-f]{8}(?:-[0-9a-f]{8})?\.so$", match.group(1)):
+        return None  # auditwheel's private copies carry their content's hash: one name, one content, never shared
+    return match.group(1) + match.group(2)
+
+
+def library_copies(loader: list[str], trees: list[str]) -> dict[str, list[str]]:
+    """soname -> the folders that hold a torch or CUDA library of that name (symlinks followed), in the loader's
+    folders and under the Python path's trees (site-packages, the shared CUDA prefix); only names found in more
+    than one folder (a wheel has no symlinks, so one folder may hold one library under two names)."""
+    seen: dict[str, set[str]] = {}
+
+    def add(path: str) -> None:
+        key = soname_key(os.path.basename(path))
+        if key is not None and library_family(key) and os.path.isfile(path):
+            seen.setdefault(key, set()).add(os.path.dirname(os.path.realpath(path)))
+
+    for folder in dict.fromkeys(os.path.realpath(d) for d in loader):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            add(os.path.join(folder, name))
+    for tree in dict.fromkeys(os.path.realpath(t) for t in trees):
+        for root, _, files in os.walk(tree):
+            for name in files:
+                add(os.path.join(root, name))
+    return {key: sorted(paths) for key, paths in sorted(seen.items()) if len(paths) > 1}
+
+
+def single_copy_verdict(twice: dict[str, list[str]]) -> Record:
+    said = "; ".join(f"{key}: {', '.join(paths)}" for key, paths in list(twice.items())[:5])
+    more = f" and {len(twice) - 5} more" if len(twice) > 5 else ""
+    return record("versions.single_copy", "fail" if twice else "pass", value=twice, expected={},
+                  reason=f"libraries present twice (one soname, two folders): {said}{more}" if twice else "")
+
+
+def check_single_copy() -> Record:
+    """No torch or CUDA library is in the image twice: one soname in two folders, on the loader's paths or on
+    Python's (a second copy of the CUDA libraries that a pip install put in the venv beside the shared CUDA
+    node's, a second torch). Which one loads then depends on who asks first."""
+    import site
+
+    trees = [p for p in [*site.getsitepackages(), *sys.path] if os.path.isdir(p) and
+             ("-packages" in p or p.startswith("/opt/imagebuilder/"))]
+    return single_copy_verdict(library_copies(loader_dirs(), trees))
+
+
 def check_libraries(expect: dict[str, Any]) -> list[Record]:
     """Where torch's and CUDA's shared libraries really come from, in the image's own environment (LD_PRELOAD,
     LD_LIBRARY_PATH as the image sets them: a user's process sees them too)."""
@@ -507,13 +595,13 @@ def check_libraries(expect: dict[str, Any]) -> list[Record]:
     except Exception:  # noqa: BLE001
         why = f"import torch failed: {_error_line()}"
         names = ["versions.library_path"] + (["versions.cuda_libraries"] if acc and acc != "cpu" else [])
-        return [record(n, "fail", reason=why, **env) for n in names]
+        return [*(record(n, "fail", reason=why, **env) for n in names), check_single_copy()]
     cuda_image = acc != "cpu" if acc else torch.version.cuda is not None
     touched = _touch_cuda(torch) if cuda_image else ""
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         paths = mapped_libraries(maps.readlines())
     torch_dirs, cuda_dirs = _wheel_dirs(torch)
-    out = [library_path_verdict(paths, torch_dirs, cuda_dirs, cuda_image)]
+    out = [library_path_verdict(paths, torch_dirs, cuda_dirs, cuda_image), check_single_copy()]
     if cuda_image:
         out.append(cuda_libraries_verdict(paths, touched, missing_wheel_files(_wheel_libraries(), os.path.exists)))
     for rec in out:

@@ -96,10 +96,11 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     engine.remove_image(by_digest)
     assert engine.pull(by_digest) == task["image"]
 
-    # No wheel, pip cache or apt lists left in any layer.
+    # No wheel, pip cache or apt lists left in any layer (but the wheels Debian's python3-venv package installs
+    # from, which the os layer keeps so that every layer above can make a venv).
     result = engine.run(task["image"], ["sh", "-c",
                         "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip -o -path '/var/lib/apt/lists/*_*' "
-                        "\\) -print 2>/dev/null; echo END"], timeout=120)
+                        "\\) -not -path '/usr/share/python-wheels/*' -print 2>/dev/null; echo END"], timeout=120)
     assert result.logs.strip() == "END", result.logs
 
 

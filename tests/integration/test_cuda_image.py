@@ -1,7 +1,8 @@
-"""Real CUDA images: PyPI's torch 2.11.0 with its CUDA 13.0 nvidia-* wheels. Without a GPU, the CUDA, cuDNN
-and NCCL libraries still load, so the versions inside the image are checked against the plan's. The runtime
-image, an NCCL override and the devel image share one torch install step (the engine's build cache serves
-it after the first), so the wheels are unpacked and committed once."""
+"""Real CUDA images: PyPI's torch 2.11.0 with its CUDA 13.0 nvidia-* wheels, in the project's split tree
+(os -> cuda -> torch -> devel). Without a GPU, the CUDA, cuDNN and NCCL libraries still load, so the versions
+inside the image are checked against the plan's. The runtime and devel images share the os, cuda and torch
+nodes (one image each, built once), so the wheels are unpacked and committed once; the NCCL override has a pin
+set of its own, so a CUDA node of its own. No CUDA library is in any image twice."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +68,7 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
 
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
-    (node,) = report(tmp_path / "r")["nodes"]
+    node = leaf(tmp_path / "r")
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     assert not [c for c in checks.values() if c["status"] == "fail"], checks
     assert checks["versions.cuda"]["value"] == planned["cuda"]
@@ -78,8 +80,20 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
 
     # The installed nvidia wheels are exactly the pins of the plan, and nothing was cached on the way.
     out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^nvidia-(cudnn|nccl)-cu13=='; "
-                     "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) -print 2>/dev/null"], timeout=120)
+                     "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) "
+                     "-not -path '/usr/share/python-wheels/*' -print 2>/dev/null"], timeout=120)
     assert sorted(out.logs.split()) == ["nvidia-cudnn-cu13==9.19.0.56", "nvidia-nccl-cu13==2.28.9"]
+
+    # Once, in the shared CUDA node's prefix (for every Python), and not again in the venv: pip found torch's CUDA
+    # requirements satisfied. The suite's single-copy check saw no library twice.
+    where = engine.run(node["image"], ["python", "-c", "import importlib.metadata as m, os; print('\\n'.join(sorted("
+                       "{os.path.dirname(str(d.locate_file('x'))) for d in m.distributions() "
+                       "if (d.metadata['Name'] or '').startswith(('nvidia', 'cuda-toolkit'))})))"], timeout=120)
+    assert where.logs.split() == ["/opt/imagebuilder/cuda"], where.logs
+    venv = engine.run(node["image"], ["sh", "-c", "ls /opt/venv/lib/python3.11/site-packages | grep -ci nvidia || :"],
+                      timeout=60)
+    assert venv.logs.strip() == "0", venv.logs
+    assert checks["versions.single_copy"]["status"] == "pass", checks["versions.single_copy"]
 
     # The versions manifest inside the image, at the path its label names.
     path = engine.inspect(node["image"])["Config"]["Labels"]["io.imagebuilder.versions"]
@@ -89,15 +103,23 @@ def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, rep
     assert manifest["pip"]["nvidia-cudnn-cu13"] == "9.19.0.56" and "python3" in manifest["dpkg"]
 
 
+def leaf(folder: Path) -> dict[str, Any]:
+    (node,) = [n for n in report(folder)["nodes"] if n["leaf"]]
+    return dict(node)
+
+
+TREE = '[os, {layer: cuda, when: {accelerator: "cu*"}}, torch, {layer: devel, when: {flavor: devel}}]'
+
+
 def wheelhouse_setting(wheelhouse: Path | None) -> str:
     return f"build: {{wheelhouse: {wheelhouse}}}\n" if wheelhouse else ""
 
 
 def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "",
                 flavor: str = "runtime") -> Path:
-    """torch 2.11.0 with PyPI's CUDA 13.0 wheels, base layer only (no torchvision/torchaudio: one torch install
-    step that every CUDA image of this module shares)."""
-    return itest_matrix(tmp_path, repository, layers="[base]", extra=extra + wheelhouse_setting(wheelhouse),
+    """torch 2.11.0 with PyPI's CUDA 13.0 wheels, the project's tree up to torch (and devel), without
+    torchvision/torchaudio: one torch node that every CUDA image of this module shares."""
+    return itest_matrix(tmp_path, repository, layers=TREE, extra=extra + wheelhouse_setting(wheelhouse),
                         body=f"""
         torch_extras: []
         matrix:
@@ -119,7 +141,7 @@ def test_nccl_override_is_installed_and_checked_at_run_time(
     assert planned["nccl"] == "2.29.7"
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
-    (node,) = report(tmp_path / "r")["nodes"]
+    node = leaf(tmp_path / "r")
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     assert checks["versions.nccl"]["value"] == "2.29.7"  # the library loaded at run time is the override
 
@@ -136,7 +158,7 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
     assert run.code == 1, run.text[-3000:]
-    (node,) = report(tmp_path / "r")["nodes"]
+    node = leaf(tmp_path / "r")
     # The image and its smoke pass may come from the first test of this module (one image, one key).
     assert (node["smoke"] in ("passed", "cached"), node["publish"], node["gpu_verified"]) == (True, "held", False)
     assert "not GPU-verified" in node["error"] and "--allow-untested-gpu" in node["error"]
@@ -158,7 +180,7 @@ def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: st
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse, flavor="devel")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
-    (node,) = report(tmp_path / "r")["nodes"]
+    node = leaf(tmp_path / "r")
     checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
     assert (checks["toolchain.nvcc"]["status"], checks["toolchain.nvcc"]["value"]) == ("pass", "13.0")
     assert checks["toolchain.cpp_extension"]["status"] == "pass"
@@ -176,18 +198,21 @@ def test_a_missing_cuda_library_is_caught_without_a_gpu(engine: Engine, base_ima
                                                         tmp_path: Path, cuda_wheelhouse: Path | None,
                                                         cli: Callable[..., CliRun]) -> None:
     """The cuda_lib_missing mutant (cuDNN's engines deleted by a later layer) on the runtime image: the wheels'
-    RECORD says they were installed, so versions.cuda_libraries fails, GPU or not."""
+    RECORD says they were installed, so versions.cuda_libraries fails, GPU or not. The lib_twice mutant (a
+    second libnccl in the venv, as a pip install of nvidia-nccl over the shared CUDA node would leave): caught by
+    versions.single_copy."""
     from ..mutants import image as mutants
 
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke")
     assert run.code == 0, run.text[-3000:]
-    (node,) = report(tmp_path / "r")["nodes"]
+    node = leaf(tmp_path / "r")
     engine.tag(node["image"], f"itest/{repository}:clean")  # kept when its mutant is removed
-    (mutant,) = [m for m in mutants.load("gpu") if m.name == "cuda_lib_missing"]
-    image = mutants.build(engine, node["image"], mutant)
-    try:
-        outcome = mutants.judge(mutant, "gpu", image)
-    finally:
-        engine.remove_image(image)
-    assert outcome.caught, outcome.row()
+    for name in ("cuda_lib_missing", "lib_twice"):  # lib_twice: a second NCCL in the venv, beside the shared one
+        (mutant,) = [m for m in mutants.load("gpu") if m.name == name]
+        image = mutants.build(engine, node["image"], mutant)
+        try:
+            outcome = mutants.judge(mutant, "gpu", image)
+        finally:
+            engine.remove_image(image)
+        assert outcome.caught, outcome.row()

@@ -29,12 +29,16 @@ def test_bake_file_is_valid_and_chained(tmp_path: Path) -> None:
     doc = export(tmp_path)
     jsonschema.validate(doc, SCHEMA)
     targets = doc["target"]
-    assert len(targets) == 35  # 7 entries x base, business, task, jupyter, ssh
+    # 7 entries x os, cuda (5 CUDA entries), torch, devel (2 devel entries), business, task, jupyter, ssh = 49 nodes;
+    # one target per distinct image: one os for all, and the devel entries' cuda/torch are runtime's (9 fewer)
+    assert len(targets) == 40
+    os_target = targets["2_11_0-cu130-py3_11-runtime--os"]
+    assert "127.0.0.1:5000/ml/pytorch:2.8.0-cpu-py3.11-devel-os" in os_target["tags"]  # type: ignore[operator]
     for name, target in targets.items():
         dockerfile = (tmp_path / "out" / str(target["context"]) / "Dockerfile").read_text()
         first_from = re.search(r"^FROM (\S+)", dockerfile, re.MULTILINE)
         assert first_from, name
-        if name.endswith("--base"):
+        if name.endswith("--os"):
             assert "contexts" not in target and first_from.group(1) in ("debian:bookworm", "ubuntu:24.04",
                                                                         "ubuntu:22.04")
         else:  # the parent tag the Dockerfile names is bound to the parent's target

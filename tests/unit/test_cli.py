@@ -25,9 +25,19 @@ def test_plan_json_of_the_default_matrix() -> None:
     nodes = json.loads(proc.stdout)
     by_id = {n["id"]: n for n in nodes}
     node = by_id["2.7.1-cu126-py3.11-runtime/business"]
-    assert node["parent"] == "2.7.1-cu126-py3.11-runtime/base"
+    assert node["parent"] == "2.7.1-cu126-py3.11-runtime/torch"
     assert node["entry"]["cudnn"] == "9.5.1.17" and node["entry"]["nccl"] == "2.26.2"
-    assert by_id["2.8.0-cu128-py3.11-runtime/base"]["entry"]["nccl"] == "2.27.3"
+    assert by_id["2.8.0-cu128-py3.11-runtime/cuda"]["entry"]["nccl"] == "2.27.3"
+    # the tree: os -> cuda (CUDA entries) -> torch -> devel (devel entries) -> business -> task
+    assert by_id["2.7.1-cu126-py3.11-runtime/torch"]["parent"] == "2.7.1-cu126-py3.11-runtime/cuda"
+    assert by_id["2.8.0-cpu-py3.11-runtime/torch"]["parent"] == "2.8.0-cpu-py3.11-runtime/os"
+    assert by_id["2.8.0-cpu-py3.11-devel/business"]["parent"] == "2.8.0-cpu-py3.11-devel/devel"
+    # shared nodes: one OS for every entry, runtime's cuda and torch for devel; shared nodes are scoped
+    assert by_id["2.8.0-cpu-py3.11-runtime/os"]["same_as"] == "2.11.0-cu130-py3.11-runtime/os"
+    assert by_id["2.11.0-cu130-py3.11-devel/torch"]["same_as"] == "2.11.0-cu130-py3.11-runtime/torch"
+    assert by_id["2.11.0-cu130-py3.11-devel/devel"]["same_as"] is None
+    assert by_id["2.11.0-cu130-py3.11-runtime/cuda"]["scope"] == ["accelerator", "cuda", "cudnn", "nccl"]
+    assert by_id["2.11.0-cu130-py3.11-runtime/jupyter"]["scope"] is None  # a leaf is its entry's own
     assert {n["entry"]["flavor"] for n in nodes} == {"runtime", "devel"}
     assert all(n["tags"][0].startswith("127.0.0.1:5000/ml/pytorch:") for n in nodes)
     # build order: every parent comes before its children
@@ -76,7 +86,8 @@ def test_render_writes_dockerfile_and_context(tmp_path: Path) -> None:
     task = tmp_path / "2.6.0-cu124-py3.11-runtime" / "task"
     assert (task / "Dockerfile").read_text().startswith("FROM ")
     assert (task / "evaluate.py").is_file()
-    assert (tmp_path / "2.6.0-cu124-py3.11-runtime" / "base" / "_imagebuilder" / "constraints.txt").is_file()
+    assert (tmp_path / "2.6.0-cu124-py3.11-runtime" / "torch" / "_imagebuilder" / "constraints.txt").is_file()
+    assert not (tmp_path / "2.6.0-cu124-py3.11-runtime" / "cuda" / "_imagebuilder" / "constraints.txt").exists()
     assert not (tmp_path / "2.8.0-cu128-py3.11-runtime").exists()
 
 

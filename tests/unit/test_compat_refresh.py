@@ -227,6 +227,7 @@ def test_fetch_table_from_local_index(index_url: str) -> None:
                 "nvidia-nccl-cu12": "2.21.5",
                 "triton": "3.2.0",
             },
+            "extras": {},
             "constraints": {},
             "verified": True,
         },
@@ -237,6 +238,7 @@ def test_fetch_table_from_local_index(index_url: str) -> None:
             "nccl": None,
             "triton": None,
             "packages": {},
+            "extras": {},
             "constraints": {},
             "verified": False,
         },
@@ -257,6 +259,7 @@ def test_fetch_table_from_local_index(index_url: str) -> None:
         "triton": "3.6.0",
     }
     assert cu130["constraints"] == {"cuda-bindings": "<14,>=13.0.3"}
+    assert cu130["extras"] == {"cuda-toolkit": ["cublas", "cudart", "nvrtc"]}  # what the shared CUDA node installs
 
 
 def test_write_table_format(tmp_path: Path) -> None:
@@ -457,6 +460,7 @@ CU126_VARIANT: dict[str, object] = {
     "nccl": "2.26.2",
     "triton": None,
     "packages": CU126_PINS,
+    "extras": {},
     "constraints": {},
     "verified": True,
 }
@@ -467,6 +471,7 @@ CPU_VERIFIED: dict[str, object] = {
     "nccl": None,
     "triton": None,
     "packages": {},
+    "extras": {},
     "constraints": {},
     "verified": True,
 }

@@ -36,7 +36,11 @@ def test_one_job_per_entry_on_the_right_runners(capsys: pytest.CaptureFixture[st
     assert jobs["2.6.0-cu124-py3.11-runtime"]["gpu"] is True and jobs["2.6.0-cu124-py3.11-runtime"]["cuda"] == "12.4"
     assert jobs["2.8.0-cpu-py3.11-runtime"]["runs_on"] == ["ubuntu-24.04"]
     assert jobs["2.8.0-cpu-py3.11-runtime"]["only"] == "2.8.0-cpu-py3.11-runtime/*"
-    assert all(j["nodes"] == 5 for j in jobs.values())  # base, business, task, jupyter, ssh
+    # os, cuda (CUDA entries), torch, devel (devel entries), business, task, jupyter, ssh
+    assert {j["id"]: j["nodes"] for j in jobs.values()} == {
+        "2.11.0-cu130-py3.11-runtime": 7, "2.11.0-cu130-py3.11-devel": 8, "2.6.0-cu124-py3.11-runtime": 7,
+        "2.7.1-cu126-py3.11-runtime": 7, "2.8.0-cu128-py3.11-runtime": 7, "2.8.0-cpu-py3.11-runtime": 6,
+        "2.8.0-cpu-py3.11-devel": 7}
 
 
 def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder import keys
 from imagebuilder import matrix as matrix_mod
 from imagebuilder import plan as plan_mod
 from imagebuilder.compat import CompatTable
@@ -25,9 +26,12 @@ def default_plan() -> plan_mod.Plan:
 
 
 def test_golden_dockerfiles_of_the_default_matrix(update_golden: bool) -> None:
-    """Every rendered Dockerfile of matrix.yaml equals tests/golden/<node id>/Dockerfile.
+    """Every distinct image's rendered Dockerfile of matrix.yaml equals tests/golden/<node id>/Dockerfile (a node
+    that is the same image as an earlier one, a shared os, cuda or torch node, has the first one's golden file).
     After an intended template change: pytest tests/unit/test_render.py --update-golden, and review the diff."""
-    nodes = default_plan().nodes
+    plan = default_plan()
+    same, first = plan_mod.identities(plan), dict[str, str]()
+    nodes = [n for n in plan.nodes if first.setdefault(same[n.id], n.id) == n.id]
     assert nodes, "the default matrix plans no nodes"
     expected_files = {GOLDEN / n.id / "Dockerfile" for n in nodes}
     if update_golden:
@@ -45,8 +49,9 @@ def test_golden_dockerfiles_of_the_default_matrix(update_golden: bool) -> None:
         assert n.rendered.dockerfile == golden.read_text(encoding="utf-8"), f"{n.id} differs from {golden}"
 
 
-def test_rendered_base_pins_exactly_the_planned_versions() -> None:
-    node = next(n for n in default_plan().nodes if n.id == "2.6.0-cu124-py3.11-runtime/base")
+def test_rendered_torch_pins_exactly_the_planned_versions() -> None:
+    plan = default_plan()
+    node = plan.node("2.6.0-cu124-py3.11-runtime/torch")
     files = dict(node.rendered.files)
     constraints = files["_imagebuilder/constraints.txt"].decode().splitlines()
     assert "torch==2.6.0" in constraints
@@ -54,11 +59,42 @@ def test_rendered_base_pins_exactly_the_planned_versions() -> None:
     assert "nvidia-nccl-cu12==2.21.5" in constraints
     assert "torchvision==0.21.0" in constraints
     text = node.rendered.dockerfile
-    assert text.startswith("FROM debian:bookworm\n")
+    assert text.startswith("FROM 127.0.0.1:5000/ml/pytorch:2.6.0-cu124-py3.11-runtime-cuda\n")
     assert "torch==2.6.0 torchvision==0.21.0 torchaudio==2.6.0" in text
     # pip reads the index from a build arg whose default is the matrix's URL (a URL never stands in shell text)
     assert '--no-cache-dir --index-url "${IMAGEBUILDER_TORCH_INDEX_URL}"' in text
     assert "\nARG IMAGEBUILDER_TORCH_INDEX_URL=https://pypi.org/simple\nRUN pip install" in text
+    # the CUDA node below installs exactly torch's CUDA library pins, for every Python, and nothing of torch
+    cuda = plan.node("2.6.0-cu124-py3.11-runtime/cuda")
+    assert cuda.rendered.dockerfile.startswith("FROM 127.0.0.1:5000/ml/pytorch:2.6.0-cu124-py3.11-runtime-os\n")
+    assert "--target /opt/imagebuilder/cuda " in cuda.rendered.dockerfile
+    assert "nvidia-cudnn-cu12==9.1.0.70 nvidia-cufft-cu12==11.2.1.3" in cuda.rendered.dockerfile
+    assert "torch==" not in cuda.rendered.dockerfile and "triton" not in cuda.rendered.dockerfile
+    assert "_imagebuilder/constraints.txt" not in dict(cuda.rendered.files)
+
+
+def test_entries_with_one_pin_set_share_the_cuda_node(write_matrix: MatrixWriter) -> None:
+    """2.12.0 and 2.12.1 (cu130) pin the same CUDA libraries: one CUDA node for both releases and both
+    Pythons; torch nodes are one per (torch, Python)."""
+    path = write_matrix("""
+        base_image: debian:bookworm
+        registry: r:5000
+        repository: p
+        layers: [os, {layer: cuda, when: {accelerator: "cu*"}}, torch]
+        torch_extras: []
+        matrix: {torch: ["2.12.0", "2.12.1"], accelerator: [cu130], python: ["3.11", "3.12"]}
+        """)
+    matrix = matrix_mod.load(path, CompatTable.load(), env={})
+    plan = keys.assign(plan_mod.make(matrix, Renderer()), {"debian:bookworm": "sha256:b"})
+    by_layer: dict[str, set[str]] = {}
+    for node in plan.nodes:
+        by_layer.setdefault(node.layer.name, set()).add(node.key)
+    assert {name: len(found) for name, found in by_layer.items()} == {"os": 1, "cuda": 1, "torch": 4}
+    cuda = plan.node("2.12.1-cu130-py3.12-runtime/cuda")
+    labels = keys.content_labels(cuda)
+    assert "io.imagebuilder.entry" not in labels and "io.imagebuilder.version.torch" not in labels
+    assert labels["io.imagebuilder.version.nccl"] == "2.29.7"
+    assert labels["org.opencontainers.image.title"] == "cuda (accelerator cu130 cuda 13.0 cudnn 9.20.0.48 nccl 2.29.7)"
 
 
 def test_children_render_from_their_parent() -> None:
@@ -70,18 +106,23 @@ def test_children_render_from_their_parent() -> None:
 
 def test_the_devel_flavor_adds_a_toolchain() -> None:
     plan = default_plan()
-    devel = plan.node("2.11.0-cu130-py3.11-devel/base").rendered.dockerfile
-    runtime = plan.node("2.11.0-cu130-py3.11-runtime/base").rendered.dockerfile
-    assert "install -y --no-install-recommends build-essential ninja-build git" in devel
-    assert "build-essential" not in runtime
-    # devel builds on the runtime steps: the runtime Dockerfile, up to the torch install, is devel's start
-    shared = runtime[:runtime.index("pip freeze")]
-    assert devel.startswith(shared) and devel.index("build-essential") > devel.index("pip freeze")
+    devel = plan.node("2.11.0-cu130-py3.11-devel/devel")
+    assert devel.parent == "2.11.0-cu130-py3.11-devel/torch"
+    # devel builds on the runtime chain: the same os, cuda and torch nodes (one image each)
+    def keyed_text(node: plan_mod.Node) -> str:
+        return node.rendered.dockerfile.replace(node.rendered.parent_image, "<parent>")
+
+    for layer in ("os", "cuda", "torch"):
+        node = plan.node(f"2.11.0-cu130-py3.11-devel/{layer}")
+        assert keyed_text(node) == keyed_text(plan.node(f"2.11.0-cu130-py3.11-runtime/{layer}"))
+    text = devel.rendered.dockerfile
+    assert "install -y --no-install-recommends build-essential ninja-build git" in text
+    assert not any("build-essential" in n.rendered.dockerfile for n in plan.nodes if n.entry.flavor == "runtime")
     # CUDA devel: nvcc and headers of the very toolkit torch pins, from NVIDIA's wheels, under CUDA_HOME
-    assert "'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2'" in devel  # quoted: a shell must not glob it
-    assert "RUN python3 /opt/imagebuilder/cuda_home.py 13.0 /usr/local/cuda" in devel
-    assert "CUDA_HOME" not in runtime and "cuda-toolkit[" not in runtime
-    cpu_devel = plan.node("2.8.0-cpu-py3.11-devel/base").rendered.dockerfile
+    assert "'cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2'" in text  # quoted: a shell must not glob it
+    assert "RUN python3 /opt/imagebuilder/cuda_home.py 13.0 /usr/local/cuda" in text
+    assert "_imagebuilder/cuda_home.py" in dict(devel.rendered.files)
+    cpu_devel = plan.node("2.8.0-cpu-py3.11-devel/devel").rendered.dockerfile
     assert "build-essential ninja-build" in cpu_devel and "CUDA_HOME" not in cpu_devel
 
 

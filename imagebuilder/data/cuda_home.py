@@ -19,10 +19,15 @@ import sysconfig
 
 
 def wheel_roots() -> list[str]:
-    base = os.path.join(sysconfig.get_paths()["purelib"], "nvidia")
-    if not os.path.isdir(base):
-        return []
-    return sorted(os.path.join(base, d) for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
+    """Every nvidia/<part> folder on this Python's path: the venv's own and the shared CUDA node's
+    (/opt/imagebuilder/cuda, through a .pth file)."""
+    roots: list[str] = []
+    for entry in [sysconfig.get_paths()["purelib"], *sys.path]:
+        base = os.path.join(entry, "nvidia")
+        if os.path.isdir(base):
+            roots += [os.path.join(base, d) for d in sorted(os.listdir(base))
+                      if os.path.isdir(os.path.join(base, d)) and os.path.join(base, d) not in roots]
+    return roots
 
 
 def link_tree(roots: list[str], dest: str) -> None:

@@ -1,0 +1,229 @@
+"""What a CUDA matrix costs a registry, in today's layout and in the shared-CUDA layout, on PyPI's real wheels.
+
+    python benchmarks/registry_bytes.py [--before REV] [--torch 2.12.0 --torch 2.12.1] [--out NAME]
+
+Both layouts build the same entries from one local wheelhouse (downloaded first, so neither pays PyPI's speed):
+the first --torch release in runtime and devel, and every further release in runtime, all cu130 and Python
+3.11 (the only Python Debian's bookworm ships; no other interpreter is reachable here). `before` is the project
+at REV (default: the commit before the shared CUDA node, 7a7ee18) with its one-layer `base` per entry; `after`
+is this checkout with the project's split tree (os -> cuda -> torch -> devel). Each layout stages its nodes
+(`imagebuilder stage`: build, push every node under its key tag) into a registry of its own, started empty.
+
+Reported per layout:
+- `unique_registry_bytes`: the sum of distinct blobs the registry stores (its blob folder);
+- `sum_image_bytes`: the sum, over the entries' leaf images, of their compressed layers (what a registry
+  without sharing would store);
+- `second_pull_bytes` and its ratio: what pulling each further entry transfers when the first entry's image is
+  already on the engine (its layers not in the first's, compressed, from the manifests);
+- `image_vs_content`: each leaf image's size against the bytes of its files (`du -sxb /` inside it);
+- `build_wall_s`: the stage command's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, save
+
+BEFORE = "7a7ee18"  # main before the shared CUDA node
+CA = "/etc/ssl/certs/ca-certificates.crt"
+AFTER_TREE = '[os, {layer: cuda, when: {accelerator: "cu*"}}, torch, {layer: devel, when: {flavor: devel}}]'
+
+
+def sh(*cmd: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def download(wheels: Path, releases: list[str], toolkit: str) -> float:
+    """Every wheel of every entry (Python 3.11, manylinux x86_64) into one wheelhouse; seconds taken."""
+    start = time.monotonic()
+    wheels.mkdir(parents=True, exist_ok=True)
+    for torch in releases:
+        sh(sys.executable, "-m", "pip", "download", "--isolated", "-q", "--only-binary=:all:", "--cert", CA,
+           "--index-url", "https://pypi.org/simple", "--dest", str(wheels), f"torch=={torch}",
+           *([toolkit] if torch == releases[0] else []))
+    return time.monotonic() - start
+
+
+def registry(port: int, root: Path) -> subprocess.Popen[bytes]:
+    conf = root / "config.yml"
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    conf.write_text(textwrap.dedent(f"""
+        version: 0.1
+        log: {{level: warn}}
+        storage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}
+        http: {{addr: 127.0.0.1:{port}}}
+        """))
+    proc = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(80):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+            return proc
+        except OSError:
+            time.sleep(0.25)
+    sys.exit(f"registry on {port} did not come up")
+
+
+def get(url: str, accept: str = "") -> Any:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+MANIFEST = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+
+
+def layers_of(port: int, repo: str, tag: str) -> list[tuple[str, int]]:
+    manifest = get(f"http://127.0.0.1:{port}/v2/{repo}/manifests/{tag}", MANIFEST)
+    return [(layer["digest"], int(layer["size"])) for layer in manifest["layers"]]
+
+
+def blob_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in (root / "data").rglob("data") if p.is_file() and "/blobs/" in str(p))
+
+
+def matrix(folder: Path, port: int, wheels: Path, tree: str, releases: list[str]) -> Path:
+    include = "".join(f'  - {{torch: "{t}", accelerator: cu130, python: "3.11", flavor: runtime}}\n'
+                      for t in releases[1:])
+    path = folder / "matrix.yaml"
+    path.write_text(textwrap.dedent(f"""
+        version: 1
+        base_image: debian:bookworm
+        registry: 127.0.0.1:{port}/bench
+        repository: cuda
+        layers: {tree}
+        torch_extras: []
+        build: {{wheelhouse: {wheels}}}
+        matrix:
+          torch: ["{releases[0]}"]
+          accelerator: [cu130]
+          python: ["3.11"]
+          flavor: [runtime, devel]
+        """).lstrip() + ("include:\n" + include if include else ""))
+    return path
+
+
+def measure(name: str, source: Path, port: int, wheels: Path, tree: str, releases: list[str],
+            work: Path) -> dict[str, Any]:
+    root = work / f"registry-{name}"
+    server = registry(port, root)
+    try:
+        (work / name).mkdir(parents=True, exist_ok=True)
+        path = matrix(work / name, port, wheels, tree, releases)
+        report = work / name / "report"
+        cmd = [sys.executable, "-m", "imagebuilder", "stage", "--matrix", str(path), "--report", str(report),
+               "--quiet", "--jobs", "1"]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(source)})
+        wall = time.monotonic() - start
+        if proc.returncode != 0:
+            sys.exit(f"{name}: stage failed ({proc.returncode})\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}")
+        nodes = json.loads((report / "report.json").read_text())["nodes"]
+        leaves = [n for n in nodes if n["leaf"]]
+        key_tag = {n["node"]: f"cache-{n['key'][:12]}" for n in nodes}
+        layers = {n["node"]: layers_of(port, "bench/cuda", key_tag[n["node"]]) for n in leaves}
+        first, *rest = leaves
+        have = {d for d, _ in layers[first["node"]]}
+        pulls = []
+        for leaf in rest:
+            size = sum(s for _, s in layers[leaf["node"]])
+            new = sum(s for d, s in layers[leaf["node"]] if d not in have)
+            pulls.append({"after": first["node"], "pull": leaf["node"], "image_bytes": size, "transferred_bytes": new,
+                          "ratio": round(new / size, 4)})
+        sizes = []
+        for leaf in leaves:
+            image = leaf["image"]
+            inspect = json.loads(sh("docker", "image", "inspect", image))[0]
+            du = sh("docker", "run", "--rm", "--user", "0", "--network", "none", "--entrypoint", "du", image,
+                    "-sxb", "/")
+            content = int(du.split()[0])
+            sizes.append({"node": leaf["node"], "image_bytes": inspect["Size"], "content_bytes": content,
+                          "ratio": round(inspect["Size"] / content, 4)})
+        return {
+            "source": str(source), "tree": tree, "build_wall_s": round(wall, 1), "command": " ".join(cmd[1:]),
+            "nodes": len(nodes), "leaves": [n["node"] for n in leaves],
+            "distinct_images": len({n["image"] for n in nodes}),
+            "unique_registry_bytes": blob_bytes(root),
+            "sum_image_bytes": sum(s for leaf in leaves for _, s in layers[leaf["node"]]),
+            "second_pull": pulls,
+            "image_vs_content": sizes,
+        }
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def cleanup() -> None:
+    """Every image of a layout off the engine, so the next layout starts with none of it."""
+    ids = sh("docker", "images", "-aq", "--filter", "label=io.imagebuilder.key").split()
+    if ids:
+        subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True, check=False)
+    sh("docker", "image", "prune", "-f")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", default=BEFORE, help="the revision of today's layout")
+    parser.add_argument("--torch", action="append", dest="releases", help="torch releases (cu130); the first in "
+                        "runtime and devel, the others in runtime (default: 2.12.0 2.12.1, which pin the same "
+                        "CUDA libraries)")
+    parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".registry-bytes")
+    parser.add_argument("--out", default="registry_bytes")
+    parser.add_argument("--only", choices=("before", "after"), help="measure one layout (a partial run)")
+    args = parser.parse_args()
+    releases = args.releases or ["2.12.0", "2.12.1"]
+    work = args.work
+    wheels = work / "wheels"
+    toolkit = "cuda-toolkit[cccl,crt,nvcc,nvvm]==13.0.2"
+    fetched = download(wheels, releases, toolkit)
+    before_src = work / "before-src"
+    if not before_src.exists():
+        sh("git", "worktree", "add", "--detach", str(before_src), args.before)
+    layouts = {"before": (before_src, 5101, "[base]"), "after": (ROOT, 5102, AFTER_TREE)}
+    results: dict[str, Any] = {}
+    command = "python benchmarks/registry_bytes.py " + " ".join(sys.argv[1:])
+    for name, (source, port, tree) in layouts.items():
+        if args.only and name != args.only:
+            continue
+        shutil.rmtree(work / f"registry-{name}", ignore_errors=True)
+        shutil.rmtree(work / name, ignore_errors=True)
+        print(f"{name}: staging from {source} into 127.0.0.1:{port}", flush=True)
+        results[name] = measure(name, source, port, wheels, tree, releases, Path(tempfile.mkdtemp(dir=work)))
+        print(json.dumps(results[name], indent=1), flush=True)
+        cleanup()
+        save(args.out + ("_partial" if args.only else ""), {"releases": releases, "python": ["3.11"],
+                                                             "wheel_download_s": round(fetched, 1),
+                                                             "layouts": results}, command)
+    if "before" in results and "after" in results:
+        b, a = results["before"], results["after"]
+        summary = {
+            "unique_registry_ratio": round(a["unique_registry_bytes"] / b["unique_registry_bytes"], 4),
+            "second_pull_ratio_after": [p["ratio"] for p in a["second_pull"]],
+            "second_pull_ratio_before": [p["ratio"] for p in b["second_pull"]],
+            "image_vs_content_after": max(s["ratio"] for s in a["image_vs_content"]),
+            "goals": {"unique_registry_ratio": 0.40, "second_pull_ratio": 0.30, "image_vs_content": 1.05},
+        }
+        save(args.out, {"releases": releases, "python": ["3.11"], "wheel_download_s": round(fetched, 1),
+                        "layouts": results, "summary": summary}, command)
+        print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
