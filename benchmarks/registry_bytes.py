@@ -158,7 +158,7 @@ def measure(name: str, source: Path, port: int, wheels: Path, tree: str, release
                           "ratio": round(inspect["Size"] / content, 4)})
         return {
             "source": str(source), "tree": tree, "build_wall_s": round(wall, 1), "command": " ".join(cmd[1:]),
-            "nodes": len(nodes), "leaves": [n["node"] for n in leaves],
+            "nodes": len(nodes), "leaves": [n["node"] for n in leaves], "images": sorted({n["image"] for n in nodes}),
             "distinct_images": len({n["image"] for n in nodes}),
             "unique_registry_bytes": blob_bytes(root),
             "sum_image_bytes": sum(s for leaf in leaves for _, s in layers[leaf["node"]]),
@@ -170,11 +170,10 @@ def measure(name: str, source: Path, port: int, wheels: Path, tree: str, release
         server.wait(timeout=30)
 
 
-def cleanup() -> None:
-    """Every image of a layout off the engine, so the next layout starts with none of it."""
-    ids = sh("docker", "images", "-aq", "--filter", "label=io.imagebuilder.key").split()
-    if ids:
-        subprocess.run(["docker", "rmi", "-f", *sorted(set(ids))], capture_output=True, check=False)
+def cleanup(images: list[str]) -> None:
+    """The layout's images off the engine (by the IDs its report names), so the next layout starts with none."""
+    if images:
+        subprocess.run(["docker", "rmi", "-f", *sorted(set(images))], capture_output=True, check=False)
     sh("docker", "image", "prune", "-f")
 
 
@@ -207,7 +206,7 @@ def main() -> None:
         print(f"{name}: staging from {source} into 127.0.0.1:{port}", flush=True)
         results[name] = measure(name, source, port, wheels, tree, releases, Path(tempfile.mkdtemp(dir=work)))
         print(json.dumps(results[name], indent=1), flush=True)
-        cleanup()
+        cleanup(results[name]["images"])
         save(args.out + ("_partial" if args.only else ""), {"releases": releases, "python": ["3.11"],
                                                              "wheel_download_s": round(fetched, 1),
                                                              "layouts": results}, command)
