@@ -51,13 +51,17 @@ def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.Capt
     # plan -> stage (waves, CPU runners) -> verify (the entry's runners: GPU for CUDA) -> publish (one job)
     assert jobs["stage-wave0"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.wave0) }}"
     assert jobs["stage-wave1"]["needs"] == ["plan", "stage-wave0"]
-    assert "stage-wave1" in jobs["verify"]["needs"] and jobs["publish"]["needs"] == "verify"
+    assert jobs["stage-wave2"]["needs"] == ["plan", "stage-wave0", "stage-wave1"]
+    assert "stage-wave2" in jobs["verify"]["needs"] and jobs["publish"]["needs"] == "verify"
+    # the project's matrix needs every wave the workflow has, and no more (os shared by all, torch by two)
+    waves = {job["wave"] for job in generated(capsys)["include"]}
+    assert waves == {0, 1, 2} and "--wave 3" in plan_step["run"]
     assert jobs["verify"]["runs-on"] == "${{ matrix.runs_on }}"
     steps = {name: yaml.safe_dump(job) for name, job in jobs.items()}
     assert "imagebuilder stage" in steps["stage-wave0"] and "imagebuilder stage" in steps["stage-wave1"]
     assert "imagebuilder verify" in steps["verify"] and "imagebuilder build" not in "".join(steps.values())
     assert "imagebuilder publish --matrix" in steps["publish"] and "--only" not in steps["publish"]
-    for name in ("stage-wave0", "stage-wave1", "verify"):
+    for name in ("stage-wave0", "stage-wave1", "stage-wave2", "verify"):
         used = set(re.findall(r"matrix\.([A-Za-z_]+)", steps[name]))
         assert {"id", "only"} <= used
         for job in generated(capsys)["include"]:
