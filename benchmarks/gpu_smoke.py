@@ -125,6 +125,7 @@ def main() -> None:
     result = {
         "benchmark": args.name,
         "command": f"python3 benchmarks/gpu_smoke.py --out $OUT --name {args.name}"
+                   + (f" --matrix {args.matrix}" if args.matrix != "tests/gpu/matrix.yaml" else "")
                    + (" --host-headers" if args.host_headers else "") + (" --host-cuda" if args.host_cuda else ""),
         "build_command": " ".join(build_cmd),
         "host_suite_command": "python3 imagebuilder/smoke/suite.py --expect <the entry's expectations> --report ...",

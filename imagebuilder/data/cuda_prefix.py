@@ -15,6 +15,7 @@ import glob
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -37,7 +38,12 @@ def seal(prefix: str) -> int:
     os.makedirs(os.path.dirname(CONF), exist_ok=True)
     with open(CONF, "w", encoding="utf-8") as f:
         f.write("".join(folder + "\n" for folder in folders))
-    subprocess.run(["ldconfig"], check=True)
+    ldconfig = shutil.which("ldconfig", path=os.pathsep.join([os.environ.get("PATH", ""), "/sbin", "/usr/sbin"]))
+    if ldconfig is None:
+        print("imagebuilder: no ldconfig in this image: the loader's cache cannot name the CUDA libraries' folders",
+              file=sys.stderr)
+        return 1
+    subprocess.run([ldconfig], check=True)
     print(f"CUDA libraries in {prefix}: {len(glob.glob(os.path.join(prefix, '*.dist-info')))} wheels, "
           f"{len(folders)} library folders on the loader's path")
     return 0
