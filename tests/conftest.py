@@ -32,12 +32,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # Under pytest-xdist (`make test` runs `-n 2`) the integration tests keep to two workers, as two units of
 # work: the CUDA images (bound by the disk: gigabytes of wheels unpacked and committed) build on one while
 # every other integration test (bound by the CPU, sharing one session chain) runs on the other; each unit
-# test is a unit of its own and goes to whichever worker is free. The development images (a module that
-# builds its own devel chain, ~4 min, and needs no session chain) join the CUDA unit, so both workers end at
-# about the same time (ci_time.json: 1141 s of integration against 487 s of CUDA before). (A scheduler of our
-# own: xdist's `loadgroup` marks do not survive pytest 9's node ids.)
-WORK_UNITS = (("tests/integration/test_cuda_image.py", "cuda-images"),
-              ("tests/integration/test_dev_images.py", "cuda-images"), ("tests/integration/", "integration"))
+# test is a unit of its own and goes to whichever worker is free. The modules that need no session chain (the
+# development images, ~4 min with their own devel chain; the registry faults; the three-machine steps) join
+# the CUDA unit, so that both workers end at about the same time (ci_time.json, fresh clone of 0306d55: 1038 s
+# of chain-bound integration against 789 s of CUDA and development images). (A scheduler of our own: xdist's
+# `loadgroup` marks do not survive pytest 9's node ids.)
+WORK_UNITS = (("tests/integration/test_cuda_image.py", "no-chain"),
+              ("tests/integration/test_dev_images.py", "no-chain"),
+              ("tests/integration/test_registry_faults.py", "no-chain"),
+              ("tests/integration/test_steps.py", "no-chain"),
+              ("tests/integration/", "integration"))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
