@@ -464,8 +464,26 @@ def _wheel_libraries() -> dict[str, list[str]]:
     for dist in md.distributions():
         name = str(dist.metadata["Name"] or "").lower()
         if name.startswith("nvidia-") or name == "torch":
-            out[name] = [str(dist.locate_file(f)) for f in dist.files or [] if ".so" in f.name]
+            files = record_paths(dist.read_text("RECORD"))
+            if files is None:  # no RECORD, or one this user cannot read (importlib.metadata says nothing then)
+                out.setdefault(name, []).append(str(dist.locate_file(UNREADABLE_RECORD)))
+                continue
+            out.setdefault(name, []).extend(str(dist.locate_file(f)) for f in files if ".so" in os.path.basename(f))
     return out
+
+
+UNREADABLE_RECORD = "<its RECORD: missing or unreadable by this user, so its libraries cannot be checked>"
+
+
+def record_paths(text: str | None) -> list[str] | None:
+    """The paths a wheel's RECORD lists, read from the file itself: Python 3.12's `Distribution.files` leaves out
+    the files that no longer exist, which is exactly what this check looks for (an H100 image on Python 3.12
+    passed with cuDNN's engines deleted)."""
+    if text is None:
+        return None
+    import csv
+
+    return [row[0] for row in csv.reader(text.splitlines()) if row and row[0]]
 
 
 def _wheel_dirs(torch: Any) -> tuple[list[str], list[str]]:

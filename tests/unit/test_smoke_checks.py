@@ -3,9 +3,13 @@ numbers a clean image gives (it passes) and those a broken one gives (it fails, 
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -313,3 +317,28 @@ def test_init_and_barrier_are_real_checks() -> None:
     assert [got[n]["status"] for n in got] == ["pass", "pass", "pass", "pass", "fail"]
     got = suite.collectives_records([rank_report(0), rank_report(1, all_gather=[0.0, 0.0, 0.0, 0.0])], "gloo", 2)
     assert got[2]["status"] == "fail" and "all_gather gave" in got[2]["reason"]
+
+
+def test_a_library_gone_from_disk_is_found_from_the_record_itself(tmp_path: Path) -> None:
+    """Python 3.12's importlib.metadata leaves files that no longer exist out of `Distribution.files`, so on the
+    GPU host's Python 3.12 the cuda_lib_missing mutant passed versions.cuda_libraries (missed on an H100). The
+    RECORD is read as it is written; a wheel without a readable RECORD is itself named."""
+    info = tmp_path / "nvidia_cudnn_cu13-9.19.0.56.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-cudnn-cu13\nVersion: 9.19.0.56\n")
+    (tmp_path / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    (tmp_path / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9").write_bytes(b"x")
+    (info / "RECORD").write_text("nvidia/cudnn/lib/libcudnn.so.9,sha256=a,1\n"
+                                 "nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9,sha256=b,1\n"
+                                 "nvidia_cudnn_cu13-9.19.0.56.dist-info/RECORD,,\n")
+    other = tmp_path / "nvidia_nccl_cu13-2.28.9.dist-info"  # no RECORD at all
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-nccl-cu13\nVersion: 2.28.9\n")
+    code = ("import sys, json, os; sys.path.insert(0, sys.argv[1]); import suite; "
+            "print(json.dumps(suite.missing_wheel_files(suite._wheel_libraries(), os.path.exists)))")
+    run = subprocess.run([sys.executable, "-S", "-c", code, str(Path(suite.__file__).parent)], capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=60)
+    missing = json.loads(run.stdout)
+    assert missing[0] == f"nvidia-cudnn-cu13: {tmp_path}/nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9", run
+    assert len(missing) == 2 and missing[1].startswith("nvidia-nccl-cu13: ") and "RECORD" in missing[1], run
+    assert suite.record_paths(None) is None
