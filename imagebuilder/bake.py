@@ -15,7 +15,7 @@ from typing import Any
 
 from . import keys
 from .loopback import stable_port
-from .plan import Node, Plan, identities
+from .plan import Node, Plan
 from .render import FIND_LINKS_ARG
 from .tags import KEY_PENDING
 
@@ -29,15 +29,13 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
     """One target per distinct image: nodes of several entries with one content (the shared OS, CUDA and
     torch nodes) are one target that carries every tag of theirs, and children build on that target."""
     targets: dict[str, Any] = {}
-    same = identities(plan)
-    first: dict[str, Node] = {}  # identity -> the node whose target builds it
+    first = keys.first_of(keys.identities(plan))
     for node in plan.nodes:
         tags = [t for t in node.tags if KEY_PENDING not in t] + list(node.aliases)
-        if same[node.id] in first:
-            targets[target_name(first[same[node.id]])]["tags"] += [t for t in tags if t not in
-                                                                 targets[target_name(first[same[node.id]])]["tags"]]
+        if first[node.id] != node.id:  # the same image as an earlier node: its target carries this node's tags
+            shared = targets[target_name(plan.node(first[node.id]))]["tags"]
+            shared += [t for t in tags if t not in shared]
             continue
-        first[same[node.id]] = node
         folder = os.path.relpath(contexts / node.id, relative_to)
         target: dict[str, Any] = {
             "context": folder,
@@ -51,7 +49,7 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
             port = stable_port(str(node.entry.build.wheelhouse.resolve()))
             target["args"] = {FIND_LINKS_ARG: f"http://127.0.0.1:{port}/"}
         if node.parent is not None:
-            parent = first[same[node.parent]]
+            parent = plan.node(first[node.parent])
             target["contexts"] = {node.rendered.parent_image: f"target:{target_name(parent)}"}
         targets[target_name(node)] = target
     groups = {"default": {"targets": [target_name(n) for n in plan.nodes if n.leaf]}}

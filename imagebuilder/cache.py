@@ -21,7 +21,7 @@ from . import keys
 from . import tags as tagging
 from .engine import Engine
 from .errors import EngineError
-from .plan import Decision, Node, Plan, State, identities
+from .plan import Decision, Node, Plan, State
 from .registry import Registry, split_reference
 
 
@@ -154,18 +154,16 @@ def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:
 def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> Plan:
     """Each node's decision (`build`, `cached` with where, or `unknown` without a key) and why, in plan order."""
     decided: dict[str, Node] = {}
-    same = identities(plan)
-    first: dict[str, str] = {}  # identity -> the first node of the plan that has it
+    first = keys.first_of(keys.identities(plan))
     for node in plan.nodes:
         parent = decided.get(node.parent) if node.parent else None
-        twin = decided.get(first.get(same[node.id], ""))
-        if twin is not None:  # nodes of several entries with one content: built (or pulled) once, by the first
+        if first[node.id] != node.id:  # nodes of several entries with one content: built (or pulled) once, by the first
+            twin = decided[first[node.id]]
             said = "one build for both" if twin.status == State.BUILD else twin.reason
             decision = dataclasses.replace(twin.decision, same_as=twin.id, reason=f"the same image as {twin.id} "
                                            f"({said})")
             decided[node.id] = dataclasses.replace(node, decision=decision)
             continue
-        first[same[node.id]] = node.id
         if not node.key:
             why = f"base image {node.base_image or '?'} is not on the engine (a build pulls it)"
             decision = Decision(State.UNKNOWN, "parent's key is unknown" if parent is not None else why)

@@ -179,11 +179,9 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
                       highlight=False)
         unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to resolve the base image")
-        same = plan_mod.identities(the_plan)  # shared nodes are known without keys
-        first: dict[str, str] = {}
+        first = keys.first_of(keys.identities(the_plan))  # shared nodes are known without keys
         the_plan = the_plan.with_nodes([dataclasses.replace(n, decision=dataclasses.replace(
-            unknown, same_as=None if first.setdefault(same[n.id], n.id) == n.id else first[same[n.id]]))
-            for n in the_plan.nodes])
+            unknown, same_as=None if first[n.id] == n.id else first[n.id])) for n in the_plan.nodes])
     fmt = "json" if as_json else fmt
     if explain:
         explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())

@@ -15,10 +15,13 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .plan import Node, Plan
 from .render import CONTEXT_DIR, VERSIONS_PATH
 from .tags import KEY_PENDING
+
+if TYPE_CHECKING:  # keys reads plans; plan.waves reads keys.identities
+    from .plan import Node, Plan
 
 SCHEME = "imagebuilder-key/2"
 KEY_LABEL = "io.imagebuilder.key"
@@ -111,6 +114,25 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
 
     cover = tuple((ref.replace(KEY_PENDING, target_key(covered)), covered) for ref, covered in plan.alias_cover)
     return dataclasses.replace(plan.with_nodes([keyed[n.id] for n in plan.nodes]), alias_cover=cover)
+
+
+def identities(plan: Plan) -> dict[str, str]:
+    """node id -> what its image is made of: its key; before its base image is resolved (no engine, a base not
+    pulled yet), the same key with the base image's name standing in for its ID. Nodes of several entries with
+    one identity are one image: built once (`cache.decide`), one bake target, staged once (`plan.waves`)."""
+    hasher = _Hasher()
+    same: dict[str, str] = {}
+    for node in plan.nodes:
+        below = same[node.parent] if node.parent else f"base {node.base_image}"
+        same[node.id] = node.key or node_key(node, below, hasher)[0]
+    return same
+
+
+def first_of(same: Mapping[str, str]) -> dict[str, str]:
+    """node id -> the first node, in plan order, of its identity (`identities`): itself, or the node whose
+    image it is."""
+    first: dict[str, str] = {}
+    return {node_id: first.setdefault(identity, node_id) for node_id, identity in same.items()}
 
 
 def node_key(node: Node, parent_key: str, hasher: _Hasher | None = None) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -122,6 +122,11 @@ class SmokeSettings:
     gpu_floors: tuple[tuple[str, float], ...] = ()  # GPU name (substring) -> bf16 TFLOP/s floor, for unlisted GPUs
 
 
+# The resolved versions of an entry (Entry.versions): labels, expectations, and what a template may depend on.
+VERSION_FIELDS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
+                  "torchaudio")
+
+
 @dataclass(frozen=True)
 class Entry:
     """One resolved point of the matrix. Nothing mutates it after `load()`."""
@@ -157,18 +162,7 @@ class Entry:
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
-        return {
-            "torch": self.torch,
-            "accelerator": self.accelerator,
-            "python": self.python,
-            "flavor": self.flavor,
-            "cuda": self.cuda,
-            "cudnn": self.cudnn,
-            "nccl": self.nccl,
-            "triton": self.triton,
-            "torchvision": self.torchvision,
-            "torchaudio": self.torchaudio,
-        }
+        return {name: getattr(self, name) for name in VERSION_FIELDS}
 
     def leaves(self) -> tuple[LayerSpec, ...]:
         parents = {spec.parent for spec in self.layers}

@@ -10,15 +10,15 @@ import dataclasses
 import datetime
 import fnmatch
 import functools
-import hashlib
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from . import keys
 from . import tags as tagging
 from .errors import InputError
 from .layers import Layer, LayerCatalog
-from .matrix import Entry, Matrix
+from .matrix import VERSION_FIELDS, Entry, Matrix
 from .render import RenderedNode, Renderer
 
 
@@ -224,39 +224,17 @@ def scope_of(reads: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """The version fields a template depends on (see READS), or None when it depends on the entry itself."""
     if reads is None or any(name in ENTRY_WIDE for name in reads):
         return None
-    fields = {"torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
-              "torchaudio"}
     out: set[str] = set()
     for name in reads:
-        out.update(READS.get(name, (name,) if name in fields else ()))
+        out.update(READS.get(name, (name,) if name in VERSION_FIELDS else ()))
     return tuple(sorted(out))
-
-
-def identities(plan: Plan) -> dict[str, str]:
-    """node id -> what its image is made of: its key once the base image is resolved, else its rendered text
-    (parent's reference as `<parent>`), its files and the same down its chain to its base image's name. Nodes
-    of several entries with one identity are one image: built once (`cache.decide`), staged once (`waves`)."""
-    same: dict[str, str] = {}
-    for node in plan.nodes:
-        if node.key:
-            same[node.id] = node.key
-            continue
-        below = same[node.parent] if node.parent else f"base {node.base_image}"
-        files = sorted((rel, hashlib.sha256(data).hexdigest()) for rel, data in node.rendered.files)
-        text = node.rendered.dockerfile.replace(node.rendered.parent_image, "<parent>")
-        # what its labels say (keys.content_labels): the versions of its scope, or the entry itself
-        versions = node.entry.versions()
-        said = node.entry.id if node.scope is None else [(name, versions.get(name)) for name in node.scope]
-        labels = (said, node.layer.description, node.entry.user.settings(), node.entry.overrides)
-        same[node.id] = hashlib.sha256(repr((text, files, below, labels)).encode()).hexdigest()
-    return same
 
 
 def waves(plan: Plan) -> dict[str, int]:
     """entry id -> the wave its stage job runs in: an entry that shares a node with an entry before it (one
-    identity: `identities`) waits for that entry's wave, which stages the shared node once; the later one
+    identity: `keys.identities`) waits for that entry's wave, which stages the shared node once; the later one
     finds it in the registry."""
-    same = identities(plan)
+    same = keys.identities(plan)
     owner: dict[str, str] = {}  # identity -> the entry that stages it
     out: dict[str, int] = {}
     for entry in plan.entries():

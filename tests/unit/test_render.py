@@ -30,8 +30,8 @@ def test_golden_dockerfiles_of_the_default_matrix(update_golden: bool) -> None:
     that is the same image as an earlier one, a shared os, cuda or torch node, has the first one's golden file).
     After an intended template change: pytest tests/unit/test_render.py --update-golden, and review the diff."""
     plan = default_plan()
-    same, first = plan_mod.identities(plan), dict[str, str]()
-    nodes = [n for n in plan.nodes if first.setdefault(same[n.id], n.id) == n.id]
+    first = keys.first_of(keys.identities(plan))
+    nodes = [n for n in plan.nodes if first[n.id] == n.id]
     assert nodes, "the default matrix plans no nodes"
     expected_files = {GOLDEN / n.id / "Dockerfile" for n in nodes}
     if update_golden:
