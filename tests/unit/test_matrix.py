@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,43 @@ layers: {layers}
 matrix: {{torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}}
 """)
     with pytest.raises(InputError, match=message):
+        load(path, table)
+
+
+def test_when_keeps_a_node_to_the_entries_it_matches(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    """A node left out by `when:` hands its children to its parent: devel sits between base and task only in
+    devel entries, a CUDA-only node is left out of CPU entries."""
+    path = write_matrix("""
+base_image: debian:bookworm
+registry: r:5000
+repository: p
+layers:
+  - base
+  - {layer: cuda, when: {accelerator: "cu*"}}
+  - {layer: devel, when: {flavor: [devel]}}
+  - task
+matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"], flavor: [runtime, devel]}
+""")
+    trees = {e.flavor: [(s.name, s.parent) for s in e.layers] for e in load(path, table).entries}
+    assert trees == {"runtime": [("base", None), ("task", "base")],
+                     "devel": [("base", None), ("devel", "base"), ("task", "devel")]}
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    ("{flavour: devel}", "unknown key 'flavour'"),
+    ("{flavor: []}", "`when: flavor` needs at least one value"),
+    ("{flavor: 'devel; id'}", "invalid glob 'devel; id'"),
+    ("{flavor: gpu}", "no layer of the tree applies"),
+])
+def test_when_errors(write_matrix: MatrixWriter, table: CompatTable, when: str, message: str) -> None:
+    path = write_matrix(f"""
+base_image: debian:bookworm
+registry: r:5000
+repository: p
+layers: [{{layer: base, when: {when}}}]
+matrix: {{torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}}
+""")
+    with pytest.raises(InputError, match=re.escape(message)):
         load(path, table)
 
 
