@@ -8,24 +8,22 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import http.server
 import io
 import json
 import os
 import shutil
 import subprocess
 import tarfile
-import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from imagebuilder.engine import Engine
 
+from ..auth_index import auth_index, basic
 from .conftest import ROOT, Chain, CliRun, cpu_matrix, report
 
 INERT = [c for c in yaml.safe_load((ROOT / "tests" / "hostile" / "values.yaml").read_text()) if c["expect"] == "inert"]
@@ -115,46 +113,17 @@ def basic_auth_index(user: str, password: str, project: str, version: str) -> It
     """A PEP 503 index on loopback that answers only with the right credentials: (its URL, the Authorization
     headers it was sent)."""
     filename, data = wheel(project, version)
-    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    seen: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
+    def respond(path: str, port: int) -> tuple[int, dict[str, str], bytes]:
+        if path.rstrip("/") == f"/simple/{project}":  # an absolute link back to the index itself
+            link = f"http://127.0.0.1:{port}/files/{filename}#sha256={hashlib.sha256(data).hexdigest()}"
+            return 200, {"Content-Type": "text/html"}, f'<a href="{link}">{filename}</a>'.encode()
+        if path == f"/files/{filename}":
+            return 200, {"Content-Type": "application/octet-stream"}, data
+        return 404, {}, b""
 
-        def do_GET(self) -> None:
-            seen.append(self.headers.get("Authorization") or "")
-            if self.headers.get("Authorization") != expected:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="itest"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            port = self.server.server_address[1]
-            if self.path.rstrip("/") == f"/simple/{project}":  # an absolute link back to the index itself
-                body = (f'<a href="http://127.0.0.1:{port}/files/{filename}#sha256='
-                        f'{hashlib.sha256(data).hexdigest()}">{filename}</a>').encode()
-                kind = "text/html"
-            elif self.path == f"/files/{filename}":
-                body, kind = data, "application/octet-stream"
-            else:
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with auth_index(basic(user, password), respond) as served:
+        yield served
 
 
 def every_layer(image: str) -> Iterator[tuple[str, bytes]]:

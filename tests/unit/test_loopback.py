@@ -3,9 +3,6 @@ them nowhere else), and where those credentials come from."""
 
 from __future__ import annotations
 
-import base64
-import http.server
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,45 +13,24 @@ import pytest
 
 from imagebuilder.loopback import Credentials, index_credentials, serve_indexes
 
-AUTH = "Basic " + base64.b64encode(b"u:pw-123456").decode()
+from ..auth_index import auth_index, basic
+
+AUTH = basic("u", "pw-123456")
+
+
+def respond(path: str, port: int) -> tuple[int, dict[str, str], bytes]:
+    if path == "/elsewhere":
+        return 302, {"Location": "https://files.example/p.whl"}, b""
+    body = (f'<a href="http://127.0.0.1:{port}/files/p.whl">p</a>'
+            '<a href="https://files.example/q.whl">q</a>').encode()
+    return 200, {"Content-Type": "text/html"}, body
 
 
 @pytest.fixture
 def upstream() -> Iterator[tuple[str, list[str]]]:
     """An index that answers only with AUTH: (its URL, the Authorization headers it saw)."""
-    seen: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            seen.append(self.headers.get("Authorization") or "")
-            if self.headers.get("Authorization") != AUTH:
-                self.send_response(401)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            port = self.server.server_address[1]
-            if self.path == "/elsewhere":
-                self.send_response(302)
-                self.send_header("Location", "https://files.example/p.whl")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            body = (f'<a href="http://127.0.0.1:{port}/files/p.whl">p</a>'
-                    '<a href="https://files.example/q.whl">q</a>').encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
-    server.shutdown()
-    server.server_close()
+    with auth_index(AUTH, respond) as served:
+        yield served
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
