@@ -19,7 +19,8 @@ from .cache import Cache, cache_ref
 from .compat import CompatTable
 from .engine import Engine
 from .errors import ImageBuilderError
-from .matrix import Entry, SmokeSettings
+from .keys import LABEL_PREFIX
+from .matrix import VERSION_FIELDS, Entry, SmokeSettings
 from .passes import LocalPasses, PassRecord, RegistryPasses
 from .plan import Node, Plan
 from .registry import Registry, split_reference
@@ -42,27 +43,25 @@ def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, 
     return expect
 
 
-VERSION_KEYS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
-                "torchaudio")
-CHECKS_LABEL = "io.imagebuilder.checks"  # the layer checks an image inherits, as JSON (not part of the key)
+CHECKS_LABEL = f"{LABEL_PREFIX}.checks"  # the layer checks an image inherits, as JSON (not part of the key)
 
 
 def image_expectations(labels: dict[str, str], table: CompatTable) -> dict[str, Any] | None:
     """What the suite checks in an image built by imagebuilder, read from its own labels: the resolved
     versions (a version it has no label for is expected absent), the user, overrides, the driver floor of
     its CUDA, and the default floors. None when the image carries no imagebuilder version labels."""
-    prefix = "io.imagebuilder.version."
+    prefix = f"{LABEL_PREFIX}.version."
     if f"{prefix}torch" not in labels:
         return None
-    expect: dict[str, Any] = {key: labels.get(prefix + key) for key in VERSION_KEYS}
-    uid, _, rest = labels.get("io.imagebuilder.user", "").partition(":")
+    expect: dict[str, Any] = {key: labels.get(prefix + key) for key in VERSION_FIELDS}
+    uid, _, rest = labels.get(f"{LABEL_PREFIX}.user", "").partition(":")
     gid, _, home = rest.partition(":")
     if uid.isdigit() and gid.isdigit():
         expect["user"] = {"uid": int(uid), "gid": int(gid), "home": home}
     cuda = expect.get("cuda")
     expect.update(driver_floor=table.min_driver(cuda) if cuda else None,
                   throughput_floor=SmokeSettings.throughput_floor, cpu_gflops_floor=SmokeSettings.cpu_gflops_floor)
-    if "nvidia-cudnn" in labels.get("io.imagebuilder.overrides", ""):
+    if "nvidia-cudnn" in labels.get(f"{LABEL_PREFIX}.overrides", ""):
         expect["cudnn_override"] = True
     return expect
 
