@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, save
+
+from imagebuilder.registry import Registry
 
 BEFORE = "7a7ee18"  # main before the shared CUDA node
 CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -80,18 +83,10 @@ def registry(port: int, root: Path) -> subprocess.Popen[bytes]:
     sys.exit(f"registry on {port} did not come up")
 
 
-def get(url: str, accept: str = "") -> Any:
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
-
-
-MANIFEST = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
-
-
 def layers_of(port: int, repo: str, tag: str) -> list[tuple[str, int]]:
-    manifest = get(f"http://127.0.0.1:{port}/v2/{repo}/manifests/{tag}", MANIFEST)
-    return [(layer["digest"], int(layer["size"])) for layer in manifest["layers"]]
+    """The compressed layers an image's manifest names: (digest, size)."""
+    body, _ = Registry.for_host(f"127.0.0.1:{port}").manifest(repo, tag)
+    return [(layer["digest"], int(layer["size"])) for layer in json.loads(body)["layers"]]
 
 
 def blob_bytes(root: Path) -> int:
