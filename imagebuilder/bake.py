@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import keys
-from .loopback import stable_port
+from .loopback import wheelhouse_port
 from .plan import Node, Plan
 from .render import FIND_LINKS_ARG
 from .tags import KEY_PENDING
@@ -46,8 +46,7 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
             "network": node.entry.build.network,
         }
         if node.entry.build.wheelhouse:  # pip reads the served wheelhouse's URL from a build arg
-            port = stable_port(str(node.entry.build.wheelhouse.resolve()))
-            target["args"] = {FIND_LINKS_ARG: f"http://127.0.0.1:{port}/"}
+            target["args"] = {FIND_LINKS_ARG: f"http://127.0.0.1:{wheelhouse_port(node.entry.build.wheelhouse)}/"}
         if node.parent is not None:
             parent = plan.node(first[node.parent])
             target["contexts"] = {node.rendered.parent_image: f"target:{target_name(parent)}"}

@@ -40,6 +40,12 @@ def stable_port(key: str) -> int:
     return 20000 + zlib.crc32(key.encode()) % 20000
 
 
+def wheelhouse_port(folder: Path) -> int:
+    """The stable port of a wheelhouse (a build is given the port it really got as a build arg; the bake export
+    names this one)."""
+    return stable_port(str(folder.resolve()))
+
+
 @dataclass(frozen=True)
 class Credentials:
     user: str
@@ -101,7 +107,7 @@ def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
     urls: dict[Path, str] = {}
     with _serving(servers):
         for folder in sorted(folders):
-            server = _server(stable_port(str(folder.resolve())), functools.partial(_Quiet, directory=str(folder)))
+            server = _server(wheelhouse_port(folder), functools.partial(_Quiet, directory=str(folder)))
             servers.append(server)
             urls[folder] = f"http://127.0.0.1:{server.server_address[1]}/"
         yield urls
