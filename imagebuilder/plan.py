@@ -186,8 +186,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
             rendered = renderer.render(entry, layer, node_id, parent_image, root=spec.parent is None)
             below = () if spec.parent is None else scopes[spec.parent]
             own = scope_of(renderer.reads(layer))
-            scopes[spec.name] = None if spec.name in leaves or below is None or own is None else \
-                tuple(sorted({*below, *own}))
+            scopes[spec.name] = None if below is None or own is None else tuple(sorted({*below, *own}))
             nodes.append(Node(
                 id=node_id,
                 name=spec.name,

@@ -74,7 +74,11 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     base, business, task = (nodes[f"2.13.0-cpu-py3.11-runtime/{x}"] for x in ("base", "business", "task"))
     labels = engine.inspect(task["image"])["Config"]["Labels"]
     assert labels["org.opencontainers.image.base.digest"] == business["image"]
-    assert labels["io.imagebuilder.node"] == "2.13.0-cpu-py3.11-runtime/task"
+    # content only, a leaf's too: the layer and its scope, never the entry (another entry may share the image)
+    assert labels["io.imagebuilder.layer"] == "task" and "io.imagebuilder.node" not in labels
+    assert labels["io.imagebuilder.scope"] == "accelerator,cuda,cudnn,flavor,nccl,python,torch,torchaudio," \
+        "torchvision,triton"
+    assert labels["io.imagebuilder.version.flavor"] == "runtime"
     assert labels["io.imagebuilder.version.torch"] == "2.13.0"
     assert labels["io.imagebuilder.version.accelerator"] == "cpu"
     assert engine.inspect(business["image"])["Config"]["Labels"]["org.opencontainers.image.base.digest"] \

@@ -20,7 +20,7 @@ TREE = """
 base_image: debian:bookworm
 registry: 127.0.0.1:5000/ml
 repository: pytorch
-layers: [base, business, task, {layer: task, name: eval, parent: business}]
+layers: [base, business, task, {layer: jupyter, name: eval, parent: business}]
 matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
 """
 

@@ -37,7 +37,10 @@ def test_plan_json_of_the_default_matrix() -> None:
     assert by_id["2.11.0-cu130-py3.11-devel/torch"]["same_as"] == "2.11.0-cu130-py3.11-runtime/torch"
     assert by_id["2.11.0-cu130-py3.11-devel/devel"]["same_as"] is None
     assert by_id["2.11.0-cu130-py3.11-runtime/cuda"]["scope"] == ["accelerator", "cuda", "cudnn", "nccl"]
-    assert by_id["2.11.0-cu130-py3.11-runtime/jupyter"]["scope"] is None  # a leaf is its entry's own
+    # a leaf states its scope too: what is below it (no flavor on the runtime chain, which devel builds on)
+    assert by_id["2.11.0-cu130-py3.11-runtime/jupyter"]["scope"] == [
+        "accelerator", "cuda", "cudnn", "nccl", "python", "torch", "torchaudio", "torchvision", "triton"]
+    assert by_id["2.11.0-cu130-py3.11-devel/jupyter"]["scope"][:5] == ["accelerator", "cuda", "cudnn", "flavor", "nccl"]
     assert {n["entry"]["flavor"] for n in nodes} == {"runtime", "devel"}
     assert all(n["tags"][0].startswith("127.0.0.1:5000/ml/pytorch:") for n in nodes)
     # build order: every parent comes before its children

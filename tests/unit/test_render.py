@@ -97,6 +97,30 @@ def test_entries_with_one_pin_set_share_the_cuda_node(write_matrix: MatrixWriter
     assert labels["org.opencontainers.image.title"] == "cuda (accelerator cu130 cuda 13.0 cudnn 9.20.0.48 nccl 2.29.7)"
 
 
+def test_a_runtime_leaf_is_the_image_its_devel_builds_on(write_matrix: MatrixWriter) -> None:
+    """A leaf states only its scope, like any node: runtime's torch leaf and the torch node under devel are
+    one key, one image, built once (devel's is `same_as` it), whatever the jobs or machines that build them.
+    Entry-wide labels (entry, node id) would make two keys of one content, built twice, stored twice."""
+    path = write_matrix("""
+        base_image: debian:bookworm
+        registry: r:5000
+        repository: p
+        layers: [os, {layer: cuda, when: {accelerator: "cu*"}}, torch, {layer: devel, when: {flavor: devel}}]
+        torch_extras: []
+        matrix: {torch: ["2.12.0"], accelerator: [cu130], python: ["3.11"], flavor: [runtime, devel]}
+        """)
+    plan = keys.assign(plan_mod.make(matrix_mod.load(path, CompatTable.load(), env={}), Renderer()),
+                       {"debian:bookworm": "sha256:b"})
+    runtime, under_devel = plan.node("2.12.0-cu130-py3.11-runtime/torch"), plan.node("2.12.0-cu130-py3.11-devel/torch")
+    assert runtime.leaf and not under_devel.leaf
+    assert runtime.key == under_devel.key
+    assert keys.first_of(keys.identities(plan))[under_devel.id] == runtime.id
+    labels = keys.content_labels(runtime)
+    assert "io.imagebuilder.entry" not in labels and "io.imagebuilder.node" not in labels
+    assert labels["org.opencontainers.image.title"].startswith("torch (accelerator cu130 ")
+    assert plan.node("2.12.0-cu130-py3.11-devel/devel").key not in {runtime.key, under_devel.key}
+
+
 def test_children_render_from_their_parent() -> None:
     node = next(n for n in default_plan().nodes if n.id == "2.6.0-cu124-py3.11-runtime/task")
     assert node.rendered.dockerfile.startswith(
