@@ -23,6 +23,8 @@ Reported per layout:
   already on the engine (its layers not in the first's, compressed, from the manifests);
 - `image_vs_content`: each leaf image's size against the bytes of its files (`du -sxb /` inside it);
 - `build_wall_s`: the stage command's wall time;
+- with --smoke, `smoke`: the after layout's leaves through the smoke suite (`build --no-push` finds each image by
+  its key; on a host without a GPU, the CPU-side checks), per leaf its check counts and the versions it read;
 - `by_layer`: the registry bytes each layer of the tree adds (blobs first seen in its images, nodes in build
   order), which shows what no layout can share: each (torch release, Python) is its own build of torch, whose
   libraries differ byte for byte between Pythons.
@@ -160,8 +162,38 @@ def matrix(folder: Path, port: int, wheels: Path, tree: str, releases: list[str]
     return path
 
 
+def smoke(source: Path, path: Path, report: Path) -> dict[str, Any]:
+    """The smoke suite on every leaf the layout just staged (`build --no-push`: each node is found by its key on
+    the engine, nothing is rebuilt or pushed). Without a GPU the GPU checks skip and the CPU-side ones run:
+    versions (the cuDNN, NCCL and CUDA libraries torch loads, against the pins), a single copy of each library,
+    gloo collectives and FSDP, and in devel a CUDA extension compiled with nvcc."""
+    cmd = [sys.executable, "-m", "imagebuilder", "build", "--matrix", str(path), "--report", str(report),
+           "--quiet", "--no-push"]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(source)})
+    wall = time.monotonic() - start
+    found = json.loads((report / "report.json").read_text())["nodes"] if (report / "report.json").exists() else []
+    leaves = {}
+    for node in (n for n in found if n["leaf"]):
+        checks = (node.get("smoke_report") or {}).get("checks", [])
+        status = {c["name"]: c["status"] for c in checks}
+        leaves[node["node"]] = {
+            "build": node["build"], "smoke": node["smoke"],
+            "checks": {s: sum(1 for v in status.values() if v == s) for s in ("pass", "skip", "fail")},
+            "failed": sorted(name for name, v in status.items() if v == "fail"),
+            "values": {c["name"]: c.get("value") for c in checks if c["name"] in SMOKE_VALUES},
+            "statuses": {name: status[name] for name in SMOKE_VALUES if name in status},
+        }
+    return {"command": " ".join(cmd[1:]), "rc": proc.returncode, "wall_s": round(wall, 1), "leaves": leaves}
+
+
+SMOKE_VALUES = ("versions.python", "versions.torch", "versions.cuda", "versions.cudnn", "versions.nccl",
+                "versions.single_copy", "versions.cuda_libraries", "toolchain.nvcc", "toolchain.cuda_extension")
+
+
 def measure(name: str, source: Path, port: int, wheels: Path, tree: str, releases: list[str], pythons: list[str],
-            bases: tuple[str, dict[str, str]], work: Path) -> dict[str, Any]:
+            bases: tuple[str, dict[str, str]], work: Path, with_smoke: bool = False) -> dict[str, Any]:
     root = work / f"registry-{name}"
     server = registry(port, root)
     try:
@@ -212,6 +244,7 @@ def measure(name: str, source: Path, port: int, wheels: Path, tree: str, release
             "by_layer": by_layer,
             "second_pull": pulls,
             "image_vs_content": sizes,
+            **({"smoke": smoke(source, path, work / name / "smoke")} if with_smoke else {}),
         }
     finally:
         server.terminate()
@@ -234,6 +267,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / ".registry-bytes")
     parser.add_argument("--out", default="registry_bytes")
     parser.add_argument("--only", choices=("before", "after"), help="measure one layout (a partial run)")
+    parser.add_argument("--smoke", action="store_true", help="then run the smoke suite on the after layout's "
+                        "leaves (on this host: its CPU-side checks)")
     second = parser.add_mutually_exclusive_group()
     second.add_argument("--python-prefix", type=Path, help="a CPython install (bin/python3.X, lib/) to use as the "
                         "second Python (default: the newest 3.12 under ~/.pyenv/versions)")
@@ -277,7 +312,7 @@ def main() -> None:
         shutil.rmtree(work / name, ignore_errors=True)
         print(f"{name}: staging from {source} into 127.0.0.1:{port}", flush=True)
         results[name] = measure(name, source, port, wheels, tree, releases, pythons, bases,
-                                Path(tempfile.mkdtemp(dir=work)))
+                                Path(tempfile.mkdtemp(dir=work)), with_smoke=args.smoke and name == "after")
         print(json.dumps(results[name], indent=1), flush=True)
         cleanup(results[name]["images"])
         save(args.out + ("_partial" if args.only else ""), {**meta, "wheel_download_s": round(fetched, 1),
