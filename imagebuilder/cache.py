@@ -71,7 +71,7 @@ class Cache:
                                 key=lambda i: i.get("Created", 0)):
                 labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
                 found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
-                self._by_node[_lineage(labels.get(f"{keys.LABEL_PREFIX}.node", ""), _inputs(labels))] = labels
+                self._by_node[_lineage(keys.lineage_name(labels), _inputs(labels))] = labels
             self._local = found
         return self._local
 
@@ -103,7 +103,7 @@ class Cache:
         """The inputs of the image this node had last: the newest local image of the node, else the
         image its first tag names in the registry (its labels carry them)."""
         self.local()
-        labels = self._by_node.get(_lineage(node.id, dict(node.inputs)))
+        labels = self._by_node.get(_lineage(keys.lineage_name(keys.content_labels(node)), dict(node.inputs)))
         host, repo, tag = split_reference(node.aliases[0] if node.aliases else node.tags[0])  # the newest
         if labels is None and self.use_registry and host not in self._down:
             try:
@@ -134,11 +134,12 @@ def _inputs(labels: Mapping[str, str]) -> dict[str, str]:
     return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
 
 
-def _lineage(node_id: str, inputs: Mapping[str, str]) -> tuple[str, str]:
-    """Earlier images of a node: the same node id, built from the same layer folder (the path of its own
-    template), wherever they were pushed (keys and labels name no repository)."""
-    own = sorted(name for name in inputs if name.startswith("template:") and name.endswith("/Dockerfile.j2"))
-    return node_id, own[0] if own else ""
+def _lineage(name: str, inputs: Mapping[str, str]) -> tuple[str, str]:
+    """Earlier images of a node: the same name (`keys.lineage_name`: its id, or its layer and scope), built from
+    the same layer folder (the path of its own template), wherever they were pushed (keys and labels name no
+    repository)."""
+    own = sorted(key for key in inputs if key.startswith("template:") and key.endswith("/Dockerfile.j2"))
+    return name, own[0] if own else ""
 
 
 def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:

@@ -67,6 +67,21 @@ def content_labels(node: Node) -> dict[str, str]:
     return out
 
 
+def lineage_name(labels: Mapping[str, str]) -> str:
+    """What a node's images are called across builds, read from their labels (`content_labels`): an entry's own
+    node by its id; a scoped node by its layer and the versions of its scope (the same for every entry that
+    shares it, and for the next build of it); empty for an image without either."""
+    node = labels.get(f"{LABEL_PREFIX}.node")
+    if node:
+        return node
+    scope = labels.get(f"{LABEL_PREFIX}.scope")
+    if scope is None:
+        return ""
+    versions = " ".join(f"{name}={labels.get(f'{LABEL_PREFIX}.version.{name}', '')}"
+                        for name in scope.split(",") if name and name != "-")
+    return f"{labels.get(f'{LABEL_PREFIX}.layer', '')} ({versions})"
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -108,21 +108,26 @@ class Listing:
 
 def test_the_previous_image_of_a_node_is_the_newest_from_the_same_layer_folder(
         write_matrix: MatrixWriter, table: CompatTable) -> None:
-    """Keys name no repository, so another layer folder's image of the same node id (another test, another
-    team's copy of the layer) is not this node's history; a newer one from the same folder is."""
+    """Keys name no repository, so another layer folder's image of the same node (another test, another
+    team's copy of the layer) is not this node's history; a newer one from the same folder is. The images carry
+    the labels a build gives them: a scoped node (task here) is known by its layer and its scope's versions, so
+    an image of the same layer with another torch is not its history either."""
     plan = keys.assign(plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer()),
                        {"debian:bookworm": "sha256:" + "1" * 64})
     task = plan.node("2.6.0-cpu-py3.11-runtime/task")
+    assert task.scope is not None and f"{keys.LABEL_PREFIX}.node" not in keys.content_labels(task)
     own = next(name for name, _ in task.inputs if name.startswith("template:") and name.endswith("/Dockerfile.j2"))
 
-    def image(created: int, template: str, mark: str) -> dict[str, object]:
+    def image(created: int, template: str, mark: str, **versions: str) -> dict[str, object]:
         inputs = {template: "0" * 64, "mark": mark}
+        labels = keys.content_labels(task)
+        labels.update({f"{keys.LABEL_PREFIX}.version.{name}": value for name, value in versions.items()})
         return {"Id": f"sha256:{created:064d}", "Created": created, "Labels": {
-            keys.KEY_LABEL: f"key{created}", f"{keys.LABEL_PREFIX}.node": task.id,
-            keys.INPUTS_LABEL: json.dumps(inputs)}}
+            **labels, keys.KEY_LABEL: f"key{created}", keys.INPUTS_LABEL: json.dumps(inputs)}}
 
     engine = Listing([image(1, own, "older, same folder"), image(2, own, "newest, same folder"),
-                      image(3, "template:/elsewhere/layers/task/Dockerfile.j2", "newest of all, other folder")])
+                      image(3, "template:/elsewhere/layers/task/Dockerfile.j2", "newest of all, other folder"),
+                      image(4, own, "same folder, another torch", torch="2.7.1")])
     cache = cache_mod.Cache(engine, use_registry=False)  # type: ignore[arg-type]
     previous = cache.previous_inputs(task)
     assert previous is not None and previous["mark"] == "newest, same folder"
