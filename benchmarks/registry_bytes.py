@@ -162,17 +162,24 @@ def matrix(folder: Path, port: int, wheels: Path, tree: str, releases: list[str]
     return path
 
 
+def imagebuilder(source: Path, step: str, path: Path, report: Path, *flags: str) \
+        -> tuple[list[str], subprocess.CompletedProcess[str], float]:
+    """`python -m imagebuilder STEP --matrix PATH --report REPORT --quiet FLAGS` with the imagebuilder of SOURCE
+    (this checkout, or the before layout's worktree): its command, its process and its wall time."""
+    cmd = [sys.executable, "-m", "imagebuilder", step, "--matrix", str(path), "--report", str(report), "--quiet",
+           *flags]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(source)})
+    return cmd, proc, time.monotonic() - start
+
+
 def smoke(source: Path, path: Path, report: Path) -> dict[str, Any]:
     """The smoke suite on every leaf the layout just staged (`build --no-push`: each node is found by its key on
     the engine, nothing is rebuilt or pushed). Without a GPU the GPU checks skip and the CPU-side ones run:
     versions (the cuDNN, NCCL and CUDA libraries torch loads, against the pins), a single copy of each library,
     gloo collectives and FSDP, and in devel a CUDA extension compiled with nvcc."""
-    cmd = [sys.executable, "-m", "imagebuilder", "build", "--matrix", str(path), "--report", str(report),
-           "--quiet", "--no-push"]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(source)})
-    wall = time.monotonic() - start
+    cmd, proc, wall = imagebuilder(source, "build", path, report, "--no-push")
     found = json.loads((report / "report.json").read_text())["nodes"] if (report / "report.json").exists() else []
     leaves = {}
     for node in (n for n in found if n["leaf"]):
@@ -200,12 +207,7 @@ def measure(name: str, source: Path, port: int, wheels: Path, tree: str, release
         (work / name).mkdir(parents=True, exist_ok=True)
         path = matrix(work / name, port, wheels, tree, releases, pythons, *bases)
         report = work / name / "report"
-        cmd = [sys.executable, "-m", "imagebuilder", "stage", "--matrix", str(path), "--report", str(report),
-               "--quiet", "--jobs", "1"]
-        start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=source, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(source)})
-        wall = time.monotonic() - start
+        cmd, proc, wall = imagebuilder(source, "stage", path, report, "--jobs", "1")
         if proc.returncode != 0:
             sys.exit(f"{name}: stage failed ({proc.returncode})\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}")
         nodes = json.loads((report / "report.json").read_text())["nodes"]
