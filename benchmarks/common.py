@@ -90,7 +90,7 @@ def matrix_copy(matrix: Path, name: str, edit: Callable[[dict[str, Any]], None])
     `.NAME.yaml`, and deleted when the block ends, however it ends."""
     import yaml
 
-    from imagebuilder import source  # keeps "3.10" a string, the way imagebuilder reads the file
+    from imagebuilder.input import source  # keeps "3.10" a string, the way imagebuilder reads the file
 
     doc = copy.deepcopy(source.load(matrix).value)
     edit(doc)

@@ -183,9 +183,9 @@ def smoke_facts(result: dict[str, Any], leaf: dict[str, Any]) -> dict[str, Any]:
 
 
 def container_settings() -> tuple[Any, dict[str, Any]]:
-    from imagebuilder import matrix as matrix_mod
-    from imagebuilder.build import expectations
-    from imagebuilder.compat import CompatTable
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.input.compat import CompatTable
+    from imagebuilder.steps.build import expectations
 
     (entry,) = matrix_mod.load(ROOT / MATRIX, CompatTable.load()).entries
     return entry.smoke, expectations(entry, ())
@@ -195,7 +195,7 @@ def busbw_in_container(engine: Any, image: str, settings: Any, out: Path) -> dic
     """allreduce_busbw.py in a fresh container of the image, with the GPU options the smoke run uses."""
     import docker.types
 
-    from imagebuilder import smoke_runner as sr
+    from imagebuilder.smoke import runner as sr
 
     devices = sr.nvidia_devices()
     mode = sr.gpu_mode(settings.gpus, has_toolkit=engine.has_nvidia_runtime(), devices=devices)
@@ -228,7 +228,7 @@ def mutant_source() -> tuple[bytes | None, str]:
 def mutant_in_container(engine: Any, image: str, settings: Any, expect: dict[str, Any], source: bytes,
                         out: Path) -> dict[str, Any]:
     """imagebuilder's own run_smoke, `only=("fsdp",)`, handed the patched suite instead of suite.py."""
-    from imagebuilder import smoke_runner as sr
+    from imagebuilder.smoke import runner as sr
 
     original = sr.suite_source
     sr.suite_source = lambda: source  # run_smoke copies whatever suite_source() returns into the container
@@ -313,7 +313,7 @@ def main() -> None:
     host_expect = {k: v for k, v in expect.items() if k != "user"}
     engine = None
     try:
-        from imagebuilder.engine import Engine
+        from imagebuilder.ports.engine import Engine
 
         engine = Engine.connect()
     except Exception as exc:  # noqa: BLE001 - recorded; the host steps still run

@@ -42,7 +42,7 @@ TARGET_RATIO = 0.03
 
 def layer_folder(matrix: Path, layer: str) -> Path:
     """Where imagebuilder finds LAYER for this matrix: its `layers_path` folders first, then layers/."""
-    from imagebuilder import source
+    from imagebuilder.input import source
 
     doc = source.load(matrix).value
     extra = doc.get("layers_path") or []
@@ -54,7 +54,7 @@ def layer_folder(matrix: Path, layer: str) -> Path:
 
 def affected(matrix: Path, layer: str) -> set[str]:
     """Layer folders that a change to LAYER rebuilds: LAYER and every layer below it in the top-level tree."""
-    from imagebuilder import source
+    from imagebuilder.input import source
 
     specs: list[tuple[str, str, str | None]] = []  # (name, folder, parent name)
     previous = None

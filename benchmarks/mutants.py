@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.engine import Engine  # noqa: E402
+from imagebuilder.ports.engine import Engine  # noqa: E402
 from tests.mutants import image as mutants  # noqa: E402
 
 

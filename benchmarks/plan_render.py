@@ -74,12 +74,12 @@ def one(n: int, trace: bool) -> dict[str, Any]:
     """One measurement in this (fresh) interpreter."""
     sys.path.insert(0, str(ROOT))  # the working tree's imagebuilder
     t0 = time.perf_counter()
-    from imagebuilder import compat
-    from imagebuilder import matrix as matrix_mod
-    from imagebuilder import plan as plan_mod
-    from imagebuilder.render import Renderer
+    from imagebuilder.input import compat
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.plan import plan as plan_mod
+    from imagebuilder.plan.render import Renderer
     try:
-        from imagebuilder import keys
+        from imagebuilder.plan import keys
     except ImportError:
         keys = None  # type: ignore[assignment]
     import_s = time.perf_counter() - t0

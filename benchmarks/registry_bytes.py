@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import ROOT, save
 
-from imagebuilder.registry import Registry
+from imagebuilder.ports.registry import Registry
 
 BEFORE = "7a7ee18"  # main before the shared CUDA node
 CA = "/etc/ssl/certs/ca-certificates.crt"

@@ -18,27 +18,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import cache as cache_mod
-from . import compat as compat_mod
-from . import compat_refresh, keys, lock
-from . import matrix as matrix_mod
-from . import plan as plan_mod
-from . import tags as tagging
-from .build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
-from .engine import Engine
-from .errors import (
-    EngineUnavailable,
-    ImageBuilderError,
-    IndexUnavailable,
-    InputError,
-    RunFailed,
-    did_you_mean,
-)
+from .errors import EngineUnavailable, ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
+from .input import compat as compat_mod
+from .input import compat_refresh
+from .input import matrix as matrix_mod
 from .interrupts import Interrupts
-from .render import Renderer
+from .plan import cache as cache_mod
+from .plan import keys
+from .plan import plan as plan_mod
+from .plan import tags as tagging
+from .plan.render import Renderer
+from .ports.engine import Engine
 from .report import Status, print_summary, write_reports
-from .smoke_runner import CHECK_KINDS, blocking_skips, run_smoke
-from .verify import image_checks, image_expectations
+from .smoke.runner import CHECK_KINDS, blocking_skips, run_smoke
+from .steps import lock
+from .steps.build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
+from .steps.verify import image_checks, image_expectations
 
 
 @dataclass
@@ -293,7 +288,7 @@ def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
 def compat_refresh_cmd(ctx: Context, index_urls: tuple[str, ...], min_torch: str, out_file: Path | None,
                        dry_run: bool) -> int:
     """Regenerate the table from the wheels' METADATA on one or more indexes and print what changed."""
-    out = out_file or ctx.compat_file or Path(compat_mod.__file__).resolve().parent / "data" / "compat.json"
+    out = out_file or ctx.compat_file or Path(compat_mod.__file__).resolve().parents[1] / "data" / "compat.json"
     urls = index_urls or (compat_mod.PYPI_SIMPLE,)
     try:
         tables = [compat_refresh.fetch_table(url, min_torch=min_torch) for url in urls]
@@ -360,7 +355,7 @@ def export() -> None:
 def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
                 out_file: Path | None, contexts_dir: Path | None) -> int:
     """A docker-bake.json for `docker buildx bake`: one target per node, chained through named contexts."""
-    from . import bake
+    from .plan import bake
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     base = out_file.parent if out_file else Path(".")
@@ -516,7 +511,7 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **args: An
 
 def unstaged(the_plan: plan_mod.Plan) -> list[str]:
     """The key tags of the nodes a `verify` or `publish` needs that are not in the registry."""
-    from .cache import cache_ref
+    from .plan.cache import cache_ref
 
     return [cache_ref(n) for n in the_plan.nodes if n.status != plan_mod.State.CACHED]
 
@@ -570,8 +565,8 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
 def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_untested: bool) -> int:
     """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable).
     Only digests with a pass record of the current suite move, unless --allow-untested."""
-    from . import promote as promote_mod
-    from .registry import Registry, split_reference
+    from .ports.registry import Registry, split_reference
+    from .steps import promote as promote_mod
 
     host, source_repo, _ = split_reference(pattern)
     insecure: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.compat import CompatTable
+from imagebuilder.input.compat import CompatTable
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from imagebuilder import passes
-from imagebuilder.engine import MANAGED_LABEL, Engine
 from imagebuilder.errors import EngineUnavailable
+from imagebuilder.evidence import passes
+from imagebuilder.ports.engine import MANAGED_LABEL, Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")

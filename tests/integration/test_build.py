@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import passes
-from imagebuilder.engine import Engine
+from imagebuilder.evidence import passes
+from imagebuilder.ports.engine import Engine
 
 from .conftest import (
     REGISTRY,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from ..unit.test_corpus import CORPUS, check, run_case
 from .conftest import ROOT

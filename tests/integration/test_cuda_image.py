@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from .conftest import ROOT, CliRun, itest_matrix, registry_tags, report, wait_until
 

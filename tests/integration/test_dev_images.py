@@ -18,7 +18,7 @@ import paramiko
 import pytest
 import requests
 
-from imagebuilder.engine import MANAGED_LABEL, Engine
+from imagebuilder.ports.engine import MANAGED_LABEL, Engine
 
 from .conftest import REGISTRY, CliRun, cpu_matrix, itest_matrix, report
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from ..auth_index import auth_index, basic
 from .conftest import ROOT, Chain, CliRun, cpu_matrix, report

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.engine import Engine
-from imagebuilder.registry import Registry
+from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.registry import Registry
 
 from .conftest import SESSION, Chain, CliRun, cpu_matrix, registry_tags, report
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from ..mutants import image as mutants
 from .conftest import SESSION, Chain

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder import passes
-from imagebuilder.engine import Engine
-from imagebuilder.passes import RegistryPasses
-from imagebuilder.registry import Registry
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.registry import Registry
 
 from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
 

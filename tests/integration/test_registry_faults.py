@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from .conftest import REGISTRY, SESSION, CliRun, Processes, cpu_matrix, registry_tags, report
 

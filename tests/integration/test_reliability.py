@@ -19,7 +19,7 @@ from typing import IO
 import bcrypt
 import pytest
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 from .conftest import REGISTRY, SESSION, CliRun, Gate, Processes, cpu_matrix, registry_tags, report, wait_until
 

@@ -8,10 +8,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder import passes
-from imagebuilder.engine import Engine
-from imagebuilder.passes import RegistryPasses
-from imagebuilder.registry import Registry
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.registry import Registry
 
 from .conftest import SESSION, CliRun, cpu_matrix, registry_tags, report, salted_layers
 

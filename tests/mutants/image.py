@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from imagebuilder.engine import Engine
+from imagebuilder.ports.engine import Engine
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent

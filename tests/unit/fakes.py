@@ -6,8 +6,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from imagebuilder.engine import LineSink
 from imagebuilder.errors import EngineError
+from imagebuilder.ports.engine import LineSink
 
 IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"
 

@@ -13,15 +13,15 @@ from typing import Any, BinaryIO
 
 from rich.console import Console
 
-from imagebuilder import keys
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.build import Builder, BuildOptions, _Display, labels
-from imagebuilder.compat import CompatTable
-from imagebuilder.engine import Engine
-from imagebuilder.plan import Plan
-from imagebuilder.render import FIND_LINKS_ARG, Renderer, with_labels
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.plan import Plan
+from imagebuilder.plan.render import FIND_LINKS_ARG, Renderer, with_labels
+from imagebuilder.ports.engine import Engine
 from imagebuilder.report import Result, Status
+from imagebuilder.steps.build import Builder, BuildOptions, _Display, labels
 
 from ..conftest import MatrixWriter
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from imagebuilder import cache as cache_mod
-from imagebuilder import keys
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.compat import CompatTable
-from imagebuilder.plan import Decision, Node, State
-from imagebuilder.render import Renderer
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import cache as cache_mod
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.plan import Decision, Node, State
+from imagebuilder.plan.render import Renderer
 
 from ..conftest import MatrixWriter
 
@@ -78,7 +78,7 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     import json
     from pathlib import Path
 
-    from imagebuilder.registry import Registry, credentials, split_reference
+    from imagebuilder.ports.registry import Registry, credentials, split_reference
 
     assert split_reference("127.0.0.1:5000/ml/pytorch:cache-0123456789ab") == ("127.0.0.1:5000", "ml/pytorch",
                                                                               "cache-0123456789ab")

@@ -146,11 +146,11 @@ def test_the_packaged_table_pins_what_the_wheels_pin(tmp_path: Path) -> None:
 
 def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
     from imagebuilder import cli
-    from imagebuilder import matrix as matrix_mod
-    from imagebuilder import plan as plan_mod
-    from imagebuilder.compat import CompatTable
     from imagebuilder.errors import InputError
-    from imagebuilder.render import Renderer
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.input.compat import CompatTable
+    from imagebuilder.plan import plan as plan_mod
+    from imagebuilder.plan.render import Renderer
 
     path = tmp_path / "m.yaml"
     path.write_text("base_image: debian:bookworm\nregistry: r:5000\nrepository: p\nlayers: [base]\n"
@@ -168,7 +168,7 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
     """`imagebuilder smoke` is a gate too (e.g. after a bake build): an unknown GPU's throughput skip on a GPU
     run exits 1, like `build`; --allow-skip accepts it."""
     from imagebuilder import cli
-    from imagebuilder.smoke_runner import SmokeReport
+    from imagebuilder.smoke.runner import SmokeReport
 
     class Present:
         def image_id(self, ref: str) -> str:
@@ -212,7 +212,7 @@ BUILT_LABELS = {
 
 def smoke_with(monkeypatch: pytest.MonkeyPatch, labels: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
     from imagebuilder import cli
-    from imagebuilder.smoke_runner import SmokeReport
+    from imagebuilder.smoke.runner import SmokeReport
 
     seen: dict[str, Any] = {}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.compat_refresh import (
+from imagebuilder.input.compat_refresh import (
     IndexUnreachable,
     diff_tables,
     driver_floor,

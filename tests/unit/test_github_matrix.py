@@ -71,11 +71,11 @@ def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.Capt
 def test_an_entry_sharing_a_node_with_an_earlier_one_waits_for_its_wave(tmp_path: Path) -> None:
     """One base image under two names: the entries' nodes have equal keys, so the second entry's stage job
     waits for the first's wave, which stages them once; an entry of its own is wave 0."""
-    from imagebuilder import keys
-    from imagebuilder import matrix as matrix_mod
-    from imagebuilder import plan as plan_mod
-    from imagebuilder.compat import CompatTable
-    from imagebuilder.render import Renderer
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.input.compat import CompatTable
+    from imagebuilder.plan import keys
+    from imagebuilder.plan import plan as plan_mod
+    from imagebuilder.plan.render import Renderer
 
     path = tmp_path / "matrix.yaml"
     path.write_text("version: 1\nbase_image: debian:bookworm\nregistry: 127.0.0.1:5000/ml\nrepository: pytorch\n"

@@ -133,8 +133,8 @@ class RecordingApi:
 def test_once_closed_no_clone_of_an_engine_starts_a_container() -> None:
     """The run's clean-up closes the engine: a worker thread that was about to start a smoke container when
     the signal came cannot leave one behind (clones share the record of what was started)."""
-    from imagebuilder.engine import Engine
     from imagebuilder.errors import EngineError
+    from imagebuilder.ports.engine import Engine
 
     api = RecordingApi()
     engine = Engine(api)

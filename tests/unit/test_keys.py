@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from imagebuilder import keys
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.compat import CompatTable
-from imagebuilder.layers import project_dir
-from imagebuilder.render import Renderer
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.input.layers import project_dir
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.render import Renderer
 
 from ..conftest import MatrixWriter
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.compat import CompatTable
-from imagebuilder.render import Renderer
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.render import Renderer
 
 ROOT = Path(__file__).resolve().parents[2]
 

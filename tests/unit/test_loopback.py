@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.loopback import Credentials, index_credentials, serve_indexes
+from imagebuilder.steps.loopback import Credentials, index_credentials, serve_indexes
 
 from ..auth_index import auth_index, basic
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import matrix
-from imagebuilder.compat import CompatTable
 from imagebuilder.errors import InputError
+from imagebuilder.input import matrix
+from imagebuilder.input.compat import CompatTable
 
 from ..conftest import MatrixWriter
 

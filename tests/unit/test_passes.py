@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import passes, promote
 from imagebuilder.errors import EngineError
-from imagebuilder.passes import LocalPasses, PassRecord, RegistryPasses
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
+from imagebuilder.smoke.runner import blocking_skips
 from imagebuilder.smoke.suite import throughput_verdict
-from imagebuilder.smoke_runner import blocking_skips
+from imagebuilder.steps import promote
 
 from .fakes import FakeRegistry
 

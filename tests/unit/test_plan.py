@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder import tags
-from imagebuilder.compat import CompatTable
 from imagebuilder.errors import InputError
-from imagebuilder.render import Renderer
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan import tags
+from imagebuilder.plan.render import Renderer
 
 from ..conftest import MatrixWriter
 
@@ -82,7 +82,7 @@ def test_aliases_cover_nodes_and_never_equal_an_immutable_tag(write_matrix: Matr
 
 
 def test_keys_fill_the_key_field_of_tags(write_matrix: MatrixWriter, table: CompatTable) -> None:
-    from imagebuilder import keys
+    from imagebuilder.plan import keys
     plan = keys.assign(make(write_matrix(TREE + 'tags: ["{torch}-{layer}-{key12}-{date}"]\n'), table),
                        {"debian:bookworm": "sha256:" + "1" * 64})
     node = plan.nodes[0]

@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
-from imagebuilder import keys, passes
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.compat import CompatTable
-from imagebuilder.passes import PassRecord, RegistryPasses
-from imagebuilder.plan import Node, Plan
-from imagebuilder.publish import Publisher
-from imagebuilder.render import Renderer
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import PassRecord, RegistryPasses
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.plan import Node, Plan
+from imagebuilder.plan.render import Renderer
 from imagebuilder.report import Result, Status
+from imagebuilder.steps.publish import Publisher
 
 from ..conftest import MatrixWriter
 from .fakes import FakeEngine, FakeRegistry

@@ -10,7 +10,7 @@ import jinja2
 import pytest
 from markupsafe import Markup
 
-from imagebuilder.quoting import Marks, Place, Unquotable, place, places, quote_word
+from imagebuilder.plan.quoting import Marks, Place, Unquotable, place, places, quote_word
 
 HOSTILE = "x; touch /tmp/pwned $(touch /tmp/pwned) `touch /tmp/pwned` && echo {a,b} # c"
 

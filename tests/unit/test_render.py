@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder import keys
-from imagebuilder import matrix as matrix_mod
-from imagebuilder import plan as plan_mod
-from imagebuilder.compat import CompatTable
 from imagebuilder.errors import InputError
-from imagebuilder.render import Renderer
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.render import Renderer
 
 from ..conftest import MatrixWriter
 
@@ -211,7 +211,7 @@ def test_unknown_layer_suggests(write_matrix: MatrixWriter, table: CompatTable, 
 
 
 def test_labels_are_one_quoted_instruction() -> None:
-    from imagebuilder.render import RenderedNode, with_labels
+    from imagebuilder.plan.render import RenderedNode, with_labels
 
     out = with_labels(RenderedNode("FROM x\n"), {"b": 'say "hi" $HOME\\n', "a": "1"})
     assert out.dockerfile == 'FROM x\nLABEL a="1" \\\n      b="say \\"hi\\" \\$HOME\\\\n"\n'

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from imagebuilder import schedule
+from imagebuilder.steps import schedule
 
 
 def recorder() -> tuple[list[str], threading.Lock]:

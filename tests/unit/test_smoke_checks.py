@@ -170,7 +170,7 @@ def test_cpu_throughput_is_judged_on_the_best_repetition_and_keeps_every_one() -
 
 
 def test_the_default_cpu_floor_is_the_measured_one() -> None:
-    from imagebuilder.matrix import SmokeSettings
+    from imagebuilder.input.matrix import SmokeSettings
 
     assert SmokeSettings(timeout=1, shm_size="1g", gpus="none").cpu_gflops_floor == suite.CPU_GFLOPS_FLOOR
     assert suite.CPU_GFLOPS_FLOOR >= 20  # the old 5 GFLOP/s passed a 10x slower matmul (6.7 GFLOP/s here)

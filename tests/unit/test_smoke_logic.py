@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imagebuilder.smoke import suite
-from imagebuilder.smoke_runner import gpu_mode, gpu_options
+from imagebuilder.smoke.runner import gpu_mode, gpu_options
 
 
 @pytest.mark.parametrize(("cap", "arch", "ok", "how"), [
@@ -94,7 +94,7 @@ def test_raw_device_options_keep_the_images_library_path(tmp_path: object) -> No
 
 
 def test_container_env_forwards_nccl_settings() -> None:
-    from imagebuilder.smoke_runner import container_env
+    from imagebuilder.smoke.runner import container_env
 
     env = container_env({"NCCL_NVLS_ENABLE": "0", "HOME": "/root", "NVSHMEM_DISABLE_NVLS": "1"},
                         {"NCCL_DEBUG": "WARN"}, {"LD_LIBRARY_PATH": "/drv/lib64"})
@@ -135,7 +135,7 @@ def test_a_failed_nccl_check_is_rerun_with_nccl_debug_and_the_log_attached(monke
     ("manifest invalid: manifest invalid", False),
 ])
 def test_transient_push_errors(message: str, retry: bool) -> None:
-    from imagebuilder.engine import transient
+    from imagebuilder.ports.engine import transient
 
     assert transient(message) is retry
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuilder import source
 from imagebuilder.errors import InputError
+from imagebuilder.input import source
 
 
 def test_versions_stay_strings() -> None:

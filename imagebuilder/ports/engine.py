@@ -24,7 +24,7 @@ import docker.errors
 import requests.exceptions
 import tenacity
 
-from .errors import EngineError, EngineUnavailable
+from ..errors import EngineError, EngineUnavailable
 
 LineSink = Callable[[str], None]
 MANAGED_LABEL = "io.imagebuilder.managed"

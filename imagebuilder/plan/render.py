@@ -21,13 +21,13 @@ import jinja2
 import jinja2.meta
 from markupsafe import Markup
 
-from .errors import InputError, Where
-from .layers import Layer, project_dir
-from .matrix import Entry
+from ..errors import InputError, Where
+from ..input.layers import Layer, project_dir
+from ..input.matrix import Entry
 from .quoting import Marks, Unquotable, quote_word
 
 CONTEXT_DIR = "_imagebuilder"
-DATA = Path(__file__).resolve().parent / "data"  # files imagebuilder adds to build contexts
+DATA = Path(__file__).resolve().parents[1] / "data"  # files imagebuilder adds to build contexts
 VERSIONS_PATH = "/opt/imagebuilder/versions.json"  # every image's versions manifest (label io.imagebuilder.versions)
 VERSIONS_STEP = f"""
 # imagebuilder: this image's versions manifest (pip and dpkg packages; CUDA, cuDNN, NCCL)

@@ -12,11 +12,11 @@ import re
 import string
 from dataclasses import dataclass
 
-from . import passes
-from .errors import EngineError, InputError, did_you_mean
-from .passes import PassRecord, RegistryPasses
-from .registry import Registry, split_reference
-from .tags import TAG_RE
+from ..errors import EngineError, InputError, did_you_mean
+from ..evidence import passes
+from ..evidence.passes import PassRecord, RegistryPasses
+from ..plan.tags import TAG_RE
+from ..ports.registry import Registry, split_reference
 
 FIELDS = ("tag", "match", "repository")
 

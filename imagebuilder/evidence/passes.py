@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import __version__
-from .errors import EngineError
-from .smoke import suite_source
+from .. import __version__
+from ..errors import EngineError
+from ..smoke import suite_source
 
 RECORD_TYPE = "application/vnd.imagebuilder.pass.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

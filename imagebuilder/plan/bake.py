@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..steps.loopback import wheelhouse_port
 from . import keys
-from .loopback import wheelhouse_port
 from .plan import Node, Plan
 from .render import FIND_LINKS_ARG
 from .tags import KEY_PENDING

@@ -25,19 +25,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from . import keys, redact, schedule
-from . import tags as tagging
-from .cache import Cache
-from .engine import Engine, LineSink
-from .errors import EngineError, ImageBuilderError, InputError
+from ..errors import EngineError, ImageBuilderError, InputError
+from ..evidence.passes import PassRecord
+from ..plan import keys
+from ..plan import tags as tagging
+from ..plan.cache import Cache
+from ..plan.plan import Node, Plan, State
+from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
+from ..ports.engine import Engine, LineSink
+from ..ports.registry import Registry, split_reference
+from ..report import Result, Status
+from ..secrets import redact
+from ..secrets.scan import Findings, Scanner
+from . import schedule
 from .loopback import Credentials, index_credentials, serve_indexes, serve_wheelhouses
-from .passes import PassRecord
-from .plan import Node, Plan, State
 from .publish import Publisher
-from .registry import Registry, split_reference
-from .render import FIND_LINKS_ARG, build_args, declared, with_labels
-from .report import Result, Status
-from .scan import Findings, Scanner
 from .verify import CHECKS_LABEL, Verifier
 from .verify import expectations as expectations  # re-exported (benchmarks/gpu_smoke.py imports it from here)
 

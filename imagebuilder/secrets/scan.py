@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
+from ..errors import EngineError
 from . import redact
-from .errors import EngineError
 
 
 class Engine(Protocol):

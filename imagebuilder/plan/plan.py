@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..errors import InputError
+from ..input.layers import Layer, LayerCatalog
+from ..input.matrix import VERSION_FIELDS, Entry, Matrix
 from . import keys
 from . import tags as tagging
-from .errors import InputError
-from .layers import Layer, LayerCatalog
-from .matrix import VERSION_FIELDS, Entry, Matrix
 from .render import RenderedNode, Renderer
 
 

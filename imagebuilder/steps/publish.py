@@ -15,16 +15,16 @@ from typing import Any, Protocol
 
 from rich.markup import escape
 
-from . import passes
-from . import tags as tagging
-from .cache import cache_ref
-from .engine import LineSink
-from .errors import EngineError, ImageBuilderError
-from .matrix import Entry
-from .passes import PassRecord, RecordRegistry, RegistryPasses
-from .plan import Node, Plan
-from .registry import split_reference
-from .report import Result, Status
+from ..errors import EngineError, ImageBuilderError
+from ..evidence import passes
+from ..evidence.passes import PassRecord, RecordRegistry, RegistryPasses
+from ..input.matrix import Entry
+from ..plan import tags as tagging
+from ..plan.cache import cache_ref
+from ..plan.plan import Node, Plan
+from ..ports.engine import LineSink
+from ..ports.registry import split_reference
+from ..report import Result, Status
 
 
 class Registry(RecordRegistry, Protocol):

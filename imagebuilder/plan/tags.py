@@ -11,7 +11,7 @@ import re
 import string
 from collections.abc import Mapping
 
-from .errors import InputError, Where, did_you_mean
+from ..errors import InputError, Where, did_you_mean
 
 TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 KEY_PENDING = "k3y12pending"  # stands for {key12} until keys are computed (12 characters, like the key)

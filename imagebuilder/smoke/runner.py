@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine, LineSink
-from .smoke import suite_source
+from ..ports.engine import Engine, LineSink
+from . import suite_source
 
 SUITE_PATH = "/opt/imagebuilder-smoke/suite.py"
 CHECK_KINDS = ("versions", "health", "distributed", "fsdp", "throughput", "toolchain", "layers")  # the suite's

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import EngineError
+from ..ports.engine import Engine
+from ..ports.registry import Registry, split_reference
 from . import keys
 from . import tags as tagging
-from .engine import Engine
-from .errors import EngineError
 from .plan import Decision, Node, Plan, State
-from .registry import Registry, split_reference
 
 
 def default_dir() -> Path:

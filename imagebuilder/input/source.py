@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError, Where
+from ..errors import InputError, Where
 
 Path_ = tuple[str | int, ...]
 

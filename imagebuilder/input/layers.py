@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError, Where, did_you_mean, unknown_key
+from ..secrets.redact import looks_secret
 from . import grammar, source
-from .errors import InputError, Where, did_you_mean, unknown_key
-from .redact import looks_secret
 
 LAYER_KEYS = ("description", "packages", "pip", "vars", "smoke")
 NOT_CONTEXT = ("Dockerfile.j2", "layer.yaml", "README.md")
@@ -21,7 +21,7 @@ NOT_CONTEXT = ("Dockerfile.j2", "layer.yaml", "README.md")
 
 def project_dir(name: str) -> Path:
     """The project's shipped `templates/` or `layers/`: next to the package in a checkout, or inside it."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the package folder
     for candidate in (here.parent / name, here / "_data" / name):
         if candidate.is_dir():
             return candidate

@@ -23,7 +23,7 @@ from typing import Any
 import requests
 import tenacity
 
-from .errors import EngineError
+from ..errors import EngineError
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",

@@ -14,18 +14,19 @@ from typing import Any, Protocol
 
 from rich.markup import escape
 
-from . import passes, redact
-from .cache import Cache, cache_ref
-from .compat import CompatTable
-from .engine import Engine
-from .errors import ImageBuilderError
-from .keys import LABEL_PREFIX
-from .matrix import VERSION_FIELDS, Entry, SmokeSettings
-from .passes import LocalPasses, PassRecord, RegistryPasses
-from .plan import Node, Plan
-from .registry import Registry, split_reference
-from .report import Result, Status
-from .smoke_runner import gpu_mode, gpu_models, gpu_skips, nvidia_devices, run_smoke
+from ..errors import ImageBuilderError
+from ..evidence import passes
+from ..evidence.passes import LocalPasses, PassRecord, RegistryPasses
+from ..input.compat import CompatTable
+from ..input.matrix import VERSION_FIELDS, Entry, SmokeSettings
+from ..plan.cache import Cache, cache_ref
+from ..plan.keys import LABEL_PREFIX
+from ..plan.plan import Node, Plan
+from ..ports.engine import Engine
+from ..ports.registry import Registry, split_reference
+from ..report import Result, Status
+from ..secrets import redact
+from ..smoke.runner import gpu_mode, gpu_models, gpu_skips, nvidia_devices, run_smoke
 
 
 def expectations(entry: Entry, extra: tuple[tuple[str, str], ...]) -> dict[str, Any]:
