@@ -183,9 +183,9 @@ def smoke_facts(result: dict[str, Any], leaf: dict[str, Any]) -> dict[str, Any]:
 
 
 def container_settings() -> tuple[Any, dict[str, Any]]:
+    from imagebuilder.evidence.spec import expectations
     from imagebuilder.input import matrix as matrix_mod
     from imagebuilder.input.compat import CompatTable
-    from imagebuilder.steps.build import expectations
 
     (entry,) = matrix_mod.load(ROOT / MATRIX, CompatTable.load()).entries
     return entry.smoke, expectations(entry, ())
@@ -313,9 +313,9 @@ def main() -> None:
     host_expect = {k: v for k, v in expect.items() if k != "user"}
     engine = None
     try:
-        from imagebuilder.ports.engine import Engine
+        from imagebuilder.ports.engine import DockerEngine
 
-        engine = Engine.connect()
+        engine = DockerEngine.connect()
     except Exception as exc:  # noqa: BLE001 - recorded; the host steps still run
         doc["engine_error"] = f"{type(exc).__name__}: {exc}"
 

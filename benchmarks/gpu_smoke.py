@@ -69,9 +69,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", "COLUMNS": "160"}
 
+    from imagebuilder.evidence.spec import expectations
     from imagebuilder.input import matrix as matrix_mod
     from imagebuilder.input.compat import CompatTable
-    from imagebuilder.steps.build import expectations
 
     toolchain = ROOT / "tests/gpu/layers/gpu-task/usr"
     if args.host_headers:

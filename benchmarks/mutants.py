@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuilder.ports.engine import Engine  # noqa: E402
+from imagebuilder.ports.engine import DockerEngine  # noqa: E402
 from tests.mutants import image as mutants  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--no-clean", action="store_true", help="skip the clean control runs (done elsewhere)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    engine = Engine.connect()
+    engine = DockerEngine.connect()
     base = args.image or leaf_of(args.matrix, args.out.parent / "mutants-build")
     engine.tag(base, "imagebuilder-mutants/clean:latest")  # an untagged base would go with its first mutant
     order = args.only.split(",") if args.only else []

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .errors import EngineUnavailable, ImageBuilderError, IndexUnavailable, InputError, RunFailed, did_you_mean
+from . import __version__
+from .errors import (
+    EngineUnavailable,
+    ImageBuilderError,
+    IndexUnavailable,
+    InputError,
+    RunFailed,
+    did_you_mean,
+)
+from .evidence import spec as spec_mod
 from .input import compat as compat_mod
 from .input import compat_refresh
 from .input import matrix as matrix_mod
@@ -27,13 +38,25 @@ from .plan import cache as cache_mod
 from .plan import keys
 from .plan import plan as plan_mod
 from .plan import tags as tagging
+from .plan import waves as waves_mod
 from .plan.render import Renderer
-from .ports.engine import Engine
-from .report import Status, print_summary, write_reports
-from .smoke.runner import CHECK_KINDS, blocking_skips, run_smoke
+from .ports.engine import DockerEngine
+from .ports.registry import Registries
+from .smoke.runner import CHECK_KINDS, GpuHost, blocking_skips, run_smoke
 from .steps import lock
-from .steps.build import LOG_MODES, Builder, BuildOptions, check_bases, run_meta
-from .steps.verify import image_checks, image_expectations
+from .steps.context import Step
+from .steps.cosign import Cosign
+from .steps.display import LOG_MODES
+from .steps.ledger import NodeRecord, PublishStatus, VerifyStatus
+from .steps.publish import Publish
+from .steps.run import RunOptions, execute
+from .steps.stage import KeyTags, Stage, Staged, check_bases
+from .steps.verify import Verify
+
+
+def default_cache_dir() -> Path:
+    """Where pass records are mirrored and build locks are kept, unless --cache-dir says otherwise."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuilder"
 
 
 @dataclass
@@ -45,9 +68,9 @@ class Context:
     engine_url: str | None = None
     compat_file: Path | None = None
     check_index: bool = True
-    cache_dir: Path = Path(".")
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
-    _engine: Engine | None = None
+    _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
     def table(self) -> compat_mod.CompatTable:
@@ -64,9 +87,9 @@ class Context:
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
 
-    def engine(self) -> Engine:
+    def engine(self) -> DockerEngine:
         if self._engine is None:
-            self._engine = Engine.connect(self.engine_url)
+            self._engine = DockerEngine.connect(self.engine_url)
             if self.container_labels:
                 self._engine.run_labels.update(self.container_labels)
         return self._engine
@@ -94,17 +117,17 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     return matrix, plan
 
 
-def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, use_registry: bool = True) \
-        -> tuple[plan_mod.Plan, cache_mod.Cache]:
+def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple[plan_mod.Plan, Registries]:
     """Keys for every node (base images resolved on the engine), then what each node needs: the cache
     is looked up locally and in the registry."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
-    cache = cache_mod.Cache(engine, use_registry=use_registry)
+    registries = Registries.of_engine(engine.insecure_registries)
+    cache = cache_mod.Cache(engine, registries)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
         ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    return plan, cache
+    return plan, registries
 
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
@@ -113,6 +136,32 @@ strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g
                              "nothing) as errors.")
 only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id matches (plus their parents), "
                            "e.g. '2.6.0-cu124-*/task'.")
+registry_option = click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+report_option = click.option("--report", "report_dir", type=click.Path(path_type=Path),
+                             default=Path("imagebuilder-report"), show_default=True,
+                             help="Folder for report.json and per-node logs.")
+quiet_option = click.option("--quiet", is_flag=True, help="No live log; summary only.")
+jobs_option = click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+                           help="Up to N independent nodes at once (smoke suites still run one at a time).")
+expect_option = click.option("--expect", multiple=True, metavar="KEY=VALUE",
+                             help="Override an expected value in the smoke suite (e.g. nccl=2.21.5); a floor may "
+                                  "be raised, never lowered.")
+resmoke_option = click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by "
+                              "ID or digest) has a pass record.")
+no_cache_option = click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
+untested_gpu_option = click.option("--allow-untested-gpu", is_flag=True,
+                                   help="Publish CUDA images even when no GPU was there to test them.")
+PLAN_OPTIONS = (matrix_option, strict_option, only_option, registry_option)
+RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option)
+
+
+def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Apply a stack of click options (declared once above) to a command."""
+    def apply(func: Any) -> Any:
+        for option in reversed(stack):
+            func = option(func)
+        return func
+    return apply
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,7 +172,8 @@ only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id m
 @click.option("--offline", is_flag=True, envvar="IMAGEBUILDER_OFFLINE",
               help="Do not ask package indexes whether nccl/cudnn overrides exist.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
-              help="Where passed smoke results are kept, by leaf key (default: ~/.cache/imagebuilder).")
+              help="Where pass records are mirrored, by image ID, and build locks kept (default: "
+                   "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
 @click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
@@ -142,14 +192,11 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
         labels.append((key, value))
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
-                            cache_dir=cache_dir or cache_mod.default_dir(), container_labels=tuple(labels))
+                            cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels))
 
 
 @cli.command()
-@matrix_option
-@strict_option
-@only_option
-@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@options(*PLAN_OPTIONS)
 @click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON (same as --format json).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github-matrix"]), default="table",
               show_default=True, help="github-matrix: a GitHub Actions strategy matrix, one job per entry (JSON).")
@@ -186,7 +233,7 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if fmt == "github-matrix":
         labels = {name: tuple(x.strip() for x in value.split(",") if x.strip())
                   for name, value in (("gpu", gpu_runner), ("cpu", cpu_runner))}
-        click.echo(json.dumps(plan_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
+        click.echo(json.dumps(waves_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
                                                      wave=wave)))
         return 0
     table = Table(box=None, pad_edge=False)
@@ -343,10 +390,7 @@ def export() -> None:
 
 
 @export.command("bake")
-@matrix_option
-@strict_option
-@only_option
-@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@options(*PLAN_OPTIONS)
 @click.option("-o", "--output", "out_file", type=click.Path(path_type=Path), help="Write docker-bake.json here "
               "(default: print it).")
 @click.option("--contexts", "contexts_dir", type=click.Path(path_type=Path), help="Where the rendered build "
@@ -385,169 +429,126 @@ def parse_expect(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_floors(expected: tuple[tuple[str, str], ...], the_plan: plan_mod.Plan) -> None:
-    """`--expect` may raise a floor of the matrix, never lower it (a floor of 0 passes any image)."""
-    for key, value in expected:
-        if key not in ("throughput_floor", "cpu_gflops_floor"):
-            continue
-        try:
-            wanted = float(value)
-        except ValueError:
-            raise InputError(f"--expect {key}={value!r} is not a number") from None
-        for entry in the_plan.entries():
-            floor = entry.smoke.throughput_floor if key == "throughput_floor" else entry.smoke.cpu_gflops_floor
-            if wanted < floor:
-                raise InputError(f"--expect {key}={value} would lower the floor of {entry.id} ({floor:g}); "
-                                 "floors can be raised, never lowered", where=entry.where)
+@dataclass(frozen=True)
+class Common:
+    """The options every command that runs steps takes (`RUN_OPTIONS`)."""
+
+    matrix_file: Path
+    strict: bool
+    only: str | None
+    registry: str | None
+    report_dir: Path
+    quiet: bool
+    jobs: int
+
+
+def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
+              no_cache: bool = False, fail_fast: bool = False, logs: str = "stream",
+              meta: dict[str, Any] | None = None, require: Staged | None = None) -> list[NodeRecord]:
+    """Load and decide the plan (every input error before anything builds), then run the steps, holding the
+    build lock of every repository the plan pushes to."""
+    _, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
+    specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
+    engine = ctx.engine()
+    check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
+    the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
+    if require is not None:
+        require.require(the_plan)
+    if not common.quiet:
+        counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
+        ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
+                      highlight=False)
+    options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
+                         fail_fast=fail_fast, logs="none" if common.quiet else logs,
+                         meta={"tool": "imagebuilder", "version": __version__, "matrix": str(common.matrix_file),
+                               "allow_untested": False, "smoke": True, **(meta or {})})
+    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
+    with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
+        return execute(engine, the_plan, registries, specs, steps, ctx.out, options)
+
+
+def failed(records: list[NodeRecord]) -> None:
+    if not all(r.ok for r in records):
+        raise RunFailed(f"{sum(not r.ok for r in records)} of {len(records)} nodes did not pass")
 
 
 @cli.command()
-@matrix_option
-@strict_option
-@only_option
-@click.option("--registry", help="Override the registry (host[:port][/namespace]).")
+@options(*RUN_OPTIONS)
 @click.option("--push/--no-push", default=True, help="Push what passed (default) or only tag it locally.")
 @click.option("--smoke/--no-smoke", default=True, help="Run the smoke suite in each entry's leaf images.")
-@click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("imagebuilder-report"),
-              show_default=True, help="Folder for report.json and per-node logs.")
-@click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Override an expected value in the smoke "
-              "suite (e.g. nccl=2.21.5).")
-@click.option("--quiet", is_flag=True, help="No live build log; summary only.")
-@click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
-@click.option("--allow-untested-gpu", is_flag=True, help="Push CUDA images even when no GPU was there to test them.")
+@expect_option
+@no_cache_option
+@untested_gpu_option
 @click.option("--allow-untested", is_flag=True, help="Publish tags for images without a pass record (e.g. with "
               "--no-smoke). Loud: each such node says `untested` in report.json and an `untested` record is "
               "written beside its digest.")
-@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Build up to N independent nodes at once (smoke suites still run one at a time).")
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure (default: keep going; "
               "a failure blocks only what builds on it).")
-@click.option("--resmoke", is_flag=True,
-              help="Run the smoke suite even where this very image (by ID or digest) has a pass record.")
+@resmoke_option
 @click.option("--logs", type=click.Choice(LOG_MODES), default="stream", show_default=True,
               help="stream: every build line, prefixed by node id; tail: only a progress row per running step "
               "with its latest line (full logs under the report folder, and on the terminal when a step fails).")
 @click.pass_obj
-def build(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None, push: bool,
-          smoke: bool, report_dir: Path, expect: tuple[str, ...], quiet: bool, no_cache: bool,
-          allow_untested_gpu: bool, allow_untested: bool, jobs: int, fail_fast: bool, resmoke: bool, logs: str) -> int:
-    """Render, build what is not cached, smoke-test, tag and push the matrix."""
-    expected = parse_expect(expect)
-    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
-    check_floors(expected, the_plan)
-    engine = ctx.engine()
-    options = BuildOptions(push=push, smoke=smoke, report_dir=report_dir, expect=expected, quiet=quiet,
-                           no_cache=no_cache, allow_untested_gpu=allow_untested_gpu,
-                           allow_untested=allow_untested, jobs=jobs,
-                           fail_fast=fail_fast, resmoke=resmoke, logs=logs, cache_dir=ctx.cache_dir)
-    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
-    with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
-        return run_build(ctx, matrix_file, the_plan, engine, options)
-
-
-step_options = [
-    matrix_option, strict_option, only_option,
-    click.option("--registry", help="Override the registry (host[:port][/namespace])."),
-    click.option("--report", "report_dir", type=click.Path(path_type=Path), default=Path("imagebuilder-report"),
-                 show_default=True, help="Folder for report.json and per-node logs."),
-    click.option("--quiet", is_flag=True, help="No live log; summary only."),
-    click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
-                 help="Up to N independent nodes at once."),
-]
-
-
-def with_step_options(func: Any) -> Any:
-    for option in reversed(step_options):
-        func = option(func)
-    return func
-
-
-def run_step(ctx: Context, step: str, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-             report_dir: Path, quiet: bool, jobs: int, **extra: Any) -> int:
-    """`stage`, `verify` or `publish`: one step of `build`, for machines of their own (CPU runners stage, GPU
-    runners verify by digest, one job publishes the whole matrix); the registry is the only hand-off."""
-    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
-    engine = ctx.engine()
-    options = BuildOptions(push=True, smoke=step != "stage", report_dir=report_dir, quiet=quiet, jobs=jobs,
-                           cache_dir=ctx.cache_dir, step=step, **extra)
-    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
-    with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
-        return run_build(ctx, matrix_file, the_plan, engine, options)
+def build(ctx: Context, /, push: bool, smoke: bool, expect: tuple[str, ...], no_cache: bool,
+          allow_untested_gpu: bool, allow_untested: bool, fail_fast: bool, resmoke: bool, logs: str,
+          **common: Any) -> int:
+    """Render, build what is not cached, smoke-test, tag and push the matrix: stage + verify + publish."""
+    signing = Cosign.from_env(push, os.environ)
+    steps = (Stage(no_cache=no_cache), Verify(run_suite=smoke, resmoke=resmoke, host=GpuHost.probe()),
+             Publish(push=push, allow_untested=allow_untested, allow_untested_gpu=allow_untested_gpu, signing=signing))
+    failed(run_steps(ctx, Common(**common), steps, expect=parse_expect(expect), no_cache=no_cache,
+                     fail_fast=fail_fast, logs=logs, meta={"allow_untested": allow_untested, "smoke": smoke,
+                                                          "signing": signing.meta()}))
+    return 0
 
 
 @cli.command()
-@with_step_options
-@click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
+@options(*RUN_OPTIONS)
+@no_cache_option
 @click.pass_obj
-def stage(ctx: Context, /, no_cache: bool, **args: Any) -> int:
+def stage(ctx: Context, /, no_cache: bool, **common: Any) -> int:
     """Build every node that is not cached and push it under its key tag only (content-addressed, never a
     public tag); no suite runs, no GPU is needed. Children build on their parents' staged images."""
-    return run_step(ctx, "stage", no_cache=no_cache, **args)
+    failed(run_steps(ctx, Common(**common), (Stage(no_cache=no_cache), KeyTags()), no_cache=no_cache,
+                     meta={"smoke": False, "signing": Cosign.from_env(True, os.environ).meta()}))
+    return 0
 
 
 @cli.command()
-@with_step_options
-@click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Override an expected value (never lower a floor).")
-@click.option("--resmoke", is_flag=True, help="Test again where a pass record of this image exists.")
+@options(*RUN_OPTIONS)
+@expect_option
+@resmoke_option
 @click.pass_obj
-def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, **args: Any) -> int:
+def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, **common: Any) -> int:
     """On a GPU host: pull each staged leaf by digest, run the smoke suite, and write its pass record beside the
     digest. Builds nothing. A leaf whose digest has a pass of this suite on this host's GPU model is skipped
     (and said); an unstaged node is an input error naming its key tag."""
-    return run_step(ctx, "verify", expect=parse_expect(expect), resmoke=resmoke, **args)
+    staged = Staged("verify")
+    steps = (staged, Verify(resmoke=resmoke, same_gpu_model=True, record=True, host=GpuHost.probe()))
+    failed(run_steps(ctx, Common(**common), steps, expect=parse_expect(expect), require=staged,
+                     meta={"signing": Cosign.from_env(True, os.environ).meta()}))
+    return 0
 
 
 @cli.command()
-@with_step_options
+@options(*RUN_OPTIONS)
 @click.option("--dry-run", is_flag=True, help="Say what would be written and moved; change nothing.")
-@click.option("--allow-untested-gpu", is_flag=True, help="Publish CUDA images whose pass was without a GPU.")
+@untested_gpu_option
 @click.pass_obj
-def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **args: Any) -> int:
+def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: Any) -> int:
     """Over the whole matrix, all or nothing per entry: point immutable tags and aliases at the staged digests
     that have pass records (ancestors' records are written `via` their leaf). Builds and tests nothing;
     idempotent: a second run changes nothing and says so."""
-    return run_step(ctx, "publish", dry_run=dry_run, allow_untested_gpu=allow_untested_gpu, **args)
-
-
-def unstaged(the_plan: plan_mod.Plan) -> list[str]:
-    """The key tags of the nodes a `verify` or `publish` needs that are not in the registry."""
-    from .plan.cache import cache_ref
-
-    return [cache_ref(n) for n in the_plan.nodes if n.status != plan_mod.State.CACHED]
-
-
-def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: Engine, options: BuildOptions) -> int:
-    quiet, report_dir = options.quiet, options.report_dir
-    check_bases(the_plan, engine, lambda line: None if quiet else ctx.out.print(line, highlight=False))
-    the_plan, cache = decide(ctx, the_plan, rebuild=options.no_cache)
-    missing = unstaged(the_plan) if options.step in ("verify", "publish") else []
-    if missing:
-        raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry (first: "
-                         f"{missing[0]}); `imagebuilder {options.step}` builds nothing",
-                         hint="run `imagebuilder stage` for the same matrix first")
-    if not quiet:
-        counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
-        ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
-                      highlight=False)
-    builder = Builder(engine, the_plan, options, ctx.out, cache=cache)
-    try:
-        results = builder.run()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what finished, in the reports too, then stop
-        results = builder.interrupted()
-        write_reports(results, report_dir, run_meta(matrix_file, interrupted=True, signing=builder.signing,
-                                                         options=options))
-        raise
-    written = write_reports(results, report_dir, run_meta(matrix_file, signing=builder.signing, options=options))
-    print_summary(ctx.out, results)
-    ctx.out.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
-    if options.step == "publish":
-        lacking = sorted({r.entry for r in results if r.leaf and r.smoke == Status.SKIPPED})
-        if lacking:
-            raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
-        if all(r.publish == Status.CURRENT for r in results) and not options.dry_run:
-            ctx.out.print("publish: every tag already named its digest; nothing changed", highlight=False)
-    if not all(r.ok for r in results):
-        raise RunFailed(f"{sum(not r.ok for r in results)} of {len(results)} nodes did not pass")
+    staged, signing = Staged("publish"), Cosign.from_env(True, os.environ)
+    steps = (staged, Verify(run_suite=False, host=GpuHost.probe()),
+             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing))
+    records = run_steps(ctx, Common(**common), steps, require=staged, meta={"signing": signing.meta()})
+    lacking = sorted({r.entry for r in records if r.leaf and r.verify == VerifyStatus.SKIPPED})
+    if lacking:
+        raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
+    if all(r.publish == PublishStatus.CURRENT for r in records) and not dry_run:
+        ctx.out.print("publish: every tag already named its digest; nothing changed", highlight=False)
+    failed(records)
     return 0
 
 
@@ -565,10 +566,12 @@ def run_build(ctx: Context, matrix_file: Path, the_plan: plan_mod.Plan, engine: 
 def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_untested: bool) -> int:
     """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable).
     Only digests with a pass record of the current suite move, unless --allow-untested."""
-    from .ports.registry import Registry, split_reference
+    from .ports.reference import parse
+    from .ports.registry import Registry
     from .steps import promote as promote_mod
 
-    host, source_repo, _ = split_reference(pattern)
+    source = parse(pattern)
+    host, source_repo = source.host, source.repository
     insecure: tuple[str, ...] = ()
     with contextlib.suppress(EngineUnavailable):  # without an engine: loopback registries are plain HTTP anyway
         insecure = ctx.engine().insecure_registries()
@@ -634,7 +637,7 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     if engine.image_id(image) is None:
         raise InputError(f"image {image!r} is not present on the engine")
     labels = (engine.inspect(image).get("Config") or {}).get("Labels") or {}
-    expected = image_expectations(labels, ctx.table())
+    expected = spec_mod.image_expectations(labels, ctx.table())
     if expected is None and not given:
         raise InputError(f"image {image!r} carries no imagebuilder labels (io.imagebuilder.version.*) and no "
                          "--expect was given: the suite would have nothing to check its versions against",
@@ -643,18 +646,10 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     source = "labels" if expected is not None and not given else "--expect" if expected is None else \
         "labels and --expect"
     expected = expected or {}
-    for key in ("throughput_floor", "cpu_gflops_floor"):
-        if key in given and key in expected:
-            try:
-                lower = float(given[key]) < float(expected[key])
-            except (TypeError, ValueError):
-                raise InputError(f"--expect {key}={given[key]!r} is not a number") from None
-            if lower:
-                raise InputError(f"--expect {key}={given[key]} would lower the floor ({expected[key]:g}); floors can "
-                                 "be raised, never lowered")
+    spec_mod.check_floors(given, expected)
     expected.update(given)
     report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir,
-                       only=kinds, commands=image_checks(labels))
+                       only=kinds, commands=spec_mod.image_checks(labels))
     click.echo(json.dumps({"image": image, "expect_from": source, "expect": expected,
                            **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
     if not report.passed:

@@ -70,6 +70,13 @@ class EngineError(ImageBuilderError):
     exit_code = 1
 
 
+class Refused(ImageBuilderError):
+    """A publishing rule refused an operation (no pass record, an immutable tag that names another digest, a
+    key tag that names another image): nothing was changed by it."""
+
+    exit_code = 1
+
+
 class RunFailed(ImageBuilderError):
     """A run finished, but not everything asked for passed (details are in the summary)."""
 

@@ -191,6 +191,14 @@ class RegistryPasses:
         self.registry.put_manifest(repo, tag, json.dumps(doc, sort_keys=True).encode(), OCI_MANIFEST)
         return tag
 
+    def write(self, repo: str, record: PassRecord) -> str:
+        """`put`, then read it back: a pass that does not read back as a pass of its image is an error."""
+        assert record.manifest is not None
+        tag = self.put(repo, record)
+        if record.passed and self.find(repo, record.manifest, record.spec, record.config) is None:
+            raise EngineError(f"the pass record {repo}:{tag} did not read back: not published")
+        return tag
+
     def all_for(self, repo: str, manifest: str, tags: list[str]) -> list[PassRecord]:
         """Every record (any spec, any verdict) beside this manifest, given the repository's tags."""
         records = [self.read(repo, tag) for tag in tags_for(manifest, tags)]

@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..steps.loopback import wheelhouse_port
 from . import keys
 from .plan import Node, Plan
-from .render import FIND_LINKS_ARG
+from .render import FIND_LINKS_ARG, wheelhouse_port
 from .tags import KEY_PENDING
 
 

@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
-from ..ports.engine import Engine
-from ..ports.registry import Registry, split_reference
+from ..ports import Engine
+from ..ports.reference import parse
+from ..ports.registry import Registries
 from . import keys
 from . import tags as tagging
 from .plan import Decision, Node, Plan, State
-
-
-def default_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuilder"
 
 
 def cache_ref(node: Node) -> str:
@@ -39,30 +33,10 @@ class Cache:
     """Looks keys up on the engine and in the registries the plan names."""
 
     engine: Engine
-    use_registry: bool = True
+    registries: Registries
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
     _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # lineage -> newest labels
-    _registries: dict[str, Registry] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
     warnings: list[str] = field(default_factory=list)
-    on_retry: Callable[[str], None] | None = None  # passed to each registry: told about retries
-    _down: set[str] = field(default_factory=set)  # registries that did not answer a lookup: not asked again
-
-    def registry(self, host: str) -> Registry:
-        with self._lock:
-            if host not in self._registries:
-                self._registries[host] = Registry.for_host(host, self.engine.insecure_registries())
-                self._registries[host].on_retry = lambda line: self.on_retry(line) if self.on_retry else None
-            return self._registries[host]
-
-    def answers(self, host: str) -> bool:
-        """Whether to ask this registry at all: registries are in use and it did not fail a lookup."""
-        return self.use_registry and host not in self._down
-
-    def digest(self, ref: str) -> str | None:
-        """The manifest digest a reference names in its registry (a manifest HEAD); None when there is none."""
-        host, repo, tag = split_reference(ref)
-        return self.registry(host).manifest_digest(repo, tag)
 
     def local(self) -> dict[str, tuple[str, dict[str, str]]]:
         if self._local is None:
@@ -85,16 +59,14 @@ class Cache:
         local = self.local().get(node.key)
         if local is not None:
             return Decision(State.CACHED, f"image {local[0][7:19]} has this key", image=local[0])
-        if not self.use_registry:
-            return None
         ref = cache_ref(node)
-        host = split_reference(ref)[0]
-        if host in self._down:
+        host = parse(ref).host
+        if not self.registries.answers(host):
             return None
         try:
-            digest = self.digest(ref)
+            digest = self.registries.digest(ref)
         except EngineError as exc:
-            self._down.add(host)
+            self.registries.down(host)
             self.warnings.append(f"cache lookup failed: {exc.message}; its key tags count as absent in this run")
             return None
         return Decision(State.CACHED, f"key tag {ref} is in the registry", ref=ref) if digest else None
@@ -104,12 +76,12 @@ class Cache:
         image its first tag names in the registry (its labels carry them)."""
         self.local()
         labels = self._by_node.get(_lineage(keys.lineage_name(keys.content_labels(node)), dict(node.inputs)))
-        host, repo, tag = split_reference(node.aliases[0] if node.aliases else node.tags[0])  # the newest
-        if labels is None and self.use_registry and host not in self._down:
+        ref = parse(node.aliases[0] if node.aliases else node.tags[0])  # the newest
+        if labels is None and self.registries.answers(ref.host):
             try:
-                labels = self.registry(host).labels(repo, tag)
+                labels = self.registries(ref.host).labels(ref.repository, ref.reference)
             except EngineError:
-                self._down.add(host)
+                self.registries.down(ref.host)
                 labels = None
         if not labels or keys.INPUTS_LABEL not in labels:
             return None

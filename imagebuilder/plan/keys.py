@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .render import CONTEXT_DIR, VERSIONS_PATH
 from .tags import KEY_PENDING
 
-if TYPE_CHECKING:  # keys reads plans; plan.waves reads keys.identities
+if TYPE_CHECKING:  # keys reads plans (types only: plan does not import keys)
     from .plan import Node, Plan
 
 SCHEME = "imagebuilder-key/2"
@@ -134,7 +134,7 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
 def identities(plan: Plan) -> dict[str, str]:
     """node id -> what its image is made of: its key; before its base image is resolved (no engine, a base not
     pulled yet), the same key with the base image's name standing in for its ID. Nodes of several entries with
-    one identity are one image: built once (`cache.decide`), one bake target, staged once (`plan.waves`)."""
+    one identity are one image: built once (`cache.decide`), one bake target, staged once (`waves.waves`)."""
     hasher = _Hasher()
     same: dict[str, str] = {}
     for node in plan.nodes:

@@ -13,6 +13,7 @@ import os
 import re
 import tarfile
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,19 @@ from ..errors import InputError, Where
 from ..input.layers import Layer, project_dir
 from ..input.matrix import Entry
 from .quoting import Marks, Unquotable, quote_word
+
+
+def stable_port(key: str) -> int:
+    """A port that stays the same for the same folder or URL, so Docker's build cache (which sees build
+    args) stays warm across runs; a busy one falls back to any free port."""
+    return 20000 + zlib.crc32(key.encode()) % 20000
+
+
+def wheelhouse_port(folder: Path) -> int:
+    """The stable port of a wheelhouse (a build is given the port it really got as a build arg; the bake export
+    names this one)."""
+    return stable_port(str(folder.resolve()))
+
 
 CONTEXT_DIR = "_imagebuilder"
 DATA = Path(__file__).resolve().parents[1] / "data"  # files imagebuilder adds to build contexts

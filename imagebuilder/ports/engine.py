@@ -14,7 +14,7 @@ import stat
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
@@ -25,17 +25,10 @@ import requests.exceptions
 import tenacity
 
 from ..errors import EngineError, EngineUnavailable
+from . import LineSink, RunResult
+from .reference import parse
 
-LineSink = Callable[[str], None]
 MANAGED_LABEL = "io.imagebuilder.managed"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    exit_code: int | None  # None: killed after the timeout
-    logs: str
-    files: dict[str, bytes]
-    duration: float
 
 
 @dataclass
@@ -49,8 +42,8 @@ class Containers:
     closed: bool = False
 
 
-class Engine:
-    """A connected Docker engine."""
+class DockerEngine:
+    """A connected Docker engine (the `ports.Engine` of every command)."""
 
     def __init__(self, api: docker.APIClient, run_labels: Mapping[str, str] | None = None,
                  base_url: str | None = None, containers: Containers | None = None) -> None:
@@ -59,13 +52,13 @@ class Engine:
         self.base_url = base_url
         self.containers = containers or Containers()
 
-    def clone(self) -> Engine:
+    def clone(self) -> DockerEngine:
         """Another connection to the same engine, for another thread (one HTTP session each); it shares
         the container bookkeeping, so `close_containers` reaches what every clone started."""
         timeout = int(self.api.timeout)
         api = docker.APIClient(base_url=self.base_url, timeout=timeout) if self.base_url \
             else docker.from_env(timeout=timeout).api
-        return Engine(api, self.run_labels, self.base_url, self.containers)
+        return DockerEngine(api, self.run_labels, self.base_url, self.containers)
 
     def close_containers(self) -> int:
         """Remove every container this engine object and its clones started, and create none from now on;
@@ -81,7 +74,7 @@ class Engine:
         return removed
 
     @classmethod
-    def connect(cls, base_url: str | None = None, timeout: int = 600) -> Engine:
+    def connect(cls, base_url: str | None = None, timeout: int = 600) -> DockerEngine:
         try:
             if base_url:
                 api = docker.APIClient(base_url=base_url, timeout=timeout)
@@ -408,13 +401,9 @@ def _auth_config(auth: tuple[str, str] | None) -> dict[str, str] | None:
 
 
 def _split_ref(ref: str) -> tuple[str, str | None]:
-    if "@" in ref:
-        return ref, None
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        return ref[:colon], ref[colon + 1:]
-    return ref, "latest"
+    """(repository, tag) as docker-py's pull, push and tag take them; a reference by digest is whole."""
+    parsed = parse(ref)
+    return (ref, None) if parsed.digest else (parsed.name, parsed.tag or "latest")
 
 
 def _tar(files: Mapping[str, bytes]) -> bytes:

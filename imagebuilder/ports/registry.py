@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ import requests
 import tenacity
 
 from ..errors import EngineError
+from . import Registry as RegistryPort
+from .reference import DOCKER_HUB, Reference, parse
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -31,25 +34,6 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
-DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
-
-
-def split_reference(ref: str) -> tuple[str, str, str]:
-    """`host[:port]/repo/path:tag` -> (host, repo path, tag or digest). A first component without a dot,
-    a colon or `localhost` is Docker Hub's namespace, as the engine reads it."""
-    name, tag = ref, "latest"
-    if "@" in ref:
-        name, tag = ref.split("@", 1)
-    else:
-        slash, colon = ref.rfind("/"), ref.rfind(":")
-        if colon > slash:
-            name, tag = ref[:colon], ref[colon + 1:]
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        host, repo = first, rest
-    else:
-        host, repo = "docker.io", name if "/" in name else f"library/{name}"
-    return host, repo, tag
 
 
 def credentials(host: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
@@ -289,3 +273,55 @@ def _why(exc: BaseException) -> str:
         if needle.lower() in text.lower():
             return needle.lower()
     return type(exc).__name__
+
+
+@dataclass
+class Registries:
+    """The registry clients of one command, one per host. A host that failed a lookup is not asked again by
+    lookups that may do without it (`answers`); retries are told to `on_retry`."""
+
+    connect: Callable[[str], RegistryPort]  # host -> its client
+    use: bool = True  # False: key tags and passes are not looked up in registries (plan without a registry)
+    on_retry: Callable[[str], None] | None = None
+    _clients: dict[str, RegistryPort] = field(default_factory=dict)
+    _down: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of_engine(cls, insecure: Callable[[], tuple[str, ...]], *, use: bool = True) -> Registries:
+        """Clients that speak plain HTTP where the engine does (its insecure registries, asked once)."""
+        hosts: list[tuple[str, ...]] = []
+
+        def connect(host: str) -> RegistryPort:
+            if not hosts:
+                hosts.append(insecure())
+            return Registry.for_host(host, hosts[0])
+        return cls(connect, use=use)
+
+    def __call__(self, host: str) -> RegistryPort:
+        with self._lock:
+            if host not in self._clients:
+                client = self._clients[host] = self.connect(host)
+                client.on_retry = lambda line: self.on_retry(line) if self.on_retry else None
+            return self._clients[host]
+
+    def at(self, ref: str) -> tuple[RegistryPort, Reference]:
+        """The client of the registry a reference names, and the reference parsed."""
+        parsed = parse(ref)
+        return self(parsed.host), parsed
+
+    def digest(self, ref: str) -> str | None:
+        """The manifest digest a reference names in its registry (a manifest HEAD); None when there is none."""
+        client, parsed = self.at(ref)
+        return client.manifest_digest(parsed.repository, parsed.reference)
+
+    def auth(self, ref: str) -> tuple[str, str] | None:
+        """The credentials for the registry a reference names (for the engine's push and pull)."""
+        return self.at(ref)[0].auth
+
+    def answers(self, host: str) -> bool:
+        """Whether to ask this registry in a lookup: registries are in use and it did not fail one."""
+        return self.use and host not in self._down
+
+    def down(self, host: str) -> None:
+        self._down.add(host)

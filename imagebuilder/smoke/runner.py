@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ports.engine import Engine, LineSink
+from ..ports import Engine, LineSink
 from . import suite_source
 
 SUITE_PATH = "/opt/imagebuilder-smoke/suite.py"
@@ -130,6 +130,18 @@ def gpu_models() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()}) if out.returncode == 0 else []
+
+
+@dataclass(frozen=True)
+class GpuHost:
+    """What this host offers the suite: its /dev/nvidia* devices and its GPU models (as the driver names them)."""
+
+    devices: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+
+    @classmethod
+    def probe(cls) -> GpuHost:
+        return cls(tuple(nvidia_devices()), tuple(gpu_models()))
 
 
 FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")

@@ -21,29 +21,18 @@ import os
 import ssl
 import threading
 import urllib.parse
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..plan.render import stable_port, wheelhouse_port
 
 PUBLIC_INDEXES = frozenset({"pypi.org", "files.pythonhosted.org", "download.pytorch.org"})
 USER_ENV, PASSWORD_ENV = "IMAGEBUILDER_INDEX_USER", "IMAGEBUILDER_INDEX_PASSWORD"
 _REWRITTEN = ("text/html", "application/vnd.pypi.simple", "application/json")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                           "proxy-authorization", "proxy-authenticate", "content-length", "content-encoding"})
-
-
-def stable_port(key: str) -> int:
-    """A port that stays the same for the same folder or URL, so Docker's build cache (which sees build
-    args) stays warm across runs; a busy one falls back to any free port."""
-    return 20000 + zlib.crc32(key.encode()) % 20000
-
-
-def wheelhouse_port(folder: Path) -> int:
-    """The stable port of a wheelhouse (a build is given the port it really got as a build arg; the bake export
-    names this one)."""
-    return stable_port(str(folder.resolve()))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from ..errors import EngineError, InputError, did_you_mean
 from ..evidence import passes
 from ..evidence.passes import PassRecord, RegistryPasses
 from ..plan.tags import TAG_RE
-from ..ports.registry import Registry, split_reference
+from ..ports.reference import split_reference
+from ..ports.registry import Registry
 
 FIELDS = ("tag", "match", "repository")
 

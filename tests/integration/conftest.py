@@ -26,7 +26,7 @@ import pytest
 
 from imagebuilder.errors import EngineUnavailable
 from imagebuilder.evidence import passes
-from imagebuilder.ports.engine import MANAGED_LABEL, Engine
+from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
@@ -46,9 +46,9 @@ def _need(what: str, how: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def engine() -> Engine:
+def engine() -> DockerEngine:
     try:
-        connected = Engine.connect()
+        connected = DockerEngine.connect()
     except EngineUnavailable:
         _need("a Docker engine", "run `make engine`")
         raise
@@ -58,7 +58,7 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="session")
-def registry(engine: Engine) -> str:
+def registry(engine: DockerEngine) -> str:
     try:
         urllib.request.urlopen(f"http://{REGISTRY}/v2/", timeout=5).close()
     except OSError:
@@ -79,7 +79,7 @@ def _no_container_left(request: pytest.FixtureRequest) -> Iterator[None]:
     that is left fails this test and is removed, so the next test starts clean: one defect, one failure."""
     yield
     if "engine" in request.fixturenames:
-        engine: Engine = request.getfixturevalue("engine")
+        engine: DockerEngine = request.getfixturevalue("engine")
         left = engine.managed_containers(SESSION)
         if left:
             removed = engine.remove_containers(SESSION)
@@ -203,7 +203,7 @@ def gate() -> Iterator[Gate]:
         g.close()
 
 
-def running_containers(engine: Engine, label: str = SESSION) -> list[dict[str, Any]]:
+def running_containers(engine: DockerEngine, label: str = SESSION) -> list[dict[str, Any]]:
     """This session's running containers (imagebuilder's and the tests' own)."""
     return [dict(c) for c in engine.api.containers(filters={"label": [MANAGED_LABEL, label], "status": "running"})]
 
@@ -218,7 +218,7 @@ def _room_for_cuda_images(request: pytest.FixtureRequest) -> None:
     disk would fail it for a reason that has nothing to do with the code)."""
     if request.node.get_closest_marker("cuda") is None:
         return
-    engine: Engine = request.getfixturevalue("engine")
+    engine: DockerEngine = request.getfixturevalue("engine")
     root, free = engine.storage()
     if free is not None and free < CUDA_TEST_SPACE:
         # only what was left before this session began: a test running beside this one may hold an
@@ -232,7 +232,7 @@ def _room_for_cuda_images(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def base_image(engine: Engine) -> str:
+def base_image(engine: DockerEngine) -> str:
     if engine.image_id("debian:bookworm") is None:
         _need("the base image debian:bookworm", "run `make base-image`")
     return "debian:bookworm"
@@ -355,7 +355,7 @@ class Chain:
     def matrix(self) -> Path:
         return self.folder / "matrix.yaml"
 
-    def image(self, engine: Engine, layer: str) -> str:
+    def image(self, engine: DockerEngine, layer: str) -> str:
         """The layer's image on the engine: pulled back by digest if a test removed it (they may)."""
         node = self.nodes[layer]
         if engine.image_id(node["image"]) is None:
@@ -364,7 +364,7 @@ class Chain:
 
 
 @pytest.fixture(scope="session")
-def cpu_chain(engine: Engine, registry: str, wheelhouse: Path, base_image: str,
+def cpu_chain(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str,
               tmp_path_factory: pytest.TempPathFactory) -> Chain:
     """The widest-scope build: every test that only needs "a built, smoke-tested, pushed CPU image" takes it
     from here. Its layers are salted with this session's id, so it is a real first build on every run (on a

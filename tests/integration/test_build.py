@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.evidence import passes
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from .conftest import (
     REGISTRY,
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
-        engine: Engine, registry: str, cpu_chain: Chain) -> None:
+        engine: DockerEngine, registry: str, cpu_chain: Chain) -> None:
     run, repository = cpu_chain.run, cpu_chain.repository
     assert cpu_chain.planned == dict.fromkeys(("base", "business", "task"), "build")  # a first build
     # Live log lines are prefixed by node id; the summary is printed at the end.
@@ -109,7 +109,7 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
 
 
 def test_layer_outside_the_repo_via_layers_path(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     team = tmp_path / "team-repo" / "layers"
     shutil.copytree(ROOT / "examples" / "team-layers" / "trainer", team / "trainer")
@@ -126,7 +126,7 @@ def test_layer_outside_the_repo_via_layers_path(
 
 
 def test_failing_smoke_check_pushes_nothing_for_that_entry(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "report"), "--expect", "torch=0.0.0")
@@ -140,7 +140,7 @@ def test_failing_smoke_check_pushes_nothing_for_that_entry(
     assert engine.image_id(f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-base") is None
 
 
-def test_smoke_command_reports_json(engine: Engine, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
+def test_smoke_command_reports_json(engine: DockerEngine, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
     node = {"image": cpu_chain.image(engine, "base")}
     ok = cli("smoke", node["image"], "--expect", "torch=2.13.0", "--expect", "accelerator=cpu",
              "--expect", "cuda=none")
@@ -156,7 +156,7 @@ def test_smoke_command_reports_json(engine: Engine, cpu_chain: Chain, cli: Calla
 
 
 def test_build_error_fails_that_node_with_its_log(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     broken = tmp_path / "layers" / "broken"
     broken.mkdir(parents=True)
@@ -178,7 +178,7 @@ def test_build_error_fails_that_node_with_its_log(
 
 
 def test_a_failing_entry_does_not_stop_an_independent_one(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     # Two entries that differ only by base image name (the same image under a second name, so the
     # engine's cache is shared): the second one's first layer fails to build.
@@ -226,7 +226,7 @@ def hang_layer(tmp_path: Path) -> None:
 
 
 def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     hang_layer(tmp_path)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]",
@@ -243,7 +243,7 @@ def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
 @pytest.mark.interrupt
 @pytest.mark.parametrize("parent", ["sigint-default", "sigint-ignored"])
 def test_ctrl_c_during_smoke_removes_the_container(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun], processes: Processes, parent: str) -> None:
     """`sigint-ignored`: started as CI starts a background job, with SIGINT ignored by its parent. The image is
     the stock base layer (cached after its first build in any test; no session chain, so that
@@ -259,7 +259,7 @@ def test_ctrl_c_during_smoke_removes_the_container(
 
 
 def test_an_unreachable_registry_is_retried_then_fails_cleanly(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     # A base layer of this test's own (salted: a key no image has yet), so the cache lookup has to ask the
     # registry; the engine's build cache still serves its steps.
@@ -280,7 +280,7 @@ def test_an_unreachable_registry_is_retried_then_fails_cleanly(
 @pytest.mark.interrupt
 @pytest.mark.parametrize("parent", ["sigint-default", "sigint-ignored"])
 def test_ctrl_c_during_a_parallel_build_removes_its_containers(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         processes: Processes, parent: str) -> None:
     hang_layer(tmp_path)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]", extra="layers_path: [layers]\n")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from ..unit.test_corpus import CORPUS, check, run_case
 from .conftest import ROOT
@@ -19,7 +19,7 @@ from .conftest import ROOT
 CHANGES = ("build", "push", "tag", "untag", "run", "remove_image", "container")
 
 
-def test_the_whole_corpus_builds_nothing_on_the_real_engine(engine: Engine, tmp_path: Path,
+def test_the_whole_corpus_builds_nothing_on_the_real_engine(engine: DockerEngine, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("COLUMNS", "200")
@@ -28,14 +28,15 @@ def test_the_whole_corpus_builds_nothing_on_the_real_engine(engine: Engine, tmp_
     asked: list[str] = []
     changed: list[str] = []
     for name in CHANGES:  # every call that would change the engine's images or start a container
-        def refuse(self: Engine, *args: Any, _name: str = name, **kwargs: Any) -> Any:
+        def refuse(self: DockerEngine, *args: Any, _name: str = name, **kwargs: Any) -> Any:
             changed.append(f"{_name}{args[:1]}")
             raise AssertionError(f"a bad input reached engine.{_name}")
-        monkeypatch.setattr(Engine, name, refuse)
-    real_image_id, real_pull = Engine.image_id, Engine.pull
+        monkeypatch.setattr(DockerEngine, name, refuse)
+    real_image_id, real_pull = DockerEngine.image_id, DockerEngine.pull
     pulled: list[str] = []
-    monkeypatch.setattr(Engine, "image_id", lambda self, ref: asked.append(ref) or real_image_id(self, ref))
-    monkeypatch.setattr(Engine, "pull", lambda self, ref, *a, **k: pulled.append(ref) or real_pull(self, ref, *a, **k))
+    monkeypatch.setattr(DockerEngine, "image_id", lambda self, ref: asked.append(ref) or real_image_id(self, ref))
+    monkeypatch.setattr(DockerEngine, "pull", lambda self, ref, *a, **k: pulled.append(ref) or real_pull(self, ref,
+                                                                                                         *a, **k))
     for path in CORPUS:
         report = tmp_path / path.stem
         check(path, run_case(path, report, capsys), report)

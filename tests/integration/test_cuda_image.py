@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from .conftest import ROOT, CliRun, itest_matrix, registry_tags, report, wait_until
 
@@ -52,14 +52,14 @@ def _download_running() -> bool:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _remove_cuda_images(engine: Engine) -> Iterator[None]:
+def _remove_cuda_images(engine: DockerEngine) -> Iterator[None]:
     """The CUDA images are several GB each and nothing after this module builds on them: remove them."""
     yield
     for image in engine.images_with_label("io.imagebuilder.version.cuda", every=True):
         engine.remove_image(image["Id"])
 
 
-def test_cuda_image_versions_equal_the_plan(engine: Engine, base_image: str, repository: str, tmp_path: Path,
+def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, base_image: str, repository: str, tmp_path: Path,
                                             cuda_wheelhouse: Path | None,
                                             cli: Callable[..., CliRun]) -> None:
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
@@ -131,7 +131,7 @@ def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra:
 
 
 def test_nccl_override_is_installed_and_checked_at_run_time(
-        engine: Engine, registry: str, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, base_image: str, repository: str, tmp_path: Path,
         cuda_wheelhouse: Path | None,
         cli: Callable[..., CliRun]) -> None:
     # torch 2.11.0 pins nvidia-nccl-cu13==2.28.9; the entry asks for 2.29.7 instead (same major).
@@ -152,7 +152,7 @@ def test_nccl_override_is_installed_and_checked_at_run_time(
     assert registry_tags(registry, f"itest/{repository}") == []
 
 
-def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, base_image: str, repository: str,
+def test_cuda_image_without_a_gpu_is_not_pushed(engine: DockerEngine, registry: str, base_image: str, repository: str,
                                                 tmp_path: Path, cuda_wheelhouse: Path | None,
                                                 cli: Callable[..., CliRun]) -> None:
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
@@ -172,7 +172,8 @@ def test_cuda_image_without_a_gpu_is_not_pushed(engine: Engine, registry: str, b
     assert registry_tags(registry, f"itest/{repository}") == []
 
 
-def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: str, repository: str, tmp_path: Path,
+def test_cuda_devel_image_builds_a_cuda_extension(engine: DockerEngine, base_image: str, repository: str,
+                                                  tmp_path: Path,
                                                   cuda_wheelhouse: Path | None,
                                                   cli: Callable[..., CliRun]) -> None:
     """The devel flavor of a CUDA 13 entry: nvcc and the CUDA headers from NVIDIA's cuda-toolkit wheels (at the
@@ -194,7 +195,7 @@ def test_cuda_devel_image_builds_a_cuda_extension(engine: Engine, base_image: st
     assert "cuda-toolkit==13.0.2" in out.logs.split(), out.logs
 
 
-def test_a_missing_cuda_library_is_caught_without_a_gpu(engine: Engine, base_image: str, repository: str,
+def test_a_missing_cuda_library_is_caught_without_a_gpu(engine: DockerEngine, base_image: str, repository: str,
                                                         tmp_path: Path, cuda_wheelhouse: Path | None,
                                                         cli: Callable[..., CliRun]) -> None:
     """The cuda_lib_missing mutant (cuDNN's engines deleted by a later layer) on the runtime image: the wheels'

@@ -18,7 +18,7 @@ import paramiko
 import pytest
 import requests
 
-from imagebuilder.ports.engine import MANAGED_LABEL, Engine
+from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
 from .conftest import REGISTRY, CliRun, cpu_matrix, itest_matrix, report
 
@@ -26,7 +26,7 @@ DEV_LAYERS = "[base, {layer: jupyter, parent: base}, {layer: ssh, parent: base}]
 
 
 @pytest.fixture(scope="module")
-def dev_images(engine: Engine, registry: str, wheelhouse: Path, base_image: str,
+def dev_images(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The devel flavor of the CPU chain with both development layers on it, built and smoke-tested once."""
     from .conftest import run_cli
@@ -60,7 +60,7 @@ def test_the_devel_image_builds_and_loads_a_cpp_extension(dev_images: dict[str, 
         assert layer_checks and all(c["status"] == "pass" for c in layer_checks), layer_checks
 
 
-def test_every_image_runs_as_the_user_not_root(engine: Engine, dev_images: dict[str, Any]) -> None:
+def test_every_image_runs_as_the_user_not_root(engine: DockerEngine, dev_images: dict[str, Any]) -> None:
     for node in dev_images.values():
         config = engine.inspect(node["image"])["Config"]
         assert config["User"] == "1000:1000", node["node"]
@@ -68,7 +68,7 @@ def test_every_image_runs_as_the_user_not_root(engine: Engine, dev_images: dict[
         assert out.logs.split() == ["1000", "1000", "ml", "/home/ml", "/workspace"], node["node"]
 
 
-def test_a_file_written_to_a_bind_mount_has_the_configured_uid(engine: Engine, registry: str, base_image: str,
+def test_a_file_written_to_a_bind_mount_has_the_configured_uid(engine: DockerEngine, registry: str, base_image: str,
                                                                repository: str, tmp_path: Path,
                                                                cli: Callable[..., CliRun]) -> None:
     layers = tmp_path / "layers" / "tiny"
@@ -99,7 +99,7 @@ def test_a_file_written_to_a_bind_mount_has_the_configured_uid(engine: Engine, r
 # -- running services ------------------------------------------------------------------------------------
 
 @contextmanager
-def service(engine: Engine, image: str, port: int, *, env: dict[str, str] | None = None,
+def service(engine: DockerEngine, image: str, port: int, *, env: dict[str, str] | None = None,
             binds: dict[str, dict[str, str]] | None = None) -> Iterator[tuple[str, int]]:
     """A container of `image` serving `port`, published on a free port of 127.0.0.1; always removed."""
     host_config = engine.api.create_host_config(port_bindings={port: ("127.0.0.1", None)}, binds=binds or {},
@@ -116,7 +116,7 @@ def service(engine: Engine, image: str, port: int, *, env: dict[str, str] | None
         engine.api.remove_container(cid, force=True, v=True)
 
 
-def logs(engine: Engine, cid: str) -> str:
+def logs(engine: DockerEngine, cid: str) -> str:
     return str(engine.api.logs(cid).decode(errors="replace"))
 
 
@@ -132,13 +132,13 @@ def wait_for(probe: Callable[[], bool], what: str, timeout: float = 120) -> None
     raise AssertionError(f"{what} did not come up in {timeout:.0f} s")
 
 
-def health(engine: Engine, cid: str) -> str:
+def health(engine: DockerEngine, cid: str) -> str:
     return str(engine.api.inspect_container(cid)["State"].get("Health", {}).get("Status"))
 
 
 # -- JupyterLab -----------------------------------------------------------------------------------------
 
-def test_jupyter_does_not_start_without_credentials(engine: Engine, dev_images: dict[str, Any]) -> None:
+def test_jupyter_does_not_start_without_credentials(engine: DockerEngine, dev_images: dict[str, Any]) -> None:
     image = dev_images["jupyter"]["image"]
     out = engine.run(image, ["jupyter", "lab"], timeout=120)
     assert out.exit_code == 64, out.logs[-2000:]
@@ -151,7 +151,7 @@ def test_jupyter_does_not_start_without_credentials(engine: Engine, dev_images: 
     assert root.exit_code == 64 and "refusing to run as root" in root.logs
 
 
-def test_jupyter_answers_only_with_its_token(engine: Engine, dev_images: dict[str, Any]) -> None:
+def test_jupyter_answers_only_with_its_token(engine: DockerEngine, dev_images: dict[str, Any]) -> None:
     token = secrets.token_hex(24)
     with service(engine, dev_images["jupyter"]["image"], 8888, env={"JUPYTER_TOKEN": token}) as (cid, port):
         base = f"http://127.0.0.1:{port}"
@@ -170,7 +170,7 @@ def test_jupyter_answers_only_with_its_token(engine: Engine, dev_images: dict[st
         assert token not in logs(engine, cid)  # the token is never printed
 
 
-def test_jupyter_takes_its_token_from_a_mounted_secret(engine: Engine, dev_images: dict[str, Any],
+def test_jupyter_takes_its_token_from_a_mounted_secret(engine: DockerEngine, dev_images: dict[str, Any],
                                                        tmp_path: Path) -> None:
     token = secrets.token_hex(24)
     secret = tmp_path / "jupyter_token"
@@ -216,7 +216,7 @@ def banner(port: int) -> bool:
         return sock.recv(4) == b"SSH-"
 
 
-def test_ssh_takes_keys_only_and_never_root(engine: Engine, dev_images: dict[str, Any]) -> None:
+def test_ssh_takes_keys_only_and_never_root(engine: DockerEngine, dev_images: dict[str, Any]) -> None:
     key, public = client_key()
     with service(engine, dev_images["ssh"]["image"], 2222, env={"SSH_AUTHORIZED_KEYS": public}) as (cid, port):
         wait_for(lambda: banner(port), "sshd")
@@ -238,7 +238,8 @@ def test_ssh_takes_keys_only_and_never_root(engine: Engine, dev_images: dict[str
         wait_for(lambda: health(engine, cid) == "healthy", "the HEALTHCHECK", timeout=90)
 
 
-def test_ssh_containers_make_their_own_host_keys(engine: Engine, dev_images: dict[str, Any], tmp_path: Path) -> None:
+def test_ssh_containers_make_their_own_host_keys(engine: DockerEngine, dev_images: dict[str, Any],
+                                                 tmp_path: Path) -> None:
     key, public = client_key()
     keys_file = tmp_path / "authorized_keys"
     keys_file.write_text(public + "\n")
@@ -253,7 +254,7 @@ def test_ssh_containers_make_their_own_host_keys(engine: Engine, dev_images: dic
         assert host_key(first).get_fingerprint() != host_key(second).get_fingerprint()
 
 
-def test_ssh_does_not_start_without_keys(engine: Engine, dev_images: dict[str, Any]) -> None:
+def test_ssh_does_not_start_without_keys(engine: DockerEngine, dev_images: dict[str, Any]) -> None:
     out = engine.run(dev_images["ssh"]["image"], ["start-sshd"], timeout=60)
     assert out.exit_code == 64 and "no authorized keys" in out.logs, out.logs
     root = engine.run(dev_images["ssh"]["image"], ["start-sshd"], env={"SSH_AUTHORIZED_KEYS": client_key()[1]},
@@ -261,5 +262,5 @@ def test_ssh_does_not_start_without_keys(engine: Engine, dev_images: dict[str, A
     assert root.exit_code == 64 and "refusing to run as root" in root.logs, root.logs
 
 
-def test_no_test_container_is_left(engine: Engine) -> None:
+def test_no_test_container_is_left(engine: DockerEngine) -> None:
     assert engine.api.containers(all=True, filters={"label": "io.imagebuilder.test=dev-images"}) == []

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from ..auth_index import auth_index, basic
 from .conftest import ROOT, Chain, CliRun, cpu_matrix, report
@@ -29,14 +29,14 @@ from .conftest import ROOT, Chain, CliRun, cpu_matrix, report
 INERT = [c for c in yaml.safe_load((ROOT / "tests" / "hostile" / "values.yaml").read_text()) if c["expect"] == "inert"]
 
 
-def chain_base(cpu_chain: Chain, engine: Engine) -> Path:
+def chain_base(cpu_chain: Chain, engine: DockerEngine) -> Path:
     """The session chain's layer folders (its base image is on the engine: the probe builds on it)."""
     cpu_chain.image(engine, "base")
     return cpu_chain.folder / "layers"
 
 
 @pytest.fixture(autouse=True)
-def _leave_the_chain_childless(engine: Engine, tmp_path: Path) -> Iterator[None]:
+def _leave_the_chain_childless(engine: DockerEngine, tmp_path: Path) -> Iterator[None]:
     """These tests build on the session chain's base image; what they built is removed afterwards, so the chain
     has no children when later tests remove its images (an image with children cannot be removed)."""
     yield
@@ -47,7 +47,7 @@ def _leave_the_chain_childless(engine: Engine, tmp_path: Path) -> Iterator[None]
                     engine.remove_image(node["image"])
 
 
-def run_in(engine: Engine, image: str, script: str) -> str:
+def run_in(engine: DockerEngine, image: str, script: str) -> str:
     out = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "sh", "-c", script],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -55,7 +55,7 @@ def run_in(engine: Engine, image: str, script: str) -> str:
 
 
 def test_every_accepted_hostile_value_is_inert_in_a_real_build(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     probe = tmp_path / "layers" / "probe"
     shutil.copytree(ROOT / "tests" / "hostile" / "probe", probe)
@@ -145,7 +145,7 @@ def every_layer(image: str) -> Iterator[tuple[str, bytes]]:
 
 
 def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     user, password = "itest", "pw-" + os.urandom(12).hex()
     layers = tmp_path / "layers"
@@ -184,7 +184,7 @@ def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
 
 
 def test_a_secret_in_a_layers_files_fails_the_node(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     secret = "hf_" + "q" * 36
     folder = tmp_path / "layers" / "leaky"

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
 from .conftest import SESSION, Chain, CliRun, cpu_matrix, registry_tags, report
@@ -30,7 +30,7 @@ def planned(cli: Callable[..., CliRun], matrix: Path) -> dict[str, dict[str, str
 
 
 def test_noop_template_change_and_registry_only_cache(
-        engine: Engine, registry: str, cpu_chain: Chain, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+        engine: DockerEngine, registry: str, cpu_chain: Chain, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     """On the session's chain (its own layer folder and repository): its first build, a no-op, the registry
     as the only cache, and a template change. The chain's template is put back at the end."""
     matrix, repository = cpu_chain.matrix, cpu_chain.repository
@@ -42,7 +42,7 @@ def test_noop_template_change_and_registry_only_cache(
         template.write_text(original)
 
 
-def check_rebuilds(engine: Engine, registry: str, cpu_chain: Chain, matrix: Path, repository: str, template: Path,
+def check_rebuilds(engine: DockerEngine, registry: str, cpu_chain: Chain, matrix: Path, repository: str, template: Path,
                    tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     # 1. First build (the chain's): everything builds, is smoke-tested and pushed, with a key tag per node.
     assert cpu_chain.planned == dict.fromkeys(("base", "business", "task"), "build")
@@ -112,7 +112,8 @@ def check_rebuilds(engine: Engine, registry: str, cpu_chain: Chain, matrix: Path
     assert f"cache-{task['key'][:12]}" in registry_tags(registry, f"itest/{repository}", cache=True)
 
 
-def test_resmoke_and_no_cache(engine: Engine, cpu_chain: Chain, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+def test_resmoke_and_no_cache(engine: DockerEngine, cpu_chain: Chain, tmp_path: Path, cli: Callable[...,
+                                                                                                    CliRun]) -> None:
     # The chain's leaf passed its suite when the chain was built; --resmoke runs it again all the same.
     run = cli("build", "--matrix", str(cpu_chain.matrix), "--report", str(tmp_path / "r2"), "--no-push", "--resmoke")
     assert run.code == 0, run.text[-3000:]
@@ -123,7 +124,7 @@ def test_resmoke_and_no_cache(engine: Engine, cpu_chain: Chain, tmp_path: Path, 
 
 
 def test_an_immutable_tag_is_never_overwritten_and_the_entry_stays_untagged(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     layers = tmp_path / "layers"
     shutil.copytree(ROOT / "layers" / "task", layers / "task")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from ..mutants import image as mutants
 from .conftest import SESSION, Chain
@@ -18,7 +18,7 @@ CPU = mutants.load("cpu")
 
 
 @pytest.fixture(scope="module")
-def clean(engine: Engine, cpu_chain: Chain) -> Iterator[str]:
+def clean(engine: DockerEngine, cpu_chain: Chain) -> Iterator[str]:
     """The chain's task image (it passed the whole suite); the mutants built on it are removed afterwards."""
     built: list[str] = []
     yield cpu_chain.image(engine, "task")
@@ -27,7 +27,8 @@ def clean(engine: Engine, cpu_chain: Chain) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("mutant", CPU, ids=[m.name for m in CPU])
-def test_the_suite_catches_the_mutant_on_its_named_check(engine: Engine, clean: str, mutant: mutants.Mutant) -> None:
+def test_the_suite_catches_the_mutant_on_its_named_check(engine: DockerEngine, clean: str,
+                                                         mutant: mutants.Mutant) -> None:
     image = mutants.build(engine, clean, mutant)
     try:
         outcome = mutants.judge(mutant, "cpu", image)

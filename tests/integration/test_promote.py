@@ -8,7 +8,7 @@ from pathlib import Path
 
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
 from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
@@ -54,7 +54,7 @@ def test_promote_moves_tested_tags_by_digest_without_a_build(
 
 
 def test_promote_refuses_untested_digests_unless_told_and_then_records_it(
-        engine: Engine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, cpu_chain: Chain, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     # The chain's base and business layers (on the engine: nothing builds), published without a suite by
     # an explicit --allow-untested under nightly aliases.

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
 from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, salted_layers
 
 
-def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_chain: Chain, engine: Engine) -> Path:
+def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_chain: Chain,
+                        engine: DockerEngine) -> Path:
     """The session chain's layers (same keys: keys name no repository) published into this test's own
     repository: every image is on the engine (pulled back if a test removed it) and the leaf's pass is in
     the session's local mirror, so nothing builds and no suite runs."""
@@ -27,7 +28,7 @@ def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_c
 
 
 def test_no_smoke_stages_key_tags_and_applies_no_public_tag(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:
     salted_layers(tmp_path / "layers", ["base"], f"itest {repository}")
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]", extra="layers_path: [layers]\n")
@@ -44,7 +45,7 @@ def test_no_smoke_stages_key_tags_and_applies_no_public_tag(
 
 
 def test_a_different_image_under_the_key_tag_is_replaced_by_the_tested_one(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, cpu_chain: Chain, repository: str,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, cpu_chain: Chain, repository: str,
         tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     matrix = chain_layers_matrix(tmp_path, repository, wheelhouse, cpu_chain, engine)
     nodes = cpu_chain.nodes

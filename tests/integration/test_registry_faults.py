@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from .conftest import REGISTRY, SESSION, CliRun, Processes, cpu_matrix, registry_tags, report
 
@@ -85,7 +85,7 @@ def dying_registry(registry: str) -> Iterator[CuttingProxy]:
 
 
 def test_a_registry_that_dies_mid_push_is_retried_and_leaves_no_tag(
-        engine: Engine, dying_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
+        engine: DockerEngine, dying_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
         tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",
@@ -112,7 +112,7 @@ def hanging_registry(registry: str) -> Iterator[CuttingProxy]:
 
 @pytest.mark.interrupt
 def test_ctrl_c_during_a_push_exits_130_and_applies_no_tag(
-        engine: Engine, hanging_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
+        engine: DockerEngine, hanging_registry: CuttingProxy, wheelhouse: Path, base_image: str, repository: str,
         tmp_path: Path, processes: Processes) -> None:
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, business]")
     proc = processes.start("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke",

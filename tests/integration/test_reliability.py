@@ -19,7 +19,7 @@ from typing import IO
 import bcrypt
 import pytest
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 from .conftest import REGISTRY, SESSION, CliRun, Gate, Processes, cpu_matrix, registry_tags, report, wait_until
 
@@ -40,7 +40,7 @@ SECRET = "s3cr3t-v4lue-8231"
 
 
 def test_a_secret_baked_into_an_image_fails_the_node_and_is_never_printed(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun], monkeypatch: pytest.MonkeyPatch) -> None:
     layer(tmp_path, "leaky", """
         FROM {{ parent_image }}
@@ -94,7 +94,7 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
 
 
 def test_registry_credentials_are_used_and_never_shown(
-        engine: Engine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun], auth_registry: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     host, user, password = auth_registry
     # A small image (a root layer of the test's own on Debian, with the python3 every layer's versions manifest
@@ -123,7 +123,7 @@ def test_registry_credentials_are_used_and_never_shown(
 
 # -- faults ----------------------------------------------------------------------------------------------
 
-def test_a_full_disk_during_a_build_says_so(engine: Engine, wheelhouse: Path, base_image: str, repository: str,
+def test_a_full_disk_during_a_build_says_so(engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str,
                                            tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     # A build container's /dev/shm is 64 MB: writing more fills it, and the step fails with ENOSPC as it
     # would on a full /var/lib/docker.
@@ -170,14 +170,14 @@ def wait_for_text(stream: IO[str], text: str, timeout: float = 600) -> list[str]
     return seen
 
 
-def step_containers(engine: Engine, gate: Gate) -> list[str]:
+def step_containers(engine: DockerEngine, gate: Gate) -> list[str]:
     """The builder's containers running the gated step (they carry no label of ours)."""
     return [c["Id"] for c in engine.api.containers(all=True) if f"127.0.0.1:{gate.port}/gate" in str(c.get("Command"))]
 
 
 @pytest.mark.interrupt
 def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
-        engine: Engine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
+        engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun], processes: Processes, gate: Gate) -> None:
     layer(tmp_path, "slow", f"""
         FROM {{{{ parent_image }}}}
@@ -208,7 +208,7 @@ def test_sigterm_stops_a_build_cleanly_and_a_rerun_continues_from_the_cache(
 
 # -- concurrency -----------------------------------------------------------------------------------------
 
-def test_two_builds_of_one_matrix_serialize_on_a_lock(engine: Engine, registry: str, wheelhouse: Path,
+def test_two_builds_of_one_matrix_serialize_on_a_lock(engine: DockerEngine, registry: str, wheelhouse: Path,
                                                       base_image: str, repository: str, tmp_path: Path,
                                                       processes: Processes, gate: Gate) -> None:
     layer(tmp_path, "slow", f"""
@@ -239,7 +239,7 @@ def test_two_builds_of_one_matrix_serialize_on_a_lock(engine: Engine, registry: 
 
 # -- supply chain ----------------------------------------------------------------------------------------
 
-def test_images_name_their_base_by_digest(engine: Engine, wheelhouse: Path, base_image: str, repository: str,
+def test_images_name_their_base_by_digest(engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str,
                                           tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base]")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push", "--no-smoke")

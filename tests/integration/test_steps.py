@@ -10,7 +10,7 @@ from pathlib import Path
 
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
 from .conftest import SESSION, CliRun, cpu_matrix, registry_tags, report, salted_layers
@@ -37,14 +37,14 @@ include:
     return matrix
 
 
-def forget(engine: Engine, tmp_path: Path, folder: str) -> None:
+def forget(engine: DockerEngine, tmp_path: Path, folder: str) -> None:
     """Another machine: the images a step's report names are removed from this engine."""
     for node in json.loads((tmp_path / folder / "report.json").read_text())["nodes"]:
         if node["image"]:
             engine.remove_image(node["image"])
 
 
-def test_stage_verify_publish_as_three_machines(engine: Engine, registry: str, wheelhouse: Path, base_image: str,
+def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str,
                                                repository: str, tmp_path: Path,
                                                cli: Callable[..., CliRun]) -> None:
     engine.tag(engine.image_id(base_image) or base_image, COPY)
@@ -119,7 +119,7 @@ def test_stage_verify_publish_as_three_machines(engine: Engine, registry: str, w
     assert registry_tags(registry, repo) == tags
 
 
-def test_verify_of_an_unstaged_leaf_names_its_key_tag(engine: Engine, registry: str, wheelhouse: Path,
+def test_verify_of_an_unstaged_leaf_names_its_key_tag(engine: DockerEngine, registry: str, wheelhouse: Path,
                                                     base_image: str, repository: str, tmp_path: Path,
                                                     cli: Callable[..., CliRun]) -> None:
     salted_layers(tmp_path / "layers", ["base"], f"itest unstaged {repository}")

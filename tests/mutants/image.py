@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from imagebuilder.ports.engine import Engine
+from imagebuilder.ports.engine import DockerEngine
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -81,7 +81,7 @@ def load(kind: str | None = None) -> list[Mutant]:
     return out
 
 
-def build(engine: Engine, base: str, mutant: Mutant) -> str:
+def build(engine: DockerEngine, base: str, mutant: Mutant) -> str:
     """The mutant's image on top of `base` (its image ID)."""
     config = engine.inspect(base).get("Config") or {}
     labels = config.get("Labels") or {}

@@ -1,15 +1,35 @@
-"""In-memory stand-ins behind the small protocols of `passes` and `publish`."""
+"""In-memory ports (`imagebuilder.ports`): a registry, an engine and a display that behave like the real ones in
+what the steps rely on, without subclassing them. An image is its config document and its ID is that
+document's digest, as on a real engine, so a pushed image's manifest names its ID as the config digest."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import re
+import tarfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
 
-from imagebuilder.errors import EngineError
-from imagebuilder.ports.engine import LineSink
+from imagebuilder.evidence.spec import Specs
+from imagebuilder.plan.plan import Plan
+from imagebuilder.ports import LineSink, RunResult
+from imagebuilder.ports.reference import parse
+from imagebuilder.ports.registry import Registries
+from imagebuilder.secrets.scan import Scanner
+from imagebuilder.steps.context import Images, RunContext
+from imagebuilder.steps.ledger import Ledger
+from imagebuilder.steps.logs import Logs
 
 IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"
+HOST = "127.0.0.1:5000"
+
+
+def sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -19,6 +39,9 @@ class FakeRegistry:
     blobs: dict[str, bytes] = field(default_factory=dict)
     manifests: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     tagged: dict[tuple[str, str], str] = field(default_factory=dict)
+    host: str = HOST
+    auth: tuple[str, str] | None = None
+    on_retry: Callable[[str], None] | None = None
 
     def _resolve(self, repo: str, reference: str) -> str | None:
         return reference if reference.startswith("sha256:") and reference in self.manifests \
@@ -28,13 +51,15 @@ class FakeRegistry:
         return self._resolve(repo, reference)
 
     def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
+        from imagebuilder.errors import EngineError
+
         digest = self._resolve(repo, reference)
         if digest is None:
             raise EngineError(f"GET {repo}:{reference}: HTTP 404")
         return self.manifests[digest]
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        digest = sha(body)
         self.manifests[digest] = (body, media_type)
         self.tagged[(repo, tag)] = digest
         return digest
@@ -43,7 +68,7 @@ class FakeRegistry:
         return self.blobs[digest]
 
     def put_blob(self, repo: str, data: bytes) -> str:
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        digest = sha(data)
         self.blobs[digest] = data
         return digest
 
@@ -53,6 +78,18 @@ class FakeRegistry:
     def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str:
         self.tagged[(target_repo, tag)] = digest
         return digest
+
+    def config(self, repo: str, reference: str) -> dict[str, Any] | None:
+        digest = self._resolve(repo, reference)
+        if digest is None:
+            return None
+        config = json.loads(self.manifests[digest][0]).get("config") or {}
+        data = self.blobs.get(str(config.get("digest")))
+        return json.loads(data) if data is not None else None
+
+    def labels(self, repo: str, reference: str) -> dict[str, str] | None:
+        config = self.config(repo, reference)
+        return None if config is None else dict((config.get("config") or {}).get("Labels") or {})
 
     def image(self, repo: str, tag: str, content: str) -> tuple[str, str]:
         """Push an image: returns (manifest digest, config digest)."""
@@ -65,22 +102,165 @@ class FakeRegistry:
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config}})
         return self.put_manifest(repo, tag, body.encode(), IMAGE_TYPE)
 
+    def public_tags(self, repo: str) -> dict[str, str]:
+        """Tags that are neither key tags nor pass records -> digest."""
+        from imagebuilder.evidence import passes
 
+        return {t: d for (r, t), d in self.tagged.items()
+                if r == repo and not t.startswith("cache-") and not passes.is_record_tag(t)}
+
+
+_LABEL = re.compile(r'([A-Za-z0-9._-]+)="((?:[^"\\]|\\.)*)"')
+
+
+def passing_report(image: str) -> dict[str, Any]:
+    return {"passed": True, "gpu_verified": False, "gpus": 0,
+            "checks": [{"name": "versions.torch", "status": "pass"}]}
 
 
 @dataclass
 class FakeEngine:
-    """Local tags and pushes into a FakeRegistry: a pushed manifest's config digest is the image ID."""
+    """Images, tags, builds (their labels read from the Dockerfile's LABEL block), pushes and pulls through a
+    FakeRegistry, and containers that run nothing: the suite's report comes from `report(image)`."""
 
     registry: FakeRegistry
-    local_tags: dict[str, str] = field(default_factory=dict)
+    images: dict[str, dict[str, Any]] = field(default_factory=dict)  # image ID -> its config document
+    local_tags: dict[str, str] = field(default_factory=dict)  # reference -> image ID
     pushed: list[str] = field(default_factory=list)
+    pulled: list[str] = field(default_factory=list)
+    builds: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)  # (context, build args)
+    runs: list[str] = field(default_factory=list)  # the images a container ran in
+    files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
+    report: Callable[[str], dict[str, Any]] = passing_report
+    run_labels: dict[str, str] = field(default_factory=dict)
+
+    def add(self, doc: dict[str, Any], *refs: str) -> str:
+        image = sha(json.dumps(doc, sort_keys=True).encode())
+        self.images[image] = doc
+        for ref in refs:
+            self.local_tags[ref] = image
+        return image
+
+    def clone(self) -> FakeEngine:
+        return self
+
+    def image_id(self, ref: str) -> str | None:
+        return ref if ref in self.images else self.local_tags.get(ref)
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        image = self.image_id(ref)
+        assert image is not None, ref
+        doc = self.images[image]
+        return {"Id": image, "Config": doc.get("config") or {}, "RootFS": {"Layers": doc.get("layers") or []},
+                "RepoDigests": []}
+
+    def images_with_label(self, label: str, *, every: bool = False) -> list[dict[str, Any]]:
+        return [{"Id": i, "Labels": (d.get("config") or {}).get("Labels") or {}, "Created": n, "ParentId": ""}
+                for n, (i,
+                        d) in enumerate(self.images.items()) if label in ((d.get("config") or {}).get("Labels") or {})]
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        return []
+
+    def layer_files(self, image: str, top: int) -> Iterator[tuple[str, int, BinaryIO]]:
+        return iter([(path, len(data), io.BytesIO(data)) for path, data in self.files.get(image, [])])
+
+    def insecure_registries(self) -> tuple[str, ...]:
+        return ()
+
+    def storage(self) -> tuple[str, int | None]:
+        return "/var/lib/docker", 2**40
+
+    def has_nvidia_runtime(self) -> bool:
+        return False
+
+    def build(self, context: bytes, *, network: str, sink: LineSink, nocache: bool = False,
+              buildargs: Mapping[str, str] | None = None) -> str:
+        self.builds.append((context, dict(buildargs or {})))
+        with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+            member = tar.extractfile("Dockerfile")
+            assert member is not None
+            text = member.read().decode()
+        block = text.rpartition("\nLABEL ")[2]
+        labels = {k: v.replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\") for k, v in _LABEL.findall(block)}
+        parent = text.split("FROM ", 1)[1].split()[0]
+        layers = [*(self.images.get(parent, {}).get("layers") or []), sha(context)]
+        sink(f"Successfully built from {parent}")
+        return self.add({"config": {"Labels": labels, "Env": []}, "layers": layers})
+
+    def pull(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
+        parsed = parse(ref)
+        body, _ = self.registry.manifest(parsed.repository, parsed.reference)
+        config = json.loads(body)["config"]["digest"]
+        doc = json.loads(self.registry.blob(parsed.repository, config))
+        self.pulled.append(ref)
+        image = self.add(doc, ref)
+        assert image == config, "a pulled image's ID is its config digest"
+        return image
+
+    def push(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
+        parsed = parse(ref)
+        image = self.local_tags[ref]
+        self.registry.put_blob(parsed.repository, json.dumps(self.images[image], sort_keys=True).encode())
+        self.pushed.append(ref)
+        return self.registry.image_of(parsed.repository, parsed.reference, image)
 
     def tag(self, image: str, ref: str) -> None:
         self.local_tags[ref] = image
 
-    def push(self, ref: str, *, sink: LineSink | None = None, auth: tuple[str, str] | None = None) -> str:
-        name, _, tag = ref.rpartition(":")
-        repo = name.split("/", 1)[1]
-        self.pushed.append(ref)
-        return self.registry.image_of(repo, tag, self.local_tags[ref])
+    def remove_image(self, ref: str) -> None:
+        image = self.image_id(ref)
+        self.images.pop(image or "", None)
+
+    def run(self, image: str, command: list[str], *, files: Mapping[str, bytes] | None = None,
+            fetch: tuple[str, ...] = (), timeout: float = 600, env: Mapping[str, str] | None = None,
+            host_config: Mapping[str, Any] | None = None, user: str | None = None,
+            sink: LineSink | None = None) -> RunResult:
+        self.runs.append(image)
+        report = self.report(image)
+        return RunResult(0 if report.get("passed") else 1, "", {path: json.dumps(report).encode() for path in fetch},
+                         0.1)
+
+    def close_containers(self) -> int:
+        return 0
+
+    def remove_containers(self, label: str) -> int:
+        return 0
+
+
+@dataclass
+class FakeDisplay:
+    mode: str = "none"
+    said: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+    def line(self, step: str, node_id: str, line: str) -> None:
+        pass
+
+    def start(self, step: str) -> None:
+        pass
+
+    def stop(self, step: str) -> None:
+        pass
+
+    def node_done(self, outcome: str) -> None:
+        pass
+
+    def show_log(self, node_id: str, path: str) -> None:
+        pass
+
+
+def registries(registry: FakeRegistry) -> Registries:
+    return Registries(lambda host: registry)
+
+
+def context(plan: Plan, engine: FakeEngine, folder: Path, *, expect: tuple[tuple[str, str], ...] = (),
+            display: FakeDisplay | None = None, secrets: Mapping[str, str] | None = None) -> RunContext:
+    """A run's context on the fakes: its ledger, ports, logs under `folder`, the pass mirror in `folder`."""
+    ledger = Ledger.of(plan)
+    pool = registries(engine.registry)
+    logs = Logs(display or FakeDisplay(), folder / "logs", dict(secrets or {}))
+    return RunContext(plan, ledger, Images(engine, ledger, pool, logs), pool, logs, Specs(plan, expect),
+                      Scanner(dict(secrets or {})), folder / "cache")

@@ -13,6 +13,7 @@ from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Decision, Node, State
 from imagebuilder.plan.render import Renderer
+from imagebuilder.ports.registry import Registries
 
 from ..conftest import MatrixWriter
 
@@ -44,7 +45,7 @@ def decided(write_matrix: MatrixWriter, table: CompatTable, present: set[str], r
         -> dict[str, tuple[str, str]]:
     plan = plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer())
     plan = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64})
-    out = cache_mod.decide(plan, Known(engine=None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
+    out = cache_mod.decide(plan, Known(None, None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
     return {n.name: (n.status, n.reason) for n in out.nodes}
 
 
@@ -78,7 +79,8 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     import json
     from pathlib import Path
 
-    from imagebuilder.ports.registry import Registry, credentials, split_reference
+    from imagebuilder.ports.reference import split_reference
+    from imagebuilder.ports.registry import Registry, credentials
 
     assert split_reference("127.0.0.1:5000/ml/pytorch:cache-0123456789ab") == ("127.0.0.1:5000", "ml/pytorch",
                                                                               "cache-0123456789ab")
@@ -128,11 +130,12 @@ def test_the_previous_image_of_a_node_is_the_newest_from_the_same_layer_folder(
     engine = Listing([image(1, own, "older, same folder"), image(2, own, "newest, same folder"),
                       image(3, "template:/elsewhere/layers/task/Dockerfile.j2", "newest of all, other folder"),
                       image(4, own, "same folder, another torch", torch="2.7.1")])
-    cache = cache_mod.Cache(engine, use_registry=False)  # type: ignore[arg-type]
+    offline = Registries(lambda host: None, use=False)  # type: ignore[arg-type,return-value]
+    cache = cache_mod.Cache(engine, offline)  # type: ignore[arg-type]
     previous = cache.previous_inputs(task)
     assert previous is not None and previous["mark"] == "newest, same folder"
     assert cache_mod.Cache(Listing([image(3, "template:/elsewhere/x/Dockerfile.j2", "other")]),  # type: ignore[arg-type]
-                           use_registry=False).previous_inputs(task) is None
+                           offline).previous_inputs(task) is None
 
 
 def test_a_nodes_image_is_where_its_key_label_starts() -> None:

@@ -145,8 +145,8 @@ def test_the_packaged_table_pins_what_the_wheels_pin(tmp_path: Path) -> None:
 
 
 def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
-    from imagebuilder import cli
     from imagebuilder.errors import InputError
+    from imagebuilder.evidence.spec import Specs
     from imagebuilder.input import matrix as matrix_mod
     from imagebuilder.input.compat import CompatTable
     from imagebuilder.plan import plan as plan_mod
@@ -157,10 +157,10 @@ def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
                     "smoke: {throughput_floor: 0.5, cpu_gflops_floor: 20}\n"
                     "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
     plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(None), env={}), Renderer())
-    cli.check_floors((("throughput_floor", "0.7"), ("cpu_gflops_floor", "20"), ("torch", "2.6.0")), plan)
+    Specs(plan, (("throughput_floor", "0.7"), ("cpu_gflops_floor", "20"), ("torch", "2.6.0")))
     for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x")):
         with pytest.raises(InputError):
-            cli.check_floors(((key, value),), plan)
+            Specs(plan, ((key, value),))
 
 
 def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.MonkeyPatch,

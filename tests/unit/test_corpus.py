@@ -91,7 +91,7 @@ def test_the_corpus_is_large_enough() -> None:
 def test_a_broken_input_is_one_clear_error(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     engine = NoImages()
-    monkeypatch.setattr(cli.Engine, "connect", classmethod(lambda cls, url=None, timeout=600: engine))
+    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: engine))
     monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.chdir(ROOT)

@@ -75,6 +75,7 @@ def test_an_entry_sharing_a_node_with_an_earlier_one_waits_for_its_wave(tmp_path
     from imagebuilder.input.compat import CompatTable
     from imagebuilder.plan import keys
     from imagebuilder.plan import plan as plan_mod
+    from imagebuilder.plan import waves as waves_mod
     from imagebuilder.plan.render import Renderer
 
     path = tmp_path / "matrix.yaml"
@@ -84,14 +85,14 @@ def test_an_entry_sharing_a_node_with_an_earlier_one_waits_for_its_wave(tmp_path
                     " base_image: ['debian:bookworm', 'mirror/debian:12']}\n")
     plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(), env={}), Renderer())
     keyed = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64, "mirror/debian:12": "sha256:" + "2" * 64})
-    assert set(plan_mod.waves(keyed).values()) == {0}  # every node of its own: one wave
+    assert set(waves_mod.waves(keyed).values()) == {0}  # every node of its own: one wave
     # A node two entries share (the same key: e.g. a node no entry names in its labels) is staged by the first
     # entry that has it; the other waits for that wave.
     first, second = keyed.entries()[0].id, keyed.entries()[1].id
     shared = {n.name: n.key for n in keyed.nodes if n.entry.id == first}
     nodes = [dataclasses.replace(n, key=shared["base"]) if n.entry.id == second and n.name == "base" else n
              for n in keyed.nodes]
-    waves = plan_mod.waves(keyed.with_nodes(nodes))
+    waves = waves_mod.waves(keyed.with_nodes(nodes))
     assert waves[first] == 0 and waves[second] == 1
     assert sorted(waves.values()) == [0, 0, 0, 1]
-    assert set(plan_mod.waves(plan).values()) == {0}  # without keys: by what each node is made of
+    assert set(waves_mod.waves(plan).values()) == {0}  # without keys: by what each node is made of

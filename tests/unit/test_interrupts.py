@@ -113,7 +113,7 @@ def test_after_the_exit_code_is_decided_a_signal_ends_the_process_with_its_own_c
 
 
 class RecordingApi:
-    """The few docker-py calls Engine.container makes, recorded."""
+    """The few docker-py calls DockerEngine.container makes, recorded."""
 
     def __init__(self) -> None:
         self.created: list[str] = []
@@ -134,11 +134,11 @@ def test_once_closed_no_clone_of_an_engine_starts_a_container() -> None:
     """The run's clean-up closes the engine: a worker thread that was about to start a smoke container when
     the signal came cannot leave one behind (clones share the record of what was started)."""
     from imagebuilder.errors import EngineError
-    from imagebuilder.ports.engine import Engine
+    from imagebuilder.ports.engine import DockerEngine
 
     api = RecordingApi()
-    engine = Engine(api)
-    worker = Engine(api, containers=engine.containers)  # what clone() gives a worker thread
+    engine = DockerEngine(api)
+    worker = DockerEngine(api, containers=engine.containers)  # what clone() gives a worker thread
     with worker.container("img", ["true"]) as running:
         assert engine.close_containers() == 1  # removes what the worker started
         assert api.removed == [running]

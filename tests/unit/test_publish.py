@@ -1,12 +1,12 @@
-"""The publishing rule with an in-memory registry and engine: public tags name only digests with a pass
-record of this suite; untested entries are staged; a key tag that names another image is never taken as
-tested; a pass of another image is refused, naming both."""
+"""The publishing rule on the fakes (`Publish` over an in-memory registry and engine): public tags name only
+digests with a pass record of this suite; untested entries are staged; a key tag that names another image is
+never taken as tested; a pass of another image is refused, naming both."""
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field, replace
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -16,204 +16,188 @@ from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
-from imagebuilder.plan.plan import Node, Plan
+from imagebuilder.plan.plan import Node
 from imagebuilder.plan.render import Renderer
-from imagebuilder.report import Result, Status
-from imagebuilder.steps.publish import Publisher
+from imagebuilder.steps.context import RunContext
+from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
+from imagebuilder.steps.publish import Publish
 
 from ..conftest import MatrixWriter
-from .fakes import FakeEngine, FakeRegistry
+from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context
 
 REPO = "ml/pytorch"
+SECRET = "hf_0123456789abcdefghij"
 
 
 @dataclass
-class FakeRun:
-    """A run whose three nodes (base -> business -> task) were built: each has a local image."""
+class Machine:
+    """A run whose three nodes (base -> business -> task) were built here: each has an image on the engine."""
 
-    plan: Plan
-    registry_: FakeRegistry = field(default_factory=FakeRegistry)
-    results: dict[str, Result] = field(default_factory=dict)
-    images: dict[str, str] = field(default_factory=dict)
-    passes: dict[str, PassRecord] = field(default_factory=dict)
-    tested_manifests: dict[str, str] = field(default_factory=dict)
-    stopping: threading.Event = field(default_factory=threading.Event)
-    said: list[str] = field(default_factory=list)
-    engine: FakeEngine | None = None
-    secrets_in: dict[str, list[str]] = field(default_factory=dict)  # node id -> what a secret scan finds
-
-    def __post_init__(self) -> None:
-        self.engine = FakeEngine(self.registry_)
-        for i, node in enumerate(self.plan.nodes):
-            self.images[node.id] = f"sha256:{i + 1}" + "0" * 63
-            self.results[node.id] = Result(node.id, node.entry.id, node.name, node.leaf, build=Status.BUILT,
-                                           smoke=Status.PASSED if node.leaf else None)
-
-    def say(self, text: str) -> None:
-        self.said.append(text)
-
-    def worker_engine(self) -> FakeEngine:
-        assert self.engine is not None
-        return self.engine
-
-    def local_image(self, node: Node) -> str:
-        return self.images[node.id]
-
-    def spec_key(self, node: Node) -> str:
-        return passes.spec_key({"node": node.id})
-
-    def smoke_spec(self, node: Node) -> dict[str, Any]:
-        return {"expect": {"torch": "2.6.0"}}
-
-    def sign(self, node: Node, ref: str) -> None:
-        pass
-
-    def auth(self, ref: str) -> tuple[str, str] | None:
-        return None
-
-    def registry(self, host: str) -> FakeRegistry:
-        return self.registry_
-
-    def leaks(self, node: Node) -> list[str]:
-        return self.secrets_in.get(node.id, [])
+    run: RunContext
+    engine: FakeEngine
+    registry: FakeRegistry
+    display: FakeDisplay
 
     def passed(self, node: Node, image: str | None = None) -> None:
         """The leaf passed its suite in this image (default: its own)."""
-        self.passes[node.id] = PassRecord(passes.PASSED, config=image or self.images[node.id],
-                                          spec=self.spec_key(node), node=node.id, entry=node.entry.id,
-                                          date="2026-11-23", suite=passes.suite_hash())
+        record = PassRecord(passes.PASSED, config=image or str(self.run.ledger[node.id].image),
+                            spec=self.run.specs.key(node), node=node.id, entry=node.entry.id, date="2026-11-23",
+                            suite=passes.suite_hash())
+        self.run.ledger.update(node.id, record=record)
 
     def tags(self) -> dict[str, str]:
-        """Public tags in the registry -> digest."""
-        return {t: d for (r, t), d in self.registry_.tagged.items()
-                if r == REPO and not t.startswith("cache-") and not passes.is_record_tag(t)}
+        return self.registry.public_tags(REPO)
+
+    @property
+    def said(self) -> list[str]:
+        return self.display.said
 
 
 @pytest.fixture
-def run(write_matrix: MatrixWriter, header: str, table: CompatTable) -> FakeRun:
+def machine(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> Machine:
     path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
     plan = keys.assign(plan_mod.make(matrix_mod.load(path, table, env={}), Renderer()),
                        {"debian:bookworm": "sha256:" + "f" * 64})
-    return FakeRun(plan)
+    registry, display = FakeRegistry(), FakeDisplay()
+    engine = FakeEngine(registry)
+    run = context(plan, engine, tmp_path, display=display, secrets={"$HF_TOKEN": SECRET})
+    for node in plan.nodes:
+        image = engine.add({"config": {"Labels": {"node": node.id}}})
+        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
+                          verify=VerifyStatus.PASSED if node.leaf else None)
+    return Machine(run, engine, registry, display)
 
 
-def publish(run: FakeRun, **options: bool) -> bool:
-    entry = run.plan.entries()[0]
-    return Publisher(run, **options).run_publish(entry, list(run.plan.nodes))  # type: ignore[arg-type]
+def publish(machine: Machine, **options: bool) -> bool:
+    nodes = list(machine.run.plan.nodes)
+    return Publish(**options).entry(machine.run, nodes)
 
 
-def leaf(run: FakeRun) -> Node:
-    return next(n for n in run.plan.nodes if n.leaf)
+def leaf(machine: Machine) -> Node:
+    return next(n for n in machine.run.plan.nodes if n.leaf)
 
 
-def test_a_passed_entry_is_published_with_a_record_beside_every_digest(run: FakeRun) -> None:
-    run.passed(leaf(run))
-    assert publish(run)
-    store = RegistryPasses(run.registry_)
-    for node in run.plan.nodes:
-        result = run.results[node.id]
-        assert result.publish == Status.PUSHED and result.digest is not None
-        assert all(run.tags()[ref.rsplit(":", 1)[1]] == result.digest for ref in node.tags)
-        record = store.find(REPO, result.digest, run.spec_key(node))
-        assert record is not None and record.config == run.images[node.id]
-        assert (record.via is None) == node.leaf  # ancestors pass through the leaf built on them
-        assert result.pass_record is not None and result.pass_record.endswith("(written by this run)")
+def test_a_passed_entry_is_published_with_a_record_beside_every_digest(machine: Machine) -> None:
+    machine.passed(leaf(machine))
+    assert publish(machine)
+    store = RegistryPasses(machine.registry)
+    for node in machine.run.plan.nodes:
+        record = machine.run.ledger[node.id]
+        assert record.publish == PublishStatus.PUSHED and record.digest is not None
+        assert all(machine.tags()[ref.rsplit(":", 1)[1]] == record.digest for ref in node.tags)
+        found = store.find(REPO, record.digest, machine.run.specs.key(node))
+        assert found is not None and found.config == record.image
+        assert (found.via is None) == node.leaf  # ancestors pass through the leaf built on them
+        assert record.pass_record is not None and record.pass_record.endswith("(written by this run)")
 
 
-def test_no_pass_stages_key_tags_only(run: FakeRun) -> None:
-    run.results[leaf(run).id].smoke = Status.SKIPPED  # --no-smoke
-    assert publish(run)
-    assert run.tags() == {}
-    assert all(run.results[n.id].publish == Status.STAGED and run.results[n.id].digest for n in run.plan.nodes)
-    assert sorted(t for _, t in run.registry_.tagged) == sorted(f"cache-{n.key[:12]}" for n in run.plan.nodes)
+def test_no_pass_stages_key_tags_only(machine: Machine) -> None:
+    machine.run.ledger.update(leaf(machine).id, verify=VerifyStatus.SKIPPED)  # --no-smoke
+    assert publish(machine)
+    assert machine.tags() == {}
+    assert all(machine.run.ledger[n.id].publish == PublishStatus.STAGED and machine.run.ledger[n.id].digest
+               for n in machine.run.plan.nodes)
+    assert sorted(t for _,
+                  t in machine.registry.tagged) == sorted(f"cache-{n.key[:12]}" for n in machine.run.plan.nodes)
 
 
-def test_without_push_an_untested_entry_is_not_even_tagged_locally(run: FakeRun) -> None:
-    run.results[leaf(run).id].smoke = Status.SKIPPED
-    assert publish(run, push=False)
-    assert run.engine is not None and run.engine.local_tags == {} and run.registry_.tagged == {}
-    assert {run.results[n.id].publish for n in run.plan.nodes} == {Status.STAGED}
+def test_without_push_an_untested_entry_is_not_even_tagged_locally(machine: Machine) -> None:
+    machine.run.ledger.update(leaf(machine).id, verify=VerifyStatus.SKIPPED)
+    assert publish(machine, push=False)
+    assert machine.engine.local_tags == {} and machine.registry.tagged == {}
+    assert {machine.run.ledger[n.id].publish for n in machine.run.plan.nodes} == {PublishStatus.STAGED}
 
 
-def test_allow_untested_publishes_and_says_so_beside_every_digest(run: FakeRun) -> None:
-    run.results[leaf(run).id].smoke = Status.SKIPPED
-    assert publish(run, allow_untested=True)
-    assert run.tags()
-    store = RegistryPasses(run.registry_)
-    every = run.registry_.tags(REPO)
-    for node in run.plan.nodes:
-        result = run.results[node.id]
-        assert result.untested and result.pass_record is not None and result.pass_record.startswith("UNTESTED")
-        assert store.find(REPO, str(result.digest), run.spec_key(node)) is None  # never a pass
-        assert [r.allowed_by for r in store.all_for(REPO, str(result.digest), every)] == ["--allow-untested"]
-    assert any("UNTESTED" in line for line in run.said)
+def test_an_untested_entry_is_held_where_publish_stages_nothing(machine: Machine) -> None:
+    """`imagebuilder publish`: an entry whose leaf has no pass record is held, naming what to run."""
+    machine.run.ledger.update(leaf(machine).id, verify=VerifyStatus.SKIPPED)
+    assert not publish(machine, stage_untested=False)
+    assert machine.registry.tagged == {}
+    task = machine.run.ledger[leaf(machine).id]
+    assert task.publish == PublishStatus.HELD and "run `imagebuilder verify`" in str(task.error)
 
 
-def test_a_key_tag_naming_another_image_is_replaced_by_the_tested_one(run: FakeRun) -> None:
-    task = leaf(run)
-    seeded = run.registry_.image_of(REPO, f"cache-{task.key[:12]}", "sha256:" + "e" * 64)
-    run.passed(task)
-    assert publish(run)
-    digest = run.results[task.id].digest
+def test_allow_untested_publishes_and_says_so_beside_every_digest(machine: Machine) -> None:
+    machine.run.ledger.update(leaf(machine).id, verify=VerifyStatus.SKIPPED)
+    assert publish(machine, allow_untested=True)
+    assert machine.tags()
+    store = RegistryPasses(machine.registry)
+    every = machine.registry.tags(REPO)
+    for node in machine.run.plan.nodes:
+        record = machine.run.ledger[node.id]
+        assert record.untested and record.pass_record is not None and record.pass_record.startswith("UNTESTED")
+        assert store.find(REPO, str(record.digest), machine.run.specs.key(node)) is None  # never a pass
+        assert [r.allowed_by for r in store.all_for(REPO, str(record.digest), every)] == ["--allow-untested"]
+    assert any("UNTESTED" in line for line in machine.said)
+
+
+def test_a_key_tag_naming_another_image_is_replaced_by_the_tested_one(machine: Machine) -> None:
+    task = leaf(machine)
+    seeded = machine.registry.image_of(REPO, f"cache-{task.key[:12]}", "sha256:" + "e" * 64)
+    machine.passed(task)
+    assert publish(machine)
+    digest = machine.run.ledger[task.id].digest
     assert digest is not None and digest != seeded
-    assert RegistryPasses(run.registry_).config_digest(REPO, digest) == run.images[task.id]
-    assert seeded not in run.tags().values()
-    assert any(f"names {seeded}" in line and run.images[task.id] in line for line in run.said)
+    assert RegistryPasses(machine.registry).config_digest(REPO, digest) == machine.run.ledger[task.id].image
+    assert seeded not in machine.tags().values()
+    assert any(f"names {seeded}" in line and str(machine.run.ledger[task.id].image) in line for line in machine.said)
 
 
-def test_a_pass_of_another_image_is_refused_naming_both(run: FakeRun) -> None:
-    task = leaf(run)
-    run.passed(task, image="sha256:" + "d" * 64)  # the suite ran in another image than the one published
-    assert not publish(run)
-    result = run.results[task.id]
-    assert result.publish == Status.FAILED
-    assert "has no pass record" in str(result.error) and "sha256:" + "d" * 64 in str(result.error)
-    assert run.images[task.id] in str(result.error)
-    assert run.tags() == {}  # all or nothing: no node of the entry is tagged
+def test_a_pass_of_another_image_is_refused_naming_both(machine: Machine) -> None:
+    task = leaf(machine)
+    machine.passed(task, image="sha256:" + "d" * 64)  # the suite ran in another image than the one published
+    assert not publish(machine)
+    record = machine.run.ledger[task.id]
+    assert record.publish == PublishStatus.FAILED
+    assert "has no pass record" in str(record.error) and "sha256:" + "d" * 64 in str(record.error)
+    assert str(record.image) in str(record.error)
+    assert machine.tags() == {}  # all or nothing: no node of the entry is tagged
 
 
-def test_a_failed_or_gpu_unverified_leaf_holds_the_entry(run: FakeRun) -> None:
-    run.results[leaf(run).id].smoke = Status.FAILED  # e.g. a skip on a GPU run
-    assert not publish(run)
-    assert {run.results[n.id].publish for n in run.plan.nodes} == {Status.HELD} and run.registry_.tagged == {}
-    run.results[leaf(run).id].smoke = Status.PASSED
-    run.results[leaf(run).id].gpu_verified = False
-    run.passed(leaf(run))
-    assert not publish(run)
-    assert run.registry_.tagged == {}
-    assert publish(run, allow_untested_gpu=True) and run.tags()
+def test_a_failed_or_gpu_unverified_leaf_holds_the_entry(machine: Machine) -> None:
+    task = leaf(machine).id
+    machine.run.ledger.update(task, verify=VerifyStatus.FAILED)  # e.g. a skip on a GPU run
+    assert not publish(machine)
+    assert {machine.run.ledger[n.id].publish for n in machine.run.plan.nodes} == {PublishStatus.HELD}
+    assert machine.registry.tagged == {}
+    machine.run.ledger.update(task, verify=VerifyStatus.PASSED, gpu_verified=False, publish=None)
+    machine.passed(leaf(machine))
+    assert not publish(machine)
+    assert machine.registry.tagged == {}
+    assert publish(machine, allow_untested_gpu=True) and machine.tags()
 
 
-def test_a_pass_on_gpus_replaces_a_pass_without_one(run: FakeRun) -> None:
+def test_a_pass_on_gpus_replaces_a_pass_without_one(machine: Machine) -> None:
     """CPU fleets build and test what they can; a GPU fleet's pass of the same image then takes the record's
     place (same tag), so promote can tell the image was verified on GPUs."""
-    task = leaf(run)
-    run.passed(task)
+    task = leaf(machine)
+    machine.passed(task)
     cpu_only = {"verified": False, "kind": "gpu", "models": []}
-    run.passes[task.id] = replace(run.passes[task.id], gpu=cpu_only)
-    run.results[task.id].gpu_verified = False
-    assert publish(run, allow_untested_gpu=True)
-    digest = str(run.results[task.id].digest)
-    store = RegistryPasses(run.registry_)
-    first = store.find(REPO, digest, run.spec_key(task))
+    machine.run.ledger.change(task.id, lambda r: replace(r, record=replace(r.record, gpu=cpu_only),
+                                                         gpu_verified=False))
+    assert publish(machine, allow_untested_gpu=True)
+    digest = str(machine.run.ledger[task.id].digest)
+    store = RegistryPasses(machine.registry)
+    first = store.find(REPO, digest, machine.run.specs.key(task))
     assert first is not None and not first.gpu_verified
     on_gpus = {"verified": True, "kind": "gpu", "models": ["NVIDIA H200"]}
-    run.passes[task.id] = replace(run.passes[task.id], gpu=on_gpus)
-    run.results[task.id].gpu_verified = True
-    assert publish(run)
-    again = store.find(REPO, digest, run.spec_key(task))
+    machine.run.ledger.change(task.id, lambda r: replace(r, record=replace(r.record, gpu=on_gpus), gpu_verified=True))
+    assert publish(machine)
+    again = store.find(REPO, digest, machine.run.specs.key(task))
     assert again is not None and again.gpu_verified and again.gpu["models"] == ["NVIDIA H200"]
 
 
-def test_a_cached_image_with_a_secret_holds_its_entry_and_nothing_is_pushed(run: FakeRun) -> None:
-    run.passed(leaf(run))
-    business = run.plan.nodes[1]
-    run.results[business.id].build = Status.CACHED  # built by an earlier run, before this secret was known
-    run.secrets_in[business.id] = ["$HF_TOKEN appears in the file /opt/team/.env"]
-    assert not publish(run)
-    assert run.tags() == {} and run.registry_.tagged == {}  # not even a key tag
-    assert all(r.publish == Status.HELD for r in run.results.values())
-    assert "HF_TOKEN appears in the file /opt/team/.env" in (run.results[business.id].error or "")
+def test_a_cached_image_with_a_secret_holds_its_entry_and_nothing_is_pushed(machine: Machine) -> None:
+    machine.passed(leaf(machine))
+    business = machine.run.plan.nodes[1]
+    image = str(machine.run.ledger[business.id].image)
+    machine.engine.files[image] = [("/opt/team/.env", f"HF_TOKEN={SECRET}\n".encode())]
+    machine.run.ledger.update(business.id, build=BuildStatus.CACHED)  # built by an earlier run, before the secret
+    assert not publish(machine)
+    assert machine.tags() == {} and machine.registry.tagged == {}  # not even a key tag
+    assert all(r.publish == PublishStatus.HELD for r in machine.run.ledger.records())
+    assert "$HF_TOKEN appears in the file /opt/team/.env" in (machine.run.ledger[business.id].error or "")
     # the gate looks at cached images only: built ones were scanned as they were built
-    run.results[business.id].build = Status.BUILT
-    assert publish(run) and run.tags()
+    machine.run.ledger.change(business.id, lambda r: dataclasses.replace(r, build=BuildStatus.BUILT, error=None,
+                                                                         publish=None))
+    assert publish(machine) and machine.tags()

@@ -1,4 +1,4 @@
-"""report.json, summary.md and junit.xml from a set of results."""
+"""report.json, summary.md and junit.xml: views of a set of ledger records."""
 
 from __future__ import annotations
 
@@ -6,26 +6,29 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from imagebuilder.report import Result, Status, write_reports
+from imagebuilder.report import write_reports
+from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 
 
-def results(folder: Path) -> list[Result]:
-    base = Result("e1/base", "e1", "base", False, build=Status.CACHED, publish=Status.CURRENT,
-                  tags=["r/x:e1-base"], digest="sha256:" + "a" * 64, key="k" * 64)
-    task = Result("e1/task", "e1", "task", True, build=Status.BUILT, smoke=Status.PASSED, publish=Status.PUSHED,
-                  tags=["r/x:e1-task"], digest="sha256:" + "b" * 64, log=str(folder / "logs" / "e1_task.log"),
-                  durations={"build": 1.5, "smoke": 20.0},
-                  smoke_report={"checks": [
-                      {"name": "versions.torch", "status": "pass", "duration": 0.5},
-                      {"name": "health.user", "status": "skip", "reason": "root"},
-                      {"name": "throughput.cpu", "status": "pass", "reason": "12 GFLOP/s"}]})
-    bad = Result("e2/base", "e2", "base", False, build=Status.FAILED, error="step 3 | exit 1",
-                 log_tail="E: Unable to locate package nope", log=str(folder / "logs" / "e2_base.log"))
-    blocked = Result("e2/task", "e2", "task", True, build=Status.BLOCKED, error="parent e2/base did not build")
-    smoke_bad = Result("e3/task", "e3", "task", True, build=Status.BUILT, smoke=Status.FAILED, publish=Status.HELD,
-                       error="versions.torch: got '2.6.0', expected '2.7.1'",
-                       smoke_report={"checks": [{"name": "versions.torch", "status": "fail",
-                                                 "reason": "got '2.6.0', expected '2.7.1'", "log": ["a", "b"]}]})
+def results(folder: Path) -> list[NodeRecord]:
+    base = NodeRecord("e1/base", "e1", "base", False, build=BuildStatus.CACHED, publish=PublishStatus.CURRENT,
+                      tags=["r/x:e1-base"], digest="sha256:" + "a" * 64, key="k" * 64)
+    task = NodeRecord("e1/task", "e1", "task", True, build=BuildStatus.BUILT, verify=VerifyStatus.PASSED,
+                      publish=PublishStatus.PUSHED,
+                      tags=["r/x:e1-task"], digest="sha256:" + "b" * 64, log=str(folder / "logs" / "e1_task.log"),
+                      durations={"build": 1.5, "smoke": 20.0},
+                      smoke_report={"checks": [
+                          {"name": "versions.torch", "status": "pass", "duration": 0.5},
+                          {"name": "health.user", "status": "skip", "reason": "root"},
+                          {"name": "throughput.cpu", "status": "pass", "reason": "12 GFLOP/s"}]})
+    bad = NodeRecord("e2/base", "e2", "base", False, build=BuildStatus.FAILED, error="step 3 | exit 1",
+                     log_tail="E: Unable to locate package nope", log=str(folder / "logs" / "e2_base.log"))
+    blocked = NodeRecord("e2/task", "e2", "task", True, build=BuildStatus.BLOCKED, error="parent e2/base did not build")
+    smoke_bad = NodeRecord("e3/task", "e3", "task", True, build=BuildStatus.BUILT, verify=VerifyStatus.FAILED,
+                           publish=PublishStatus.HELD,
+                           error="versions.torch: got '2.6.0', expected '2.7.1'",
+                           smoke_report={"checks": [{"name": "versions.torch", "status": "fail",
+                                                     "reason": "got '2.6.0', expected '2.7.1'", "log": ["a", "b"]}]})
     return [base, task, bad, blocked, smoke_bad]
 
 
@@ -77,9 +80,11 @@ def test_the_summary_prints_every_outcome_and_any_error_text() -> None:
 
     from imagebuilder.report import print_summary
 
-    rows = [Result(f"e/{s.value}", "e", s.value, True, build=Status.BUILT, smoke=Status.PASSED, publish=s,
-                   error="[/] [red]not markup[/red] $(id)") for s in Status]
-    rows.append(Result("e/untested", "e", "untested", True, build=Status.CACHED, publish=Status.PUSHED, untested=True))
+    rows = [NodeRecord(f"e/{s.value}", "e", s.value, True, build=BuildStatus.BUILT, verify=VerifyStatus.PASSED,
+                       publish=s,
+                       error="[/] [red]not markup[/red] $(id)") for s in PublishStatus]
+    rows.append(NodeRecord("e/untested", "e", "untested", True, build=BuildStatus.CACHED,
+                           publish=PublishStatus.PUSHED, untested=True))
     out = io.StringIO()
     print_summary(Console(file=out, width=200), rows)
     text = out.getvalue()
@@ -87,13 +92,16 @@ def test_the_summary_prints_every_outcome_and_any_error_text() -> None:
 
 
 def test_gaps_in_the_evidence_are_listed_in_the_summary(tmp_path: Path) -> None:
-    allowed = Result("e/task", "e", "task", True, build=Status.BUILT, smoke=Status.PASSED, publish=Status.PUSHED,
-                     tags=["r/x:e-task"], digest="sha256:" + "c" * 64,
-                     allowed_skips=["throughput.cuda:0: unknown GPU model 'Tesla T4'"])
-    staged = Result("f/task", "f", "task", True, build=Status.BUILT, smoke=Status.SKIPPED, publish=Status.STAGED,
-                    digest="sha256:" + "d" * 64)
-    untested = Result("g/task", "g", "task", True, build=Status.BUILT, smoke=Status.SKIPPED, publish=Status.PUSHED,
-                      tags=["r/x:g-task"], digest="sha256:" + "e" * 64, untested=True)
+    allowed = NodeRecord("e/task", "e", "task", True, build=BuildStatus.BUILT, verify=VerifyStatus.PASSED,
+                         publish=PublishStatus.PUSHED,
+                         tags=["r/x:e-task"], digest="sha256:" + "c" * 64,
+                         allowed_skips=["throughput.cuda:0: unknown GPU model 'Tesla T4'"])
+    staged = NodeRecord("f/task", "f", "task", True, build=BuildStatus.BUILT, verify=VerifyStatus.SKIPPED,
+                        publish=PublishStatus.STAGED,
+                        digest="sha256:" + "d" * 64)
+    untested = NodeRecord("g/task", "g", "task", True, build=BuildStatus.BUILT, verify=VerifyStatus.SKIPPED,
+                          publish=PublishStatus.PUSHED,
+                          tags=["r/x:g-task"], digest="sha256:" + "e" * 64, untested=True)
     write_reports([allowed, staged, untested], tmp_path, {"tool": "imagebuilder"})
     summary = (tmp_path / "summary.md").read_text()
     gaps = summary.split("### Not fully tested", 1)[1]

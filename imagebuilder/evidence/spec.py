@@ -1,0 +1,115 @@
+"""The spec: what a pass is a pass of. Everything the smoke suite is told about a node's image (the entry's
+versions and floors, the user, overrides, the GPU settings, every layer check inherited down the tree, the
+allowed skips), hashed with the suite's source into the spec key (`passes.spec_key`). Never the image: a pass
+is a spec *and* a digest. Pure; one `Specs` per run, so that the steps that test and the steps that publish
+name the same spec for the same node."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError, Where
+from ..input.compat import CompatTable
+from ..input.matrix import VERSION_FIELDS, Entry, SmokeSettings
+from ..plan.keys import LABEL_PREFIX
+from ..plan.plan import Node, Plan
+from . import passes
+
+CHECKS_LABEL = f"{LABEL_PREFIX}.checks"  # the layer checks an image inherits, as JSON (not part of the key)
+FLOORS = ("throughput_floor", "cpu_gflops_floor")  # expectations that may be raised, never lowered
+
+
+def expectations(entry: Entry, extra: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+    """What the smoke suite checks in an entry's images: the resolved versions, floors, and overrides."""
+    expect: dict[str, Any] = dict(entry.versions())
+    user = entry.user.settings()
+    expect["user"] = {"uid": user["uid"], "gid": user["gid"], "home": user["home"]}
+    expect.update(driver_floor=entry.driver_floor, throughput_floor=entry.smoke.throughput_floor,
+                  cpu_gflops_floor=entry.smoke.cpu_gflops_floor)
+    if entry.smoke.gpu_floors:
+        expect["gpu_floors"] = [[name, floor] for name, floor in entry.smoke.gpu_floors]
+    if any(name.startswith("nvidia-cudnn") for name, _ in entry.overrides):
+        expect["cudnn_override"] = True  # the loaded cuDNN is meant to differ from torch's build
+    expect.update(dict(extra))
+    return expect
+
+
+def check_floors(given: Mapping[str, Any], floors: Mapping[str, Any], *, whose: str = "",
+                 where: Where | None = None) -> None:
+    """`--expect` may raise a floor, never lower it (a floor of 0 passes any image): an input error otherwise."""
+    for key in FLOORS:
+        if key not in given or floors.get(key) is None:
+            continue
+        try:
+            lower = float(given[key]) < float(floors[key])
+        except (TypeError, ValueError):
+            raise InputError(f"--expect {key}={given[key]!r} is not a number") from None
+        if lower:
+            raise InputError(f"--expect {key}={given[key]} would lower the floor{whose} ({float(floors[key]):g}); "
+                             "floors can be raised, never lowered", where=where)
+
+
+def layer_checks(plan: Plan, node: Node) -> list[dict[str, str]]:
+    """The node's own layer checks and every ancestor's: tests are inherited down the tree."""
+    chain = [*reversed(plan.ancestors(node)), node]
+    return [{"name": f"layer.{n.name}.{i}", "run": cmd} for n in chain for i, cmd in enumerate(n.layer.smoke)]
+
+
+@dataclass
+class Specs:
+    """The spec of each node of one run's plan, with the run's `--expect` (computed once per node)."""
+
+    plan: Plan
+    expect: tuple[tuple[str, str], ...] = ()
+    _keys: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        for entry in self.plan.entries():
+            check_floors(dict(self.expect), expectations(entry), whose=f" of {entry.id}", where=entry.where)
+
+    def of(self, node: Node) -> dict[str, Any]:
+        s = node.entry.smoke
+        return {"expect": expectations(node.entry, self.expect), "gpus": s.gpus, "driver_dir": s.driver_dir,
+                "shm_size": s.shm_size, "env": dict(s.env), "commands": layer_checks(self.plan, node),
+                "allow_skip": list(s.allow_skip)}
+
+    def key(self, node: Node) -> str:
+        """What a pass of this node is a pass of (suite, expectations, settings, inherited layer checks)."""
+        with self._lock:
+            if node.id not in self._keys:
+                self._keys[node.id] = passes.spec_key(self.of(node))
+            return self._keys[node.id]
+
+
+def image_expectations(labels: Mapping[str, str], table: CompatTable) -> dict[str, Any] | None:
+    """What the suite checks in an image built by imagebuilder, read from its own labels: the resolved
+    versions (a version it has no label for is expected absent), the user, overrides, the driver floor of
+    its CUDA, and the default floors. None when the image carries no imagebuilder version labels."""
+    prefix = f"{LABEL_PREFIX}.version."
+    if f"{prefix}torch" not in labels:
+        return None
+    expect: dict[str, Any] = {key: labels.get(prefix + key) for key in VERSION_FIELDS}
+    uid, _, rest = labels.get(f"{LABEL_PREFIX}.user", "").partition(":")
+    gid, _, home = rest.partition(":")
+    if uid.isdigit() and gid.isdigit():
+        expect["user"] = {"uid": int(uid), "gid": int(gid), "home": home}
+    cuda = expect.get("cuda")
+    expect.update(driver_floor=table.min_driver(cuda) if cuda else None,
+                  throughput_floor=SmokeSettings.throughput_floor, cpu_gflops_floor=SmokeSettings.cpu_gflops_floor)
+    if "nvidia-cudnn" in labels.get(f"{LABEL_PREFIX}.overrides", ""):
+        expect["cudnn_override"] = True
+    return expect
+
+
+def image_checks(labels: Mapping[str, str]) -> list[dict[str, str]]:
+    """The layer checks an image was built to pass (its label), for `smoke IMAGE`."""
+    try:
+        checks = json.loads(labels.get(CHECKS_LABEL) or "[]")
+    except ValueError:
+        return []
+    return [c for c in checks if isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("name", "run"))]

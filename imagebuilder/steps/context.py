@@ -1,0 +1,106 @@
+"""What the steps of one run share: the plan, the ledger and the ports (`RunContext`), and the protocol a step
+implements (`Step`). A step makes its own tasks from these; steps never call each other or the run: what one
+step learns, the next reads from the ledger."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from rich.markup import escape
+
+from ..evidence.spec import Specs
+from ..plan.cache import cache_ref
+from ..plan.plan import Node, Plan
+from ..ports import Engine
+from ..ports.reference import parse
+from ..ports.registry import Registries
+from ..secrets.scan import Scanner
+from .ledger import Ledger
+from .logs import Logs
+from .schedule import Task
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the run serves builds on loopback for its length (`loopback`)."""
+
+    wheelhouses: Mapping[Path, str] = field(default_factory=dict)  # folder -> its URL
+    indexes: Mapping[str, str] = field(default_factory=dict)  # index URL -> the proxy that adds its credentials
+
+
+@dataclass
+class Images:
+    """This engine's copy of each node's image: one engine connection per worker thread, and a node's image
+    pulled, once, by the digest its key tag names when it is only in the registry."""
+
+    engine: Engine
+    ledger: Ledger
+    registries: Registries
+    logs: Logs
+    _local: threading.local = field(default_factory=threading.local)
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def worker(self) -> Engine:
+        """This thread's own connection to the engine."""
+        engine: Engine | None = getattr(self._local, "engine", None)
+        if engine is None:
+            engine = self._local.engine = self.engine.clone()
+        return engine
+
+    def local(self, node: Node) -> str:
+        """The node's image on this engine, pulled from the registry by digest when it is only there: exactly
+        the manifest the ledger knows for its key tag, else what the key tag names now."""
+        with self._lock:
+            lock = self._locks.setdefault(node.id, threading.Lock())
+        with lock:
+            record = self.ledger[node.id]
+            if record.image is not None:
+                return record.image
+            ref = node.decision.ref
+            assert ref is not None, f"{node.id} is neither on the engine nor in the registry"
+            digest = record.digest or self.registries.digest(ref)
+            by_digest = parse(ref).at(digest) if digest else ref
+            self.logs.say(f"[dim]pulling {escape(by_digest)} (cached {escape(node.id)})[/]")
+            image = self.worker().pull(by_digest, auth=self.registries.auth(ref))
+            self.ledger.update(node.id, image=image, digest=digest)
+            return image
+
+
+@dataclass(frozen=True)
+class RunContext:
+    plan: Plan
+    ledger: Ledger
+    images: Images
+    registries: Registries
+    logs: Logs
+    specs: Specs
+    scanner: Scanner
+    cache_dir: Path  # the local mirror of pass records
+    served: Served = Served()
+    stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
+
+    def key_tag(self, node: Node) -> tuple[str, str, str]:
+        """(host, repository, tag) of the node's key tag."""
+        ref = parse(cache_ref(node))
+        return ref.host, ref.repository, ref.reference
+
+
+class Step(Protocol):
+    """One step of a run: the tasks it adds to the run's graph. A task of a later step on the same node or
+    entry waits for an earlier step's (`build:<node>` → `verify:<node>` → `publish:<entry>`)."""
+
+    def start(self, run: RunContext) -> None:
+        """Before any task: checks and notes that concern the whole step."""
+
+    def tasks(self, run: RunContext) -> list[Task]: ...
+
+    def interrupted(self, run: RunContext) -> None:
+        """The run was stopped (Ctrl-C, SIGTERM): mark what this step had not finished."""
+
+    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
+        """--fail-fast left these tasks unstarted: mark this step's."""

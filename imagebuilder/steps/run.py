@@ -1,0 +1,119 @@
+"""A run: the steps a command composes (`build` = stage + verify + publish; `stage`, `verify` and `publish` each
+their own), on one plan, one ledger and the ports. It serves the wheelhouses and index proxies for the run's
+length, shows progress, and cleans up on every exit: no container of the run outlives it, no worker moves a
+tag after it. The reports are written from the ledger, also when the run is interrupted."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..evidence.spec import Specs
+from ..plan import tags as tagging
+from ..plan.keys import LABEL_PREFIX
+from ..plan.plan import Plan
+from ..ports import Engine
+from ..ports.reference import parse
+from ..ports.registry import Registries
+from ..report import print_summary, write_reports
+from ..secrets import redact
+from ..secrets.scan import Scanner
+from . import schedule
+from .context import Images, RunContext, Served, Step
+from .display import Terminal
+from .ledger import Ledger, NodeRecord
+from .logs import Logs
+from .loopback import serve_indexes, serve_wheelhouses
+from .stage import index_credentials_of, index_passwords
+
+RUN_LABEL = f"{LABEL_PREFIX}.run"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    report_dir: Path
+    cache_dir: Path  # the local mirror of pass records
+    jobs: int = 1  # independent tasks at once
+    fail_fast: bool = False  # start nothing new after the first failure
+    logs: str = "stream"  # the display's mode (`display.LOG_MODES`); none: a summary only
+    meta: Mapping[str, Any] = field(default_factory=dict)  # what report.json says of the command
+
+
+def compose(steps: Sequence[Step], run: RunContext) -> list[schedule.Task]:
+    """Every step's tasks in one graph. A task waits for the tasks of earlier steps on its nodes; a step the
+    command leaves out has none, so those waits are dropped."""
+    tasks = [task for step in steps for task in step.tasks(run)]
+    ids = {t.id for t in tasks}
+    return [dataclasses.replace(t, deps=tuple(d for d in t.deps if d in ids)) for t in tasks]
+
+
+def registry_passwords(plan: Plan, registries: Registries) -> list[tuple[str, str]]:
+    hosts = {parse(tagging.repository_ref(e.registry, e.repository)).host for e in plan.entries()}
+    return [(f"the password for registry {host}", auth[1]) for host in sorted(hosts)
+            if (auth := registries(host).auth) is not None]
+
+
+def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, steps: Sequence[Step],
+            console: Console, options: RunOptions) -> list[NodeRecord]:
+    """Run the steps over the plan; the ledger's records, once the reports are written and the summary shown."""
+    ledger = Ledger.of(plan)
+    run_id = uuid.uuid4().hex[:12]
+    engine.run_labels[RUN_LABEL] = run_id
+    index_auth = index_credentials_of(plan, os.environ)
+    secrets = redact.known_secrets(os.environ, [*registry_passwords(plan, registries), *index_passwords(index_auth)])
+    wheelhouses = {e.build.wheelhouse for e in plan.entries() if e.build.wheelhouse}
+    cafile = next((e.build.ca_bundle for e in plan.entries() if e.build.ca_bundle), None)
+    interrupted = False
+    with serve_wheelhouses(wheelhouses) as urls, serve_indexes(index_auth, cafile) as proxied, \
+            Terminal(console, len(plan.nodes), options.logs) as display:
+        logs = Logs(display, options.report_dir / "logs", secrets)
+        registries.on_retry = lambda line: logs.say(f"[yellow]  {escape(line)}[/]")
+        for url, creds in index_auth.items():
+            logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to builds "
+                     f"through {escape(proxied[url])} (they never enter an image)[/]")
+        run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
+                         Scanner(secrets), options.cache_dir, Served(urls, proxied))
+        try:
+            for step in steps:
+                step.start(run)
+            outcome = schedule.run(compose(steps, run), jobs=options.jobs, fail_fast=options.fail_fast)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what finished stays; the rest says it was interrupted
+            interrupted = True
+            for step in steps:
+                step.interrupted(run)
+            raise
+        finally:  # also on Ctrl-C: no container of this run outlives it, no worker starts another, and no
+            run.stopping.set()  # worker still running moves a tag
+            engine.close_containers()
+            engine.remove_containers(f"{RUN_LABEL}={run_id}")
+            if interrupted:
+                report(ledger, secrets, console, options, interrupted=True)
+    if outcome.error is not None:
+        raise outcome.error
+    for step in steps:
+        step.cancelled(run, outcome.not_started)
+    return report(ledger, secrets, console, options, interrupted=False)
+
+
+def report(ledger: Ledger, secrets: Mapping[str, str], console: Console, options: RunOptions, *,
+           interrupted: bool) -> list[NodeRecord]:
+    """report.json, summary.md and junit.xml from the ledger (every known secret masked), and the summary."""
+    ledger.masked(lambda text: redact.mask(text, secrets))
+    records = ledger.records()
+    meta = {**options.meta, "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": socket.gethostname(), "interrupted": interrupted}
+    written = write_reports(records, options.report_dir, meta)
+    if not interrupted:
+        print_summary(console, records)
+        console.print(f"reports: {', '.join(str(p) for p in written)}", highlight=False)
+    return records

@@ -1,0 +1,413 @@
+"""Stage: every node's image, built FROM its parent's image unless an image with its key exists (on the engine,
+or under its key tag in the registry: then it is pulled only when a child builds on it or a suite runs in it).
+A node whose content another node of the run has (one key) is that node's image, built once. Each built image
+is scanned for secrets (`scan`) before anything uses it. `KeyTags` pushes each entry's images under their key
+tags only: what a later verify or publish, on another machine, starts from. `Staged` is the stage that
+`verify` and `publish` start from: nothing builds, every node is what its key tag names."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.markup import escape
+
+from ..errors import EngineError, ImageBuilderError, InputError, Refused
+from ..evidence.passes import RegistryPasses
+from ..evidence.spec import CHECKS_LABEL, layer_checks
+from ..plan import keys
+from ..plan.cache import cache_ref
+from ..plan.plan import Node, Plan, State
+from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
+from ..ports import Engine, LineSink
+from ..secrets import redact
+from ..secrets.scan import Findings
+from .context import RunContext, Served
+from .ledger import BuildStatus, PublishStatus
+from .loopback import Credentials, index_credentials
+from .schedule import Task
+
+CUDA_BUILD_SPACE = 20 * 2**30  # a CUDA base layer (~6 GB) plus its downloaded wheels and the commit's copy
+CPU_BUILD_SPACE = 4 * 2**30
+_NO_SPACE = re.compile(r"no space left on device|ENOSPC|disk quota exceeded", re.IGNORECASE)
+
+
+def labels(node: Node, parent_id: str, checks: list[dict[str, str]] | None = None) -> dict[str, str]:
+    """Everything the image carries: its content labels (part of the key), the key, the inputs the key
+    was made of (so a later run can say what changed), the parent it was built on, and the layer checks it
+    was built to pass (for `smoke IMAGE`; not part of the key: an image cached by key keeps the checks of
+    the build that made it)."""
+    out = keys.content_labels(node)
+    out[keys.KEY_LABEL] = node.key
+    out[keys.INPUTS_LABEL] = json.dumps(dict(node.inputs), sort_keys=True, separators=(",", ":"))
+    if checks:
+        out[CHECKS_LABEL] = json.dumps(checks, separators=(",", ":"))
+    out["org.opencontainers.image.base.digest"] = parent_id
+    if node.base_image:
+        out["org.opencontainers.image.base.name"] = node.base_image
+    return out
+
+
+def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
+    """Every base image must be there (or pullable) before anything builds."""
+    for base in sorted({n.base_image for n in plan.nodes if n.base_image}):
+        if engine.image_id(base) is not None:
+            continue
+        say(f"[dim]pulling base image {escape(base)}[/]")
+        try:
+            engine.pull(base)
+        except EngineError as exc:
+            entry = next(n.entry for n in plan.nodes if n.base_image == base)
+            raise InputError(f"base image {base!r} is not present and cannot be pulled ({exc.message})",
+                             where=entry.where, hint="pull or import it first (`make base-image` seeds "
+                             "debian:bookworm from Debian's mirror)") from None
+
+
+def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:
+    """The index URLs this plan's builds use that have credentials (environment or ~/.netrc)."""
+    urls = {url for node in plan.nodes if node.status != State.CACHED
+            for name, url in build_args(node.entry).items() if name in declared(node.rendered.dockerfile)}
+    return {url: creds for url in sorted(urls) if (creds := index_credentials(url, env)) is not None}
+
+
+def node_build_args(node: Node, served: Served) -> dict[str, str]:
+    """The build args a node's build is given: the served wheelhouse's URL, and the loopback proxy of each
+    index that needs credentials (the text's ARG defaults name the index itself)."""
+    names = declared(node.rendered.dockerfile)
+    out = {name: served.indexes[url] for name, url in build_args(node.entry).items()
+           if name in names and url in served.indexes}
+    if FIND_LINKS_ARG in names and node.entry.build.wheelhouse:
+        out[FIND_LINKS_ARG] = served.wheelhouses[node.entry.build.wheelhouse]
+    return out
+
+
+def record_bases(run: RunContext) -> None:
+    """Supply chain: what each root image was built on, by image ID and registry digests."""
+    seen: dict[str, dict[str, Any]] = {}
+    engine = run.images.worker()
+    for node in run.plan.nodes:
+        if node.base_image is None:
+            continue
+        if node.base_image not in seen:
+            info = engine.inspect(node.base_image) if engine.image_id(node.base_image) else {}
+            seen[node.base_image] = {"name": node.base_image, "id": info.get("Id"),
+                                     "repo_digests": info.get("RepoDigests") or []}
+        run.ledger.update(node.id, base=seen[node.base_image])
+
+
+def scan(run: RunContext, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:
+    """What the secret scan finds in a node's image: the one on this engine, else its configuration in the
+    registry. What it covered goes to the node's record."""
+    image = image or run.ledger[node.id].image or node.decision.image
+    if image is not None:
+        findings = run.scanner.image(run.images.worker(), image, parent)
+    elif node.decision.ref is not None:
+        client, ref = run.registries.at(node.decision.ref)
+        config = client.config(ref.repository, ref.reference)
+        findings = run.scanner.config(config) if config is not None else Findings((), "not found")
+    else:
+        return []
+    run.ledger.update(node.id, secret_scan=findings.covered)
+    return list(findings.found)
+
+
+def push_key_tag(run: RunContext, node: Node) -> str:
+    """The node's manifest digest under its key tag, for the image this run holds: pushed when the key tag
+    is missing or names another image (keys do not name content: the key tag moves to the image this run
+    holds, and both digests are said). A node this run never pulled is what its key tag named when it
+    was looked up (the manifest its pass was found beside, if any)."""
+    ref = cache_ref(node)
+    client, parsed = run.registries.at(ref)
+    record = run.ledger[node.id]
+    held = client.manifest_digest(parsed.repository, parsed.reference)
+    if record.image is None:
+        known = record.digest or held
+        if known is None:
+            raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
+        return known
+    store = RegistryPasses(client)
+    if held is not None:
+        config = store.config_digest(parsed.repository, held)
+        if config == record.image:
+            return held
+        run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), not the image this run holds "
+                     f"({record.image}): pushing this run's image over it[/]")
+    engine = run.images.worker()
+    engine.tag(record.image, ref)
+    run.logs.say(f"[bold]▶ push {escape(ref)}[/]")
+    digest = engine.push(ref, sink=lambda line: run.logs.say(f"[yellow]  {escape(line)}[/]"),
+                         auth=run.registries.auth(ref))
+    held = client.manifest_digest(parsed.repository, parsed.reference)
+    if held != digest:
+        raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
+    config = store.config_digest(parsed.repository, digest)
+    if config != record.image:
+        raise Refused(f"push {ref}: {digest} is image {config}, not this run's {record.image}")
+    return digest
+
+
+def push_key_tags(run: RunContext, nodes: list[Node], why: str, *, push: bool = True) -> bool:
+    """Push each node under its key tag only (no public tag): what a later verify or publish step, or another
+    machine, starts from. Without `push` nothing leaves the engine and nothing is tagged."""
+    for i, node in enumerate(nodes):
+        start = time.monotonic()
+        try:
+            if push:
+                digest = push_key_tag(run, node)
+                run.ledger.update(node.id, digest=digest)
+                run.logs.say(f"[cyan]● staged {escape(cache_ref(node))}@{digest}[/] [dim]({escape(why)})[/]")
+            run.ledger.fail(node.id, why, publish=PublishStatus.STAGED)
+        except ImageBuilderError as exc:
+            run.ledger.update(node.id, publish=PublishStatus.FAILED, error=exc.message)
+            for rest in nodes[i + 1:]:
+                run.ledger.update(rest.id, publish=PublishStatus.HELD, error=f"not staged: {node.id} could not be "
+                                  "pushed")
+            run.logs.say(f"[bold red]✗ stage {escape(node.id)}: {escape(exc.message)}[/]")
+            run.logs.say(f"[yellow]{escape(node.entry.id)}: no tag of this entry was applied[/]")
+            return False
+        finally:
+            run.ledger.timed(node.id, "publish", time.monotonic() - start)
+    return True
+
+
+def entry_nodes(plan: Plan) -> list[tuple[str, list[Node]]]:
+    """(entry id, its nodes in plan order), in plan order."""
+    return [(e.id, [n for n in plan.nodes if n.entry.id == e.id]) for e in plan.entries()]
+
+
+def found(run: RunContext, node: Node) -> bool | None:
+    """The parts of staging that need no build: a node whose parent did not build is blocked; one whose
+    content another node of the run has is that node's image; a cached one is what was found. None: it must
+    be built."""
+    record = run.ledger[node.id]
+    if node.parent is not None and not run.ledger[node.parent].built:
+        run.ledger.update(node.id, build=BuildStatus.BLOCKED, error=f"parent {node.parent} did not build")
+        return False
+    twin = node.decision.same_as
+    if twin and node.decision.state == State.BUILD:  # one image for nodes of one content: the first built it
+        built = run.ledger[twin]
+        if not built.built or built.image is None:
+            run.ledger.update(node.id, build=BuildStatus.BLOCKED, error=f"{twin}, the same image, did not build")
+            return False
+        run.ledger.update(node.id, image=built.image, build=BuildStatus.CACHED, cache="local",
+                          secret_scan=built.secret_scan)
+        run.logs.say(f"[cyan]● same image as {escape(twin)}[/] [dim]{escape(node.id)}: built once[/]")
+        return True
+    if node.decision.state == State.CACHED and node.decision.where is not None:
+        run.ledger.update(node.id, build=BuildStatus.CACHED, cache=node.decision.where,
+                          image=node.decision.image or record.image)
+        run.logs.say(f"[cyan]● cached {escape(node.id)}[/] [dim]{escape(node.reason)}[/]")
+        return True
+    return None
+
+
+def build_tasks(run: RunContext, work: Any) -> list[Task]:
+    """build:<node> after its parent's (and after the node whose image it is)."""
+    out = []
+    for node in run.plan.nodes:
+        deps = (f"build:{node.parent}",) if node.parent else ()
+        if node.decision.same_as:
+            deps = (*deps, f"build:{node.decision.same_as}")
+        out.append(Task(f"build:{node.id}", functools.partial(work, run, node), deps))
+    return out
+
+
+def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
+    """Interrupted (None) or not started under --fail-fast (those task ids): what was not built says so."""
+    for record in run.ledger.records():
+        if record.build is not None:
+            continue
+        if task_ids is None:
+            run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
+                            "was tagged", build=BuildStatus.INTERRUPTED)
+        elif f"build:{record.node}" in task_ids:
+            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure",
+                            build=BuildStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Build what is not cached; reuse what is."""
+
+    no_cache: bool = False  # ignore the engine's build cache (a cold build)
+
+    def start(self, run: RunContext) -> None:
+        record_bases(run)
+        self.check_disk(run)
+
+    def tasks(self, run: RunContext) -> list[Task]:
+        return build_tasks(run, self.node)
+
+    def interrupted(self, run: RunContext) -> None:
+        mark_unbuilt(run, None)
+
+    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
+        mark_unbuilt(run, task_ids)
+
+    def node(self, run: RunContext, node: Node) -> bool:
+        try:
+            done = found(run, node)
+            return self.build(run, node) if done is None else done
+        finally:
+            status = run.ledger[node.id].build
+            run.logs.display.node_done({BuildStatus.BUILT: "built", BuildStatus.CACHED: "cached"}.get(
+                status, "failed") if status else "failed")
+
+    def build(self, run: RunContext, node: Node) -> bool:
+        engine = run.images.worker()
+        if node.base_image is not None:
+            parent_ref = node.base_image
+            parent_id = engine.image_id(node.base_image) or node.base_image
+        else:
+            assert node.parent is not None
+            parent_ref = node.parent
+            try:
+                parent_id = run.images.local(run.plan.node(node.parent))
+            except ImageBuilderError as exc:
+                run.ledger.update(node.id, build=BuildStatus.FAILED,
+                                  error=f"cannot get the cached parent: {exc.message}")
+                return False
+        rendered = with_labels(node.rendered.for_parent(parent_id),  # rendered once
+                               labels(node, parent_id, layer_checks(run.plan, node)))
+        buildargs = node_build_args(node, run.served)
+        leaked = redact.find_in_build_args(buildargs, run.logs.secrets)
+        if leaked:  # nothing here should ever carry one: a gate, so that no later change can slip one in
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error="not built: " + "; ".join(leaked))
+            return False
+        log_path = run.logs.path(node.id)
+        run.ledger.update(node.id, log=str(log_path), parent_image=parent_id)
+        tail: list[str] = []
+        step = f"build {node.id}"
+        start = time.monotonic()
+        run.logs.display.start(step)
+        run.logs.say(f"[bold]▶ build {escape(node.id)}[/] [dim]FROM {escape(parent_ref)} ({parent_id[:19]}) · "
+                     f"{escape(node.reason)}[/]")
+        try:
+            with log_path.open("w", encoding="utf-8") as log:
+                log.write(f"# {node.id} key {node.key}\n# why: {node.reason}\n")
+                try:
+                    image = engine.build(rendered.tar(), network=node.entry.build.network, buildargs=buildargs,
+                                         sink=run.logs.sink(step, node.id, log, tail), nocache=self.no_cache)
+                except ImageBuilderError as exc:
+                    log.write(f"ERROR: {exc.message}\n")
+                    run.ledger.update(node.id, build=BuildStatus.FAILED, log_tail="\n".join(tail[-25:]),
+                                      error=self.explain(run, exc.message, tail))
+                    run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(exc.message)}[/]")
+                    run.logs.show(node.id, str(log_path))
+                    return False
+        finally:
+            run.ledger.timed(node.id, "build", time.monotonic() - start)
+            run.logs.display.stop(step)
+        leaks = scan(run, node, image=image, parent=parent_id)
+        if leaks:  # removed, so that no later run finds it by its key; nothing of its entry is published
+            engine.remove_image(image)
+            error = "a secret was baked into the image (it was removed): " + "; ".join(leaks)
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=error)
+            run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(error)}[/]")
+            return False
+        run.ledger.update(node.id, image=image, build=BuildStatus.BUILT)
+        took = run.ledger[node.id].durations["build"]
+        run.logs.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {took:.1f}s[/]")
+        return True
+
+    def check_disk(self, run: RunContext) -> None:
+        """Warn before anything builds when the engine's storage is short for what must be built: a CUDA
+        layer is several GB and is written twice while the builder commits it."""
+        building = [n for n in run.plan.nodes if n.status != State.CACHED]
+        if not building:
+            return
+        root, free = run.images.worker().storage()
+        need = CUDA_BUILD_SPACE if any(n.entry.cuda for n in building) else CPU_BUILD_SPACE
+        if free is not None and free < need:
+            run.logs.say(f"[yellow]warning: only {free / 2**30:.1f} GiB free in {escape(root)}; building these "
+                         f"images needs about {need / 2**30:.0f} GiB while they build, and a full disk fails the "
+                         "build[/]")
+
+    @staticmethod
+    def explain(run: RunContext, message: str, tail: list[str]) -> str:
+        """A build error as users can act on it: a full disk is said as such, with where and what to do."""
+        if not any(_NO_SPACE.search(line) for line in [message, *tail]):
+            return message
+        root, free = run.images.worker().storage()
+        where = f" ({root}, {free / 2**30:.1f} GiB free now)" if free is not None else (f" ({root})" if root else "")
+        return (f"out of disk space: the engine's storage{where} filled up during this build; free space "
+                "(docker image prune, docker builder prune) and run again: finished nodes are cached. "
+                f"Engine said: {message}")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What `verify` and `publish` start from: every node as its key tag (or this engine) holds it; nothing
+    builds. `require` is checked before the run starts: an unstaged node is an input error naming its key tag."""
+
+    command: str  # for the message: the command that builds nothing
+
+    def require(self, plan: Plan) -> None:
+        missing = [cache_ref(n) for n in plan.nodes if n.status != State.CACHED]
+        if missing:
+            raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry "
+                             f"(first: {missing[0]}); `imagebuilder {self.command}` builds nothing",
+                             hint="run `imagebuilder stage` for the same matrix first")
+
+    def start(self, run: RunContext) -> None:
+        record_bases(run)
+
+    def tasks(self, run: RunContext) -> list[Task]:
+        return build_tasks(run, self.node)
+
+    def interrupted(self, run: RunContext) -> None:
+        mark_unbuilt(run, None)
+
+    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
+        mark_unbuilt(run, task_ids)
+
+    def node(self, run: RunContext, node: Node) -> bool:
+        done = found(run, node)
+        if done is None:  # `require` refused this before the run: only a key tag removed since then gets here
+            why = node.reason or "no key tag in the registry"
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"not staged: {why} (run `imagebuilder stage`)")
+            done = False
+        run.logs.display.node_done("cached" if done else "failed")
+        return done
+
+
+@dataclass(frozen=True)
+class KeyTags:
+    """`imagebuilder stage`: each entry whose every node built is pushed under its key tags only."""
+
+    def start(self, run: RunContext) -> None:
+        pass
+
+    def tasks(self, run: RunContext) -> list[Task]:
+        return [Task(f"stage:{entry}", functools.partial(self.entry, run, nodes),
+                     tuple(f"build:{n.id}" for n in nodes)) for entry, nodes in entry_nodes(run.plan)]
+
+    def entry(self, run: RunContext, nodes: list[Node]) -> bool:
+        if not all(run.ledger[n.id].built for n in nodes):
+            for n in nodes:
+                if run.ledger[n.id].built:
+                    run.ledger.update(n.id, publish=PublishStatus.HELD)
+            run.logs.say(f"[yellow]{escape(nodes[0].entry.id)}: not every node passed; nothing of this entry is "
+                         "tagged or pushed[/]")
+            return False
+        return push_key_tags(run, nodes, "staged: `imagebuilder stage` pushes key tags only")
+
+    def interrupted(self, run: RunContext) -> None:
+        for record in run.ledger.records():
+            if record.publish is None and record.built:
+                run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing "
+                                "of it was tagged", publish=PublishStatus.HELD)
+
+    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
+        for record in run.ledger.records():
+            if f"stage:{record.entry}" in task_ids and record.publish is None and record.build is not None:
+                run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure")
+
+
+def index_passwords(creds: Mapping[str, Credentials]) -> list[tuple[str, str]]:
+    return [(f"the password for index {url} ({c.source})", c.password) for url, c in creds.items()]
