@@ -50,9 +50,19 @@ def test_bake_file_is_valid_and_chained(tmp_path: Path) -> None:
         assert all(t in targets for t in group["targets"])  # type: ignore[union-attr]
 
 
-def test_schema_check_can_fail() -> None:
+@pytest.mark.parametrize("breakage", ["tag instead of tags", "contexts as a list", "a target without context"])
+def test_the_schema_refuses_our_file_broken_the_way_a_bug_would(tmp_path: Path, breakage: str) -> None:
+    """The check above is seen failing on the exported file itself, broken in the fields imagebuilder writes."""
+    doc = export(tmp_path)
+    name, target = next((n, t) for n, t in doc["target"].items() if "contexts" in t)
+    if breakage == "tag instead of tags":
+        target["tag"] = target.pop("tags")
+    elif breakage == "contexts as a list":
+        target["contexts"] = list(target["contexts"])  # type: ignore[call-overload]
+    else:
+        del target["context"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"target": {"x": {"context": ".", "tag": ["typo"]}}}, SCHEMA)
+        jsonschema.validate(doc, SCHEMA)
 
 
 def test_bake_golden(tmp_path: Path, update_golden: bool) -> None:

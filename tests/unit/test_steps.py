@@ -1,0 +1,120 @@
+"""stage → verify → publish for a three-node chain (base → business → task), composed as the commands compose
+them and run by `steps.run.execute` on the in-memory ports: three machines whose only hand-off is the registry.
+The ledger is checked after each step."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.spec import Specs
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import cache as cache_mod
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.plan import Plan, State
+from imagebuilder.plan.render import Renderer
+from imagebuilder.ports.registry import Registries
+from imagebuilder.steps.context import Step
+from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
+from imagebuilder.steps.publish import Publish
+from imagebuilder.steps.run import RunOptions, execute
+from imagebuilder.steps.stage import KeyTags, Stage, Staged
+from imagebuilder.steps.verify import Verify
+
+from ..conftest import MatrixWriter
+from .fakes import FakeEngine, FakeRegistry, registries
+
+REPO = "ml/pytorch"
+
+
+def machine(registry: FakeRegistry) -> FakeEngine:
+    """A fresh machine: an engine that holds only the base image."""
+    engine = FakeEngine(registry)
+    engine.add({"config": {"Labels": {"os": "debian"}}}, "debian:bookworm")
+    return engine
+
+
+def decided(plan: Plan, engine: FakeEngine) -> tuple[Plan, Registries]:
+    keyed = keys.assign(plan, cache_mod.base_ids(plan, engine))
+    pool = registries(engine.registry)
+    return cache_mod.decide(keyed, cache_mod.Cache(engine, pool)), pool
+
+
+def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path) -> dict[str, NodeRecord]:
+    decided_plan, pool = decided(plan, engine)
+    for step in steps:
+        if isinstance(step, Staged):
+            step.require(decided_plan)
+    records = execute(engine, decided_plan, pool, Specs(decided_plan), steps, Console(file=io.StringIO()),
+                      RunOptions(report_dir=folder, cache_dir=folder / "cache", logs="none"))
+    return {r.layer: r for r in records}
+
+
+@pytest.fixture
+def chain(write_matrix: MatrixWriter, header: str, table: CompatTable) -> Plan:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    return plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+
+
+def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> None:
+    registry = FakeRegistry()
+
+    # Machine 1 (CPU): stage. Every node is built on its parent's image and pushed under its key tag only.
+    first = machine(registry)
+    staged = run(chain, first, (Stage(), KeyTags()), tmp_path / "stage")
+    assert [r.build for r in staged.values()] == [BuildStatus.BUILT] * 3
+    assert staged["base"].parent_image == first.image_id("debian:bookworm")
+    assert staged["business"].parent_image == staged["base"].image
+    assert staged["task"].parent_image == staged["business"].image
+    assert {r.publish for r in staged.values()} == {PublishStatus.STAGED}
+    assert all(r.verify is None and r.record is None for r in staged.values())  # no suite ran
+    for record in staged.values():
+        assert registry.manifest_digest(REPO, keys.cache_tag(str(record.key))) == record.digest
+        assert RegistryPasses(registry).config_digest(REPO, str(record.digest)) == record.image
+    assert registry.public_tags(REPO) == {} and first.runs == []
+
+    # Machine 2 (GPU runner): verify. Nothing builds; the leaf is pulled by the digest its key tag names,
+    # tested, and its pass is written beside that digest.
+    second = machine(registry)
+    assert {n.status for n in decided(chain, second)[0].nodes} == {State.CACHED}
+    verified = run(chain, second, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    assert {r.build for r in verified.values()} == {BuildStatus.CACHED} and second.builds == []
+    task = verified["task"]
+    assert task.verify == VerifyStatus.PASSED and second.runs == [staged["task"].image]
+    assert second.pulled == [f"127.0.0.1:5000/{REPO}@{staged['task'].digest}"]
+    assert task.digest == staged["task"].digest and task.record is not None
+    assert task.record.config == staged["task"].image and task.spec == task.record.spec
+    assert str(task.pass_record).endswith("(written by this run)")
+    found = RegistryPasses(registry).find(REPO, str(task.digest), str(task.spec))
+    assert found is not None and found.manifest == task.digest
+    assert verified["base"].verify is None and verified["base"].image is None  # ancestors: nothing pulled
+    assert registry.public_tags(REPO) == {}
+
+    # Machine 3: publish. Nothing builds or runs; the leaf's pass is found by digest, every node's tags point
+    # at its staged digest, and each ancestor's record says which leaf passed on it.
+    third = machine(registry)
+    published = run(chain, third, (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False)),
+                    tmp_path / "publish")
+    assert third.builds == [] and third.runs == [] and third.pulled == []
+    assert published["task"].verify == VerifyStatus.FOUND
+    assert {r.publish for r in published.values()} == {PublishStatus.PUSHED}
+    tags = registry.public_tags(REPO)
+    store = RegistryPasses(registry)
+    leaf_record = passes.record_tag(str(staged["task"].digest), str(verified["task"].spec))
+    for node in chain.nodes:
+        record = published[node.name]
+        assert record.digest == staged[node.name].digest
+        assert record.tags and all(tags[ref.rsplit(":", 1)[1]] == record.digest for ref in record.tags)
+        found = store.find(REPO, str(record.digest), Specs(chain).key(node))
+        assert found is not None and found.passed
+        assert found.via is None if node.leaf else found.via == {
+            "node": node.entry.id + "/task", "manifest": staged["task"].digest, "config": staged["task"].image,
+            "record": leaf_record}
+    assert all(r.ok for r in published.values())
