@@ -30,6 +30,7 @@ from .errors import (
     did_you_mean,
 )
 from .evidence import spec as spec_mod
+from .evidence.signing import Keys
 from .input import compat as compat_mod
 from .input import compat_refresh
 from .input import matrix as matrix_mod
@@ -70,6 +71,7 @@ class Context:
     check_index: bool = True
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
+    trust_keys: tuple[Path, ...] = ()  # public keys whose signed evidence counts (besides this machine's own)
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -83,6 +85,10 @@ class Context:
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"compatibility table {path or 'data/compat.json'} is unreadable: {exc}") from None
         return self._table
+
+    def keys(self) -> Keys:
+        """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
+        return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
@@ -174,13 +180,18 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
 @click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
               help="Where pass records are mirrored, by image ID, and build locks kept (default: "
                    "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
+@click.option("--trust-key", "trust_keys", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              envvar="IMAGEBUILDER_TRUST_KEYS",
+              help="A public key (PEM, Ed25519) whose signed pass records count, besides this machine's own; "
+                   "repeatable, or space-separated in IMAGEBUILDER_TRUST_KEYS. The signing key is "
+                   "IMAGEBUILDER_SIGNING_KEY, else this machine's own (made on first use in the cache folder).")
 @click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
                    "what it left); repeatable, or space-separated in IMAGEBUILDER_CONTAINER_LABELS.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
-        cache_dir: Path | None, container_labels: tuple[str, ...]) -> None:
+        cache_dir: Path | None, trust_keys: tuple[Path, ...], container_labels: tuple[str, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     labels = []
@@ -192,7 +203,8 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
         labels.append((key, value))
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
-                            cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels))
+                            cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
+                            trust_keys=trust_keys)
 
 
 @cli.command()
@@ -449,6 +461,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     build lock of every repository the plan pushes to."""
     _, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
+    keys = ctx.keys()
     engine = ctx.engine()
     check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
     the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
@@ -464,7 +477,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
                                "allow_untested": False, "smoke": True, **(meta or {})})
     targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
-        return execute(engine, the_plan, registries, specs, steps, ctx.out, options)
+        return execute(engine, the_plan, registries, specs, keys, steps, ctx.out, options)
 
 
 def failed(records: list[NodeRecord]) -> None:
@@ -580,7 +593,10 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_unte
     if not moves:
         raise InputError(f"--from {pattern!r} matches no tag")
     tags = registry.tags(source_repo)
-    proofs = [promote_mod.evidence(registry, move, tags) for move in moves]
+    keys = ctx.keys()
+    for move in moves:
+        promote_mod.check_target(registry, keys.trust, move, tags)
+    proofs = [promote_mod.evidence(registry, keys.trust, move, tags) for move in moves]
     refused = [(m, p) for m, p in zip(moves, proofs, strict=True) if not p.passed]
     for move, proof in zip(moves, proofs, strict=True):
         mark = "" if proof.passed else ("[bold yellow]UNTESTED, moved anyway: [/]" if allow_untested
@@ -594,7 +610,7 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_unte
                         "(--allow-untested moves them anyway, recorded beside each digest)")
     if not dry_run:
         for move, proof in zip(moves, proofs, strict=True):
-            promote_mod.apply(registry, move, proof, allow_untested=allow_untested)
+            promote_mod.apply(registry, keys, move, proof, allow_untested=allow_untested)
     changed = sum(m.previous != m.digest for m in moves)
     untested = f", {len(refused)} UNTESTED (--allow-untested)" if refused else ""
     ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}{untested}",

@@ -2,13 +2,15 @@
 expectations. They are kept in the registry beside the image, so that any machine with registry access
 can tell what passed; a local folder only mirrors them.
 
-A record is a small JSON document stored as an OCI artifact that a plain Distribution registry accepts:
-an image manifest with no layers whose config blob is the record (media type `RECORD_TYPE`) and whose
-`subject` names the image's manifest. It is tagged `sha256-<image manifest hex>.pass-<spec16>`, so it is
-found from the image's digest with one manifest HEAD, also on registries without the referrers API.
-`spec16` is the start of the spec key: a hash of the suite's source and everything the suite is told
-(expectations, GPU settings, layer checks, allowed skips). A record counts for an image only when its
-manifest and config digests are that image's (see `RegistryPasses.find`).
+A record is the predicate of an in-toto Statement whose subject is the image's manifest digest, in a DSSE
+envelope signed by the step that ran the suite (`signing`). It is stored as an OCI 1.1 artifact that a plain
+Distribution registry accepts: an empty config, one layer (the envelope, `application/vnd.dsse.envelope.v1+json`),
+`artifactType` `ARTIFACT_TYPE` and a `subject` naming the image's manifest. It is tagged
+`sha256-<image manifest hex>.pass-<spec16>`, so it is found from the image's digest with one manifest HEAD, also
+on registries without the referrers API. `spec16` is the start of the spec key: a hash of the suite's source and
+everything the suite is told (expectations, GPU settings, layer checks, allowed skips). A record counts for an
+image only when its signature verifies against a trusted key and its subject, manifest and config digests are
+that image's (`RegistryPasses.lookup`); anything else beside the digest is named, never counted.
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from typing import Any, Protocol
 from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
+from .signing import ENVELOPE_TYPE, Rejected, Signer, Trust, predicate_of, statement
 
-RECORD_TYPE = "application/vnd.imagebuilder.pass.v1+json"
+ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
+PREDICATE_TYPE = "https://imagebuilder.dev/pass/v2"  # the in-toto predicate: a PassRecord
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-FORMAT = "imagebuilder.pass/v1"
+EMPTY_TYPE, EMPTY = "application/vnd.oci.empty.v1+json", b"{}"
+FORMAT = "imagebuilder.pass/v2"
 PASSED = "passed"  # the suite ran on this image (or, `via`, on a child built on it) and passed
 UNTESTED = "untested"  # published without a pass, by an explicit --allow-untested: never counts as a pass
 _TAG = re.compile(r"(?P<algo>sha256)-(?P<hex>[0-9a-f]{64})\.(?P<kind>pass|untested)-(?P<spec>[0-9a-f]{16})")
@@ -133,11 +138,54 @@ class RecordRegistry(Protocol):
     def put_blob(self, repo: str, data: bytes) -> str: ...
 
 
+@dataclass(frozen=True)
+class Signed:
+    """A record that counts: its envelope verified against a trusted key."""
+
+    record: PassRecord
+    keyid: str
+    source: str  # where that key is trusted from
+
+    def signer(self) -> str:
+        return f"{self.keyid[:16]} ({self.source})"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What a registry holds beside one image for one spec: a pass that counts, or why the record there does not
+    (None and None: there is no record)."""
+
+    found: Signed | None = None
+    rejected: str | None = None
+
+    @property
+    def record(self) -> PassRecord | None:
+        return self.found.record if self.found is not None else None
+
+
+def envelope(signer: Signer, record: PassRecord, subject: str) -> dict[str, Any]:
+    """The record as the predicate of an in-toto Statement about the image `subject` (a digest), signed."""
+    name = record.repository or record.node
+    return signer.sign(statement(name, subject, PREDICATE_TYPE, record.to_json()))
+
+
+def opened(trust: Trust, envelope_doc: Any, subject: str) -> Signed:
+    """The record inside an envelope about `subject`, signed by a trusted key; `Rejected` saying why not."""
+    payload, key = trust.open(envelope_doc)
+    record = PassRecord.from_json(predicate_of(payload, subject, PREDICATE_TYPE))
+    if record is None:
+        raise Rejected("its predicate is not a pass record")
+    return Signed(record, key.keyid, key.source)
+
+
 @dataclass
 class RegistryPasses:
-    """Pass records in one registry."""
+    """Pass records in one registry: signed envelopes in OCI artifacts beside the images they are about. Only a
+    record whose signature verifies against `trust` counts; `signer` signs what this run writes."""
 
     registry: RecordRegistry
+    trust: Trust
+    signer: Signer | None = None
 
     def config_digest(self, repo: str, manifest: str) -> str | None:
         """The config digest (image ID) of an image manifest; None for an index or a missing manifest."""
@@ -149,42 +197,62 @@ class RegistryPasses:
         config = doc.get("config") if isinstance(doc, dict) else None
         return str(config["digest"]) if isinstance(config, dict) and config.get("digest") else None
 
-    def read(self, repo: str, tag: str) -> PassRecord | None:
+    def read(self, repo: str, tag: str) -> Lookup:
+        """The record under a record tag: counted (signed by a trusted key, about the image its tag and its
+        artifact's subject name) or rejected with the reason; an empty Lookup when the tag does not exist."""
         if self.registry.manifest_digest(repo, tag) is None:
-            return None
+            return Lookup()
         body, _ = self.registry.manifest(repo, tag)
         try:
             doc = json.loads(body)
-            config = doc["config"]
-            if config.get("mediaType") != RECORD_TYPE:
-                return None
-            return PassRecord.from_json(json.loads(self.registry.blob(repo, str(config["digest"]))))
+            subject = str(doc["subject"]["digest"])
+            layers = [d for d in doc.get("layers") or [] if d.get("mediaType") == ENVELOPE_TYPE]
+            if doc.get("artifactType") != ARTIFACT_TYPE or len(layers) != 1:
+                return Lookup(rejected=f"{tag} is not a signed pass record (unsigned, or of an older format)")
+            found = opened(self.trust, json.loads(self.registry.blob(repo, str(layers[0]["digest"]))), subject)
         except (ValueError, KeyError, TypeError, AttributeError):
-            return None
+            return Lookup(rejected=f"{tag} is not a pass record")
+        except Rejected as exc:
+            return Lookup(rejected=f"the record {tag} does not count: {exc}")
+        if found.record.manifest != subject or not tag.startswith(subject.replace(":", "-", 1) + "."):
+            return Lookup(rejected=f"the record {tag} is about another image ({found.record.manifest})")
+        return Lookup(found)
+
+    def lookup(self, repo: str, manifest: str, spec: str, config: str | None = None) -> Lookup:
+        """The pass of `spec` for the image `repo@manifest`: only a trusted record that names this very manifest
+        and its config digest counts (a record copied or tagged beside another image does not)."""
+        got = self.read(repo, record_tag(manifest, spec))
+        record = got.record
+        if record is None:
+            return got
+        if not record.passed or record.spec != spec or record.manifest != manifest:
+            return Lookup(rejected=f"the record beside {manifest} is not a pass of this spec")
+        config = config or self.config_digest(repo, manifest)
+        if config is None or record.config != config:
+            return Lookup(rejected=f"the record beside {manifest} is about image {record.config}, not {config}")
+        return got
 
     def find(self, repo: str, manifest: str, spec: str, config: str | None = None) -> PassRecord | None:
-        """The pass of `spec` for the image `repo@manifest`: only a record that names this very manifest
-        and its config digest counts (a record copied or tagged beside another image does not)."""
-        record = self.read(repo, record_tag(manifest, spec))
-        if record is None or not record.passed or record.spec != spec or record.manifest != manifest:
-            return None
-        config = config or self.config_digest(repo, manifest)
-        return record if config is not None and record.config == config else None
+        return self.lookup(repo, manifest, spec, config).record
 
     def put(self, repo: str, record: PassRecord) -> str:
-        """Store a record beside its image (`record.manifest` in `repo`); returns its tag."""
+        """Store a record beside its image (`record.manifest` in `repo`), signed by this run; returns its tag."""
         assert record.manifest is not None
-        data = json.dumps(record.to_json(), sort_keys=True, indent=1).encode()
-        blob = self.registry.put_blob(repo, data)
+        if self.signer is None:
+            raise EngineError("no signing key: this run cannot write pass records")
+        data = json.dumps(envelope(self.signer, record, record.manifest), sort_keys=True).encode()
+        layer = self.registry.put_blob(repo, data)
+        empty = self.registry.put_blob(repo, EMPTY)
         subject_body, subject_type = self.registry.manifest(repo, record.manifest)
         doc = {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
-            "artifactType": RECORD_TYPE,
-            "config": {"mediaType": RECORD_TYPE, "digest": blob, "size": len(data)},
-            "layers": [],
+            "artifactType": ARTIFACT_TYPE,
+            "config": {"mediaType": EMPTY_TYPE, "digest": empty, "size": len(EMPTY)},
+            "layers": [{"mediaType": ENVELOPE_TYPE, "digest": layer, "size": len(data)}],
             "subject": {"mediaType": subject_type, "digest": record.manifest, "size": len(subject_body)},
             "annotations": {"io.imagebuilder.verdict": record.verdict, "io.imagebuilder.node": record.node,
+                            "io.imagebuilder.signer": self.signer.public.keyid,
                             "org.opencontainers.image.created": record.date or now()},
         }
         tag = record_tag(record.manifest, record.spec, record.verdict)
@@ -199,35 +267,42 @@ class RegistryPasses:
             raise EngineError(f"the pass record {repo}:{tag} did not read back: not published")
         return tag
 
-    def all_for(self, repo: str, manifest: str, tags: list[str]) -> list[PassRecord]:
+    def all_for(self, repo: str, manifest: str, tags: list[str]) -> list[Lookup]:
         """Every record (any spec, any verdict) beside this manifest, given the repository's tags."""
-        records = [self.read(repo, tag) for tag in tags_for(manifest, tags)]
-        return [r for r in records if r is not None and r.manifest == manifest]
+        return [self.read(repo, tag) for tag in tags_for(manifest, tags)]
 
 
 @dataclass(frozen=True)
 class LocalPasses:
-    """The local mirror: one JSON file per (image config digest, spec)."""
+    """The local mirror: one signed envelope per (image config digest, spec). A mirrored pass counts only when
+    its signature verifies against the run's trust, like a record in a registry: the folder itself is no
+    source of trust."""
 
     folder: Path
+    trust: Trust
+    signer: Signer | None = None
 
     def _path(self, config: str, spec: str) -> Path:
         return self.folder / "passes" / f"{config.replace(':', '-')}.{spec[:32]}.json"
 
     def get(self, config: str, spec: str) -> PassRecord | None:
         try:
-            record = PassRecord.from_json(json.loads(self._path(config, spec).read_text(encoding="utf-8")))
-        except (OSError, ValueError):
+            found = opened(self.trust, json.loads(self._path(config, spec).read_text(encoding="utf-8")), config)
+        except (OSError, ValueError, Rejected):
             return None
-        if record is None or not record.passed or record.config != config or record.spec != spec:
+        record = found.record
+        if not record.passed or record.config != config or record.spec != spec:
             return None
         return record
 
     def put(self, record: PassRecord) -> None:
+        if self.signer is None:
+            return
         path = self._path(record.config, record.spec)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(record.to_json(), indent=1, default=str), encoding="utf-8")
+        tmp.write_text(json.dumps(envelope(self.signer, record, record.config), indent=1, default=str),
+                       encoding="utf-8")
         tmp.replace(path)
 
 

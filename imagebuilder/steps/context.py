@@ -12,6 +12,8 @@ from typing import Protocol
 
 from rich.markup import escape
 
+from ..evidence.passes import LocalPasses, RegistryPasses
+from ..evidence.signing import Keys
 from ..evidence.spec import Specs
 from ..plan.cache import cache_ref
 from ..plan.plan import Node, Plan
@@ -80,9 +82,17 @@ class RunContext:
     logs: Logs
     specs: Specs
     scanner: Scanner
+    keys: Keys  # who signs this run's records, whose records count
     cache_dir: Path  # the local mirror of pass records
     served: Served = Served()
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
+
+    def passes(self, host: str) -> RegistryPasses:
+        """The pass records of one registry, read with this run's trust and written with its signer."""
+        return RegistryPasses(self.registries(host), self.keys.trust, self.keys.signer)
+
+    def mirror(self) -> LocalPasses:
+        return LocalPasses(self.cache_dir, self.keys.trust, self.keys.signer)
 
     def key_tag(self, node: Node) -> tuple[str, str, str]:
         """(host, repository, tag) of the node's key tag."""

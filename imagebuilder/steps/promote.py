@@ -12,9 +12,10 @@ import re
 import string
 from dataclasses import dataclass
 
-from ..errors import EngineError, InputError, did_you_mean
+from ..errors import EngineError, InputError, Refused, did_you_mean
 from ..evidence import passes
 from ..evidence.passes import PassRecord, RegistryPasses
+from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
@@ -85,50 +86,78 @@ def plan_moves(registry: Registry, pattern: str, template: str) -> list[Move]:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Why a source digest may move: its pass record (current suite), or why it may not."""
+    """Why a source digest may move: its pass record (current suite, signed by a trusted key), or why it may
+    not."""
 
     record: PassRecord | None
     tag: str | None  # the record's tag beside the source
-    why: str  # a pass: where and when; none: what is missing
+    why: str  # a pass: where, when and who signed it; none: what is missing
 
     @property
     def passed(self) -> bool:
         return self.record is not None
 
 
-def evidence(registry: Registry, move: Move, tags: list[str]) -> Evidence:
+def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str]) -> Evidence:
+    store = RegistryPasses(registry, trust)
     repo = split_reference(move.source)[1]
-    store = RegistryPasses(registry)
     config = store.config_digest(repo, move.digest)
-    found = [(tag, store.read(repo, tag)) for tag in passes.tags_for(move.digest, tags)]
-    records = [(tag, r) for tag, r in found if r is not None and r.manifest == move.digest and r.config == config]
+    found, rejected = [], []
+    for tag in passes.tags_for(move.digest, tags):
+        got = store.read(repo, tag)
+        if got.found is not None and got.found.record.manifest == move.digest and got.found.record.config == config:
+            found.append((tag, got.found))
+        elif got.rejected is not None:
+            rejected.append(got.rejected)
     current = passes.suite_hash()
-    for tag, record in records:
+    for tag, signed in found:
+        record = signed.record
         if record.passed and record.suite == current and record.gpu_verified:
             gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
-            return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag})")
-    if any(r.passed and r.suite == current for _, r in records):
+            return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag}, signed by {signed.signer()})")
+    if any(s.record.passed and s.record.suite == current for _, s in found):
         return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
-    if any(r.passed for _, r in records):
+    if any(s.record.passed for _, s in found):
         return Evidence(None, None, "its passes are of another suite version (verify it again with this one)")
-    if records:
+    if found:
         return Evidence(None, None, "it was only ever published untested (--allow-untested)")
+    if rejected:
+        return Evidence(None, None, f"no pass record that counts: {rejected[0]}")
     return Evidence(None, None, "no pass record beside this digest")
 
 
-def apply(registry: Registry, move: Move, proof: Evidence, *, allow_untested: bool = False) -> None:
+def check_target(registry: Registry, trust: Trust, move: Move, tags: list[str]) -> None:
+    """A promotion writes public tags only: never a key tag or a record tag, and never a tag that names an image
+    recorded as another node's (it would take that node's name)."""
+    target_repo, tag = split_reference(move.target)[1:]
+    if tag.startswith("cache-") or passes.is_record_tag(tag):
+        raise InputError(f"--to gives {move.target}: a {'key' if tag.startswith('cache-') else 'pass record'} tag, "
+                         "which only imagebuilder's own steps write")
+    if move.previous is None or move.previous == move.digest:
+        return
+    store, source_repo = RegistryPasses(registry, trust), split_reference(move.source)[1]
+    owners = {got.found.record.node for t in passes.tags_for(move.previous, registry.tags(target_repo))
+              if (got := store.read(target_repo, t)).found is not None}
+    mine = {got.found.record.node for t in passes.tags_for(move.digest, tags)
+            if (got := store.read(source_repo, t)).found is not None}
+    if owners and mine and not owners & mine:
+        raise InputError(f"--to gives {move.target}, which names {move.previous[:19]}, recorded as "
+                         f"{', '.join(sorted(owners))}; {move.source} is {', '.join(sorted(mine))}: not overwritten")
+
+
+def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_untested: bool = False) -> None:
     """Move the tag; bring the pass record along into another repository, or, for an untested digest
-    moved by --allow-untested, leave an `untested` record beside it in the target."""
+    moved by --allow-untested, leave an `untested` record beside it in the target (signed by this machine)."""
+    store = RegistryPasses(registry, keys.trust, keys.signer)
     source_repo = split_reference(move.source)[1]
     host, target_repo, tag = split_reference(move.target)
     if proof.record is None and not allow_untested:
-        raise EngineError(f"promote {move.source}: {proof.why}; not moved")
+        raise Refused(f"promote {move.source}: {proof.why}; not moved")
     if move.previous != move.digest:
         registry.copy(source_repo, move.digest, target_repo, tag)
         held = registry.manifest_digest(target_repo, tag)
         if held != move.digest:
             raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
-    store = RegistryPasses(registry)
     if proof.record is not None and proof.tag is not None:
         if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
             record_digest = registry.manifest_digest(source_repo, proof.tag)

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
-from ..evidence.passes import PassRecord, RegistryPasses
+from ..evidence.passes import PassRecord
 from ..plan import tags as tagging
 from ..plan.plan import Node
 from .context import RunContext
@@ -202,7 +202,7 @@ class Publish:
         (ancestors). With --allow-untested an `untested` record is written instead. Otherwise: refused."""
         key = run.specs.key(node)
         host, repo, _ = run.key_tag(node)
-        store = RegistryPasses(run.registries(host))
+        store = run.passes(host)
         digest = digests[node.id]
         config = store.config_digest(repo, digest)
         if config is None:

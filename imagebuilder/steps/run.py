@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ..evidence.signing import Keys
 from ..evidence.spec import Specs
 from ..plan import tags as tagging
 from ..plan.keys import LABEL_PREFIX
@@ -63,7 +64,7 @@ def registry_passwords(plan: Plan, registries: Registries) -> list[tuple[str, st
             if (auth := registries(host).auth) is not None]
 
 
-def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, steps: Sequence[Step],
+def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, keys: Keys, steps: Sequence[Step],
             console: Console, options: RunOptions) -> list[NodeRecord]:
     """Run the steps over the plan; the ledger's records, once the reports are written and the summary shown."""
     ledger = Ledger.of(plan)
@@ -82,7 +83,7 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, st
             logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to builds "
                      f"through {escape(proxied[url])} (they never enter an image)[/]")
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
-                         Scanner(secrets), options.cache_dir, Served(urls, proxied))
+                         Scanner(secrets), keys, options.cache_dir, Served(urls, proxied))
         try:
             for step in steps:
                 step.start(run)

@@ -18,7 +18,6 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, InputError, Refused
-from ..evidence.passes import RegistryPasses
 from ..evidence.spec import CHECKS_LABEL, layer_checks
 from ..plan import keys
 from ..plan.cache import cache_ref
@@ -130,7 +129,7 @@ def push_key_tag(run: RunContext, node: Node) -> str:
         if known is None:
             raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
         return known
-    store = RegistryPasses(client)
+    store = run.passes(parsed.host)
     if held is not None:
         config = store.config_digest(parsed.repository, held)
         if config == record.image:

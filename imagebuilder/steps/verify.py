@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
-from ..evidence.passes import LocalPasses, PassRecord, RegistryPasses
+from ..evidence.passes import PassRecord
 from ..plan.cache import cache_ref
 from ..plan.plan import Node
 from ..smoke.runner import GpuHost, SmokeReport, gpu_mode, gpu_skips, run_smoke
@@ -108,7 +108,7 @@ class Verify:
         then it is what this run would publish, and is never pulled)."""
         image = run.ledger[node.id].image
         if image is not None:
-            local = LocalPasses(run.cache_dir).get(image, key)
+            local = run.mirror().get(image, key)
             if local is not None:
                 return local, f"local mirror {run.cache_dir}"
         host, repo, _ = run.key_tag(node)
@@ -118,7 +118,7 @@ class Verify:
             manifest = run.registries.digest(cache_ref(node))
             if manifest is None:
                 return None
-            store = RegistryPasses(run.registries(host))
+            store = run.passes(host)
             config = store.config_digest(repo, manifest)
             if config is None or (image is not None and config != image):
                 return None  # the key tag names another image than this one: its passes are not ours
@@ -182,7 +182,7 @@ class Verify:
         record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
                             expect=spec["expect"], gpu=passes.gpu_facts(smoke_report, bool(node.entry.cuda)),
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report)
-        LocalPasses(run.cache_dir).put(record)
+        run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run",
                           gpu_verified=report.gpu_verified if node.entry.cuda else None)
         return True
@@ -197,7 +197,7 @@ class Verify:
             digest = record.digest or run.registries(host).manifest_digest(repo, tag)
             if digest is None:
                 raise EngineError(f"{cache_ref(node)} is not in the registry")
-            store = RegistryPasses(run.registries(host))
+            store = run.passes(host)
             key = run.specs.key(node)
             config = store.config_digest(repo, digest)
             there = store.find(repo, digest, key, config) if config is not None else None

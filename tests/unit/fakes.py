@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from imagebuilder.evidence.signing import Keys
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.plan.plan import Plan
 from imagebuilder.ports import LineSink, RunResult
@@ -263,4 +264,9 @@ def context(plan: Plan, engine: FakeEngine, folder: Path, *, expect: tuple[tuple
     pool = registries(engine.registry)
     logs = Logs(display or FakeDisplay(), folder / "logs", dict(secrets or {}))
     return RunContext(plan, ledger, Images(engine, ledger, pool, logs), pool, logs, Specs(plan, expect),
-                      Scanner(dict(secrets or {})), folder / "cache")
+                      Scanner(dict(secrets or {})), keys(folder), folder / "cache")
+
+
+def keys(folder: Path) -> Keys:
+    """The keys of a machine whose cache folder is `folder` (its own key, made on first use)."""
+    return Keys.load(folder / "cache" / "keys", {})

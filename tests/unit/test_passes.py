@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.errors import EngineError
+from imagebuilder.errors import Refused
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
+from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.smoke.runner import blocking_skips
 from imagebuilder.smoke.suite import throughput_verdict
 from imagebuilder.steps import promote
@@ -19,6 +20,8 @@ from imagebuilder.steps import promote
 from .fakes import FakeRegistry
 
 SPEC = passes.spec_key({"expect": {"torch": "2.13.0"}})
+SIGNER = Signer.generate("the verifier's key")
+KEYS = Keys(SIGNER, Trust((SIGNER.public,)))
 
 
 def record(config: str, verdict: str = passes.PASSED, spec: str = SPEC) -> PassRecord:
@@ -29,7 +32,7 @@ def record(config: str, verdict: str = passes.PASSED, spec: str = SPEC) -> PassR
 
 def test_a_record_is_found_from_the_image_digest_and_only_for_that_image() -> None:
     reg = FakeRegistry()
-    store = RegistryPasses(reg)
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
     manifest, config = reg.image("ml/x", "cache-aaaa", "tested")
     tag = store.put("ml/x", record(config).at(manifest, "r/ml/x"))
     assert tag == f"sha256-{manifest[7:]}.pass-{SPEC[:16]}" and passes.is_record_tag(tag)
@@ -37,7 +40,8 @@ def test_a_record_is_found_from_the_image_digest_and_only_for_that_image() -> No
     assert found is not None and found.config == config and found.passed
     body, _ = reg.manifest("ml/x", tag)
     doc = json.loads(body)
-    assert doc["subject"]["digest"] == manifest and doc["layers"] == [] and doc["artifactType"] == passes.RECORD_TYPE
+    assert doc["subject"]["digest"] == manifest and doc["artifactType"] == passes.ARTIFACT_TYPE
+    assert [layer["mediaType"] for layer in doc["layers"]] == ["application/vnd.dsse.envelope.v1+json"]
     # Another spec (other expectations or suite): no pass.
     assert store.find("ml/x", manifest, passes.spec_key({"expect": {"torch": "2.12.0"}})) is None
     # Another image under the same key (a rebuild): its digest has no record.
@@ -53,15 +57,16 @@ def test_a_record_is_found_from_the_image_digest_and_only_for_that_image() -> No
 
 def test_an_untested_record_is_never_a_pass() -> None:
     reg = FakeRegistry()
-    store = RegistryPasses(reg)
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
     manifest, config = reg.image("ml/x", "cache-b", "x")
     store.put("ml/x", record(config, passes.UNTESTED).at(manifest, "r/ml/x"))
     assert store.find("ml/x", manifest, SPEC) is None
-    assert [r.verdict for r in store.all_for("ml/x", manifest, reg.tags("ml/x"))] == [passes.UNTESTED]
+    found = store.all_for("ml/x", manifest, reg.tags("ml/x"))
+    assert [r.record.verdict for r in found if r.record] == [passes.UNTESTED]
 
 
 def test_the_local_mirror_keeps_passes_by_image_and_spec(tmp_path: Path) -> None:
-    local = LocalPasses(tmp_path)
+    local = LocalPasses(tmp_path, KEYS.trust, SIGNER)
     config = "sha256:" + "1" * 64
     assert local.get(config, SPEC) is None
     local.put(record(config, passes.UNTESTED))
@@ -111,25 +116,26 @@ def moves(reg: FakeRegistry, source: str, target: str) -> list[promote.Move]:
 
 def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -> None:
     reg = FakeRegistry()
-    store = RegistryPasses(reg)
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
     tested, config = reg.image("ml/x", "nightly-a", "a")
     untested, _ = reg.image("ml/x", "nightly-b", "b")
     store.put("ml/x", record(config).at(tested, "r/ml/x"))
     planned = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
     assert [m.source.rsplit(":", 1)[1] for m in planned] == ["nightly-a", "nightly-b"]  # record tags never match
-    proofs = [promote.evidence(reg, m, reg.tags("ml/x")) for m in planned]  # type: ignore[arg-type]
+    proofs = [promote.evidence(reg, KEYS.trust, m, reg.tags("ml/x")) for m in planned]  # type: ignore[arg-type]
     assert [p.passed for p in proofs] == [True, False]
     assert "no pass record" in proofs[1].why
-    with pytest.raises(EngineError, match="no pass record"):
-        promote.apply(reg, planned[1], proofs[1])  # type: ignore[arg-type]
+    with pytest.raises(Refused, match="no pass record"):
+        promote.apply(reg, KEYS, planned[1], proofs[1])  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-b") is None  # refused before anything moved
-    promote.apply(reg, planned[0], proofs[0])  # type: ignore[arg-type]
+    promote.apply(reg, KEYS, planned[0], proofs[0])  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-a") == tested
     assert store.find("ml/x-stable", tested, SPEC) is not None  # the record went along
-    promote.apply(reg, planned[1], proofs[1], allow_untested=True)  # type: ignore[arg-type]
+    promote.apply(reg, KEYS, planned[1], proofs[1], allow_untested=True)  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-b") == untested
     kept = store.all_for("ml/x-stable", untested, reg.tags("ml/x-stable"))
-    assert [(r.verdict, r.allowed_by) for r in kept] == [(passes.UNTESTED, "--allow-untested (promote)")]
+    assert [(r.record.verdict, r.record.allowed_by) for r in kept if r.record] == [
+        (passes.UNTESTED, "--allow-untested (promote)")]
 
 
 def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_never_promoted() -> None:
@@ -141,7 +147,7 @@ def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_neve
     assert cpu.serves(gpus_here=True) and cpu.gpu_verified
     reg = FakeRegistry()
     manifest, config = reg.image("ml/x", "nightly-c", "c")
-    RegistryPasses(reg).put("ml/x", replace(no_gpu, config=config).at(manifest, "r/ml/x"))
+    RegistryPasses(reg, KEYS.trust, SIGNER).put("ml/x", replace(no_gpu, config=config).at(manifest, "r/ml/x"))
     (move,) = promote.plan_moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")  # type: ignore[arg-type]
-    proof = promote.evidence(reg, move, reg.tags("ml/x"))  # type: ignore[arg-type]
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"))  # type: ignore[arg-type]
     assert not proof.passed and "without a GPU" in proof.why

@@ -80,7 +80,7 @@ def leaf(machine: Machine) -> Node:
 def test_a_passed_entry_is_published_with_a_record_beside_every_digest(machine: Machine) -> None:
     machine.passed(leaf(machine))
     assert publish(machine)
-    store = RegistryPasses(machine.registry)
+    store = RegistryPasses(machine.registry, machine.run.keys.trust)
     for node in machine.run.plan.nodes:
         record = machine.run.ledger[node.id]
         assert record.publish == PublishStatus.PUSHED and record.digest is not None
@@ -121,13 +121,14 @@ def test_allow_untested_publishes_and_says_so_beside_every_digest(machine: Machi
     machine.run.ledger.update(leaf(machine).id, verify=VerifyStatus.SKIPPED)
     assert publish(machine, allow_untested=True)
     assert machine.tags()
-    store = RegistryPasses(machine.registry)
+    store = RegistryPasses(machine.registry, machine.run.keys.trust)
     every = machine.registry.tags(REPO)
     for node in machine.run.plan.nodes:
         record = machine.run.ledger[node.id]
         assert record.untested and record.pass_record is not None and record.pass_record.startswith("UNTESTED")
         assert store.find(REPO, str(record.digest), machine.run.specs.key(node)) is None  # never a pass
-        assert [r.allowed_by for r in store.all_for(REPO, str(record.digest), every)] == ["--allow-untested"]
+        assert [r.record.allowed_by for r in store.all_for(REPO, str(record.digest), every) if r.record] == [
+            "--allow-untested"]
     assert any("UNTESTED" in line for line in machine.said)
 
 
@@ -138,7 +139,7 @@ def test_a_key_tag_naming_another_image_is_replaced_by_the_tested_one(machine: M
     assert publish(machine)
     digest = machine.run.ledger[task.id].digest
     assert digest is not None and digest != seeded
-    assert RegistryPasses(machine.registry).config_digest(REPO, digest) == machine.run.ledger[task.id].image
+    assert RegistryPasses(machine.registry, machine.run.keys.trust).config_digest(REPO, digest) == machine.run.ledger[task.id].image
     assert seeded not in machine.tags().values()
     assert any(f"names {seeded}" in line and str(machine.run.ledger[task.id].image) in line for line in machine.said)
 
@@ -177,7 +178,7 @@ def test_a_pass_on_gpus_replaces_a_pass_without_one(machine: Machine) -> None:
                                                          gpu_verified=False))
     assert publish(machine, allow_untested_gpu=True)
     digest = str(machine.run.ledger[task.id].digest)
-    store = RegistryPasses(machine.registry)
+    store = RegistryPasses(machine.registry, machine.run.keys.trust)
     first = store.find(REPO, digest, machine.run.specs.key(task))
     assert first is not None and not first.gpu_verified
     on_gpus = {"verified": True, "kind": "gpu", "models": ["NVIDIA H200"]}

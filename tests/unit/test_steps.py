@@ -12,6 +12,7 @@ from rich.console import Console
 
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.signing import Keys, Signer
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
@@ -47,12 +48,14 @@ def decided(plan: Plan, engine: FakeEngine) -> tuple[Plan, Registries]:
     return cache_mod.decide(keyed, cache_mod.Cache(engine, pool)), pool
 
 
-def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path) -> dict[str, NodeRecord]:
+def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,
+        trusted: tuple[Path, ...] = ()) -> dict[str, NodeRecord]:
     decided_plan, pool = decided(plan, engine)
     for step in steps:
         if isinstance(step, Staged):
             step.require(decided_plan)
-    records = execute(engine, decided_plan, pool, Specs(decided_plan), steps, Console(file=io.StringIO()),
+    keys = Keys.load(folder / "cache" / "keys", {}, trusted)
+    records = execute(engine, decided_plan, pool, Specs(decided_plan), keys, steps, Console(file=io.StringIO()),
                       RunOptions(report_dir=folder, cache_dir=folder / "cache", logs="none"))
     return {r.layer: r for r in records}
 
@@ -77,7 +80,8 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     assert all(r.verify is None and r.record is None for r in staged.values())  # no suite ran
     for record in staged.values():
         assert registry.manifest_digest(REPO, keys.cache_tag(str(record.key))) == record.digest
-        assert RegistryPasses(registry).config_digest(REPO, str(record.digest)) == record.image
+        assert RegistryPasses(registry, Keys.load(tmp_path / "stage" / "cache" / "keys", {}).trust).config_digest(
+            REPO, str(record.digest)) == record.image
     assert registry.public_tags(REPO) == {} and first.runs == []
 
     # Machine 2 (GPU runner): verify. Nothing builds; the leaf is pulled by the digest its key tag names,
@@ -85,6 +89,7 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     second = machine(registry)
     assert {n.status for n in decided(chain, second)[0].nodes} == {State.CACHED}
     verified = run(chain, second, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    second_keys = Keys.load(tmp_path / "verify" / "cache" / "keys", {})
     assert {r.build for r in verified.values()} == {BuildStatus.CACHED} and second.builds == []
     task = verified["task"]
     assert task.verify == VerifyStatus.PASSED and second.runs == [staged["task"].image]
@@ -92,21 +97,26 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     assert task.digest == staged["task"].digest and task.record is not None
     assert task.record.config == staged["task"].image and task.spec == task.record.spec
     assert str(task.pass_record).endswith("(written by this run)")
-    found = RegistryPasses(registry).find(REPO, str(task.digest), str(task.spec))
+    found = RegistryPasses(registry, second_keys.trust).find(REPO, str(task.digest), str(task.spec))
     assert found is not None and found.manifest == task.digest
     assert verified["base"].verify is None and verified["base"].image is None  # ancestors: nothing pulled
     assert registry.public_tags(REPO) == {}
 
-    # Machine 3: publish. Nothing builds or runs; the leaf's pass is found by digest, every node's tags point
-    # at its staged digest, and each ancestor's record says which leaf passed on it.
+    # Machine 3: publish. Nothing builds or runs; the leaf's pass is found by digest (it counts: the publish
+    # machine trusts the verifier's public key), every node's tags point at its staged digest, and each
+    # ancestor's record says which leaf passed on it.
+    verifier = tmp_path / "verifier.pub"
+    verifier.write_bytes(Signer.local(tmp_path / "verify" / "cache" / "keys").public.pem())
     third = machine(registry)
-    published = run(chain, third, (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False)),
-                    tmp_path / "publish")
+    steps = (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False))
+    untrusting = run(chain, third, steps, tmp_path / "untrusting")
+    assert untrusting["task"].verify == VerifyStatus.SKIPPED and registry.public_tags(REPO) == {}
+    published = run(chain, third, steps, tmp_path / "publish", trusted=(verifier,))
     assert third.builds == [] and third.runs == [] and third.pulled == []
     assert published["task"].verify == VerifyStatus.FOUND
     assert {r.publish for r in published.values()} == {PublishStatus.PUSHED}
     tags = registry.public_tags(REPO)
-    store = RegistryPasses(registry)
+    store = RegistryPasses(registry, Keys.load(tmp_path / "publish" / "cache" / "keys", {}, (verifier,)).trust)
     leaf_record = passes.record_tag(str(staged["task"].digest), str(verified["task"].spec))
     for node in chain.nodes:
         record = published[node.name]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.evidence import passes
-from imagebuilder.evidence.passes import LocalPasses, PassRecord
+from imagebuilder.evidence.passes import PassRecord
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.plan import keys
@@ -48,7 +48,7 @@ def leaf_of(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_pat
 
 def mirror(run: RunContext, node: Node, gpu: dict[str, Any]) -> None:
     """An earlier run on this machine passed this very image (the local mirror holds its record)."""
-    LocalPasses(run.cache_dir).put(PassRecord(passes.PASSED, config=str(run.ledger[node.id].image),
+    run.mirror().put(PassRecord(passes.PASSED, config=str(run.ledger[node.id].image),
                                               spec=run.specs.key(node), node=node.id, entry=node.entry.id, gpu=gpu,
                                               date="2026-11-20", suite=passes.suite_hash()))
 
@@ -113,11 +113,11 @@ def test_a_skip_is_not_a_pass_on_a_gpu_run(engine: FakeEngine, write_matrix: Mat
     if passed:
         assert record.verify == VerifyStatus.PASSED and record.allowed_skips == (
             "throughput.cuda:0: unknown GPU model 'Tesla T4'",)
-        assert LocalPasses(run.cache_dir).get(str(record.image), run.specs.key(leaf)) is not None
+        assert run.mirror().get(str(record.image), run.specs.key(leaf)) is not None
     else:
         assert record.verify == VerifyStatus.FAILED and record.record is None
         assert str(record.error).startswith("a skip is not a pass on a GPU run: throughput.cuda:0")
-        assert LocalPasses(run.cache_dir).get(str(record.image), run.specs.key(leaf)) is None  # nothing mirrored
+        assert run.mirror().get(str(record.image), run.specs.key(leaf)) is None  # nothing mirrored
 
 
 def test_a_cpu_run_is_judged_by_what_it_ran(engine: FakeEngine, write_matrix: MatrixWriter, header: str,
@@ -140,6 +140,6 @@ def test_without_the_suite_only_a_pass_of_this_image_counts(engine: FakeEngine, 
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cpu", engine)
     other = PassRecord(passes.PASSED, config="sha256:" + "9" * 64, spec=run.specs.key(leaf), node=leaf.id,
                        entry=leaf.entry.id, gpu={"kind": "cpu"}, suite=passes.suite_hash())
-    LocalPasses(run.cache_dir).put(other)  # another image's pass, same spec
+    run.mirror().put(other)  # another image's pass, same spec
     assert Verify(run_suite=False).leaf(run, leaf)
     assert run.ledger[leaf.id].verify == VerifyStatus.SKIPPED and engine.runs == []

@@ -1,0 +1,236 @@
+"""Signatures on evidence: an in-toto Statement (v1) about one image, in a DSSE envelope signed with Ed25519.
+
+The Statement's subject is the image (its repository and manifest digest); its predicate is the evidence (a pass
+record). DSSE signs the pre-authentication encoding of the payload type and the payload, so any DSSE
+implementation verifies it (tests/unit/test_signing.py checks one with securesystemslib). A key is named by its
+key id: the SHA-256 of its raw 32-byte public key, in hex.
+
+Who signs: the step that ran the suite, with `IMAGEBUILDER_SIGNING_KEY` (a PEM private key file) or, where none is
+given, this machine's own key, made on first use under the cache folder (`keys/local.pem`, mode 0600).
+Who is trusted: the public keys the matrix (`trust:`) and `--trust-key` name, and this machine's own key (it
+signed only what ran here). A signature proves that a holder of a trusted key vouched for the predicate about
+that digest; it does not prove the image could not lie to its own suite (README: the trust model)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..errors import InputError
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
+SIGNING_KEY_ENV = "IMAGEBUILDER_SIGNING_KEY"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what is signed."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    key: Ed25519PublicKey
+    source: str  # where it was trusted from (a file, "this machine's own key")
+
+    @property
+    def keyid(self) -> str:
+        return key_id(self.key)
+
+    @property
+    def raw(self) -> str:
+        """The raw public key in hex (what securesystemslib's ed25519 keys hold)."""
+        return self.key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+    def pem(self) -> bytes:
+        return self.key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+    @classmethod
+    def load(cls, path: Path) -> PublicKey:
+        """A PEM public key file (or the public half of a PEM private key file)."""
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"trusted key {path}: cannot be read ({exc.strerror})") from None
+        try:
+            key = serialization.load_pem_public_key(data) if b"PUBLIC KEY" in data else \
+                serialization.load_pem_private_key(data, password=None).public_key()
+        except (ValueError, TypeError):
+            raise InputError(f"trusted key {path}: not a PEM Ed25519 key",
+                             hint="make one with `imagebuilder keys new DIR`") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise InputError(f"trusted key {path}: not an Ed25519 key")
+        return cls(key, str(path))
+
+
+@dataclass(frozen=True)
+class Signer:
+    key: Ed25519PrivateKey
+    source: str
+
+    @property
+    def public(self) -> PublicKey:
+        return PublicKey(self.key.public_key(), self.source)
+
+    def sign(self, payload: bytes, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
+        """A DSSE envelope of the payload, signed by this key."""
+        signature = self.key.sign(pae(payload_type, payload))
+        return {"payload": base64.b64encode(payload).decode(), "payloadType": payload_type,
+                "signatures": [{"keyid": self.public.keyid, "sig": base64.b64encode(signature).decode()}]}
+
+    def private_pem(self) -> bytes:
+        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption())
+
+    @classmethod
+    def generate(cls, source: str = "a new key") -> Signer:
+        return cls(Ed25519PrivateKey.generate(), source)
+
+    @classmethod
+    def load(cls, path: Path) -> Signer:
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except OSError as exc:
+            raise InputError(f"signing key {path}: cannot be read ({exc.strerror})") from None
+        except (ValueError, TypeError):
+            raise InputError(f"signing key {path}: not an unencrypted PEM private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise InputError(f"signing key {path}: not an Ed25519 key")
+        return cls(key, str(path))
+
+    @classmethod
+    def local(cls, folder: Path) -> Signer:
+        """This machine's own key under `folder` (the cache folder's keys/), made on first use, readable only
+        by its owner."""
+        path = folder / "local.pem"
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            key = cls.generate()
+            tmp = folder / f"local.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(key.private_pem())
+            try:
+                os.link(tmp, path)  # the first of two racing runs wins; the other reads its key
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        signer = cls.load(path)
+        return Signer(signer.key, f"this machine's own key ({path})")
+
+
+class Rejected(Exception):
+    """Why an envelope does not count: unsigned, tampered, signed by an untrusted key, or not about this image."""
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The keys whose signatures count."""
+
+    keys: tuple[PublicKey, ...]
+
+    @classmethod
+    def of(cls, local: Signer | None, files: Iterable[Path] = ()) -> Trust:
+        keys = [PublicKey.load(path) for path in files]
+        if local is not None:
+            keys.append(local.public)
+        return cls(tuple({k.keyid: k for k in keys}.values()))
+
+    def ids(self) -> list[str]:
+        return [k.keyid for k in self.keys]
+
+    def open(self, envelope: Any, payload_type: str = PAYLOAD_TYPE) -> tuple[bytes, PublicKey]:
+        """The payload of an envelope signed by a trusted key, and that key; `Rejected` saying why not."""
+        if not isinstance(envelope, Mapping) or not isinstance(envelope.get("payload"), str):
+            raise Rejected("not a DSSE envelope (unsigned)")
+        if envelope.get("payloadType") != payload_type:
+            raise Rejected(f"payload type {envelope.get('payloadType')!r}, not {payload_type}")
+        try:
+            payload = base64.b64decode(envelope["payload"], validate=True)
+        except (binascii.Error, ValueError):
+            raise Rejected("its payload is not base64") from None
+        signatures = [s for s in envelope.get("signatures") or [] if isinstance(s, Mapping)]
+        if not signatures:
+            raise Rejected("unsigned")
+        known = {k.keyid: k for k in self.keys}
+        untrusted = []
+        for signature in signatures:
+            key = known.get(str(signature.get("keyid")))
+            if key is None:
+                untrusted.append(str(signature.get("keyid"))[:16])
+                continue
+            try:
+                key.key.verify(base64.b64decode(str(signature.get("sig")), validate=True), pae(payload_type, payload))
+            except (InvalidSignature, binascii.Error, ValueError):
+                raise Rejected(f"its signature by {key.keyid[:16]} ({key.source}) does not verify: the record was "
+                               "changed after it was signed") from None
+            return payload, key
+        raise Rejected(f"signed by an untrusted key ({', '.join(untrusted)}); trusted: "
+                       f"{', '.join(k[:16] for k in self.ids()) or 'none'}")
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The signer of this run's evidence and the keys whose evidence counts."""
+
+    signer: Signer
+    trust: Trust
+
+    @classmethod
+    def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path] = ()) -> Keys:
+        """`IMAGEBUILDER_SIGNING_KEY` signs, else this machine's own key (made on first use in `folder`); the
+        keys trusted are the files given and this machine's own key. A signing key that is not trusted is an
+        input error: nothing it signed would count."""
+        local = Signer.local(folder)
+        signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else local
+        trust = Trust.of(local, trusted)
+        if signer.public.keyid not in trust.ids():
+            raise InputError(f"the signing key {signer.source} ({signer.public.keyid[:16]}) is not trusted: what this "
+                             "run signs would not count", hint="give its public key with --trust-key (or the "
+                             "matrix's `trust:`)")
+        return cls(signer, trust)
+
+
+def statement(name: str, digest: str, predicate_type: str, predicate: Mapping[str, Any]) -> bytes:
+    """An in-toto Statement v1 about the image `name@digest`."""
+    algo, _, hexdigest = digest.partition(":")
+    doc = {"_type": STATEMENT_TYPE, "subject": [{"name": name, "digest": {algo: hexdigest}}],
+           "predicateType": predicate_type, "predicate": dict(predicate)}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def predicate_of(payload: bytes, digest: str, predicate_type: str) -> dict[str, Any]:
+    """The predicate of a Statement that is about the image `digest`; `Rejected` otherwise."""
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        raise Rejected("its payload is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE or doc.get("predicateType") != predicate_type:
+        raise Rejected(f"not an in-toto Statement of {predicate_type}")
+    algo, _, hexdigest = digest.partition(":")
+    subjects = [s.get("digest") for s in doc.get("subject") or [] if isinstance(s, dict)]
+    if not any(isinstance(d, dict) and d.get(algo) == hexdigest for d in subjects):
+        raise Rejected(f"its subject is another image, not {digest}")
+    predicate = doc.get("predicate")
+    if not isinstance(predicate, dict):
+        raise Rejected("its predicate is not an object")
+    return predicate
