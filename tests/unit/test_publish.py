@@ -139,7 +139,8 @@ def test_a_key_tag_naming_another_image_is_replaced_by_the_tested_one(machine: M
     assert publish(machine)
     digest = machine.run.ledger[task.id].digest
     assert digest is not None and digest != seeded
-    assert RegistryPasses(machine.registry, machine.run.keys.trust).config_digest(REPO, digest) == machine.run.ledger[task.id].image
+    store = RegistryPasses(machine.registry, machine.run.keys.trust)
+    assert store.config_digest(REPO, digest) == machine.run.ledger[task.id].image
     assert seeded not in machine.tags().values()
     assert any(f"names {seeded}" in line and str(machine.run.ledger[task.id].image) in line for line in machine.said)
 

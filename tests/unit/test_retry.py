@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,6 +104,6 @@ def test_a_push_cut_by_the_network_is_retried_and_said(waits: list[float]) -> No
 
 def test_a_refused_push_is_not_retried(waits: list[float]) -> None:
     api = PushApi([[{"errorDetail": {"message": "denied: requested access to the resource is denied"}}], DONE])
-    with pytest.raises(EngineError, match="push reg.example:5000/ml/pytorch:t: denied: requested access"):
+    with pytest.raises(EngineError, match=re.escape("push reg.example:5000/ml/pytorch:t: denied: requested access")):
         DockerEngine(api).push("reg.example:5000/ml/pytorch:t")
     assert api.pushed == 1 and waits == []

@@ -42,7 +42,7 @@ def test_an_independent_dsse_verifier_accepts_what_imagebuilder_signs() -> None:
     assert doc["subject"] == [{"name": "r:5000/ml/x", "digest": {"sha256": "a" * 64}}]
     tampered = dict(copy.deepcopy(envelope), payload=base64.b64encode(base64.b64decode(envelope["payload"]).replace(
         b'"passed"', b'"failed"')).decode())
-    with pytest.raises(Exception, match="(?i)verif|threshold"):
+    with pytest.raises(Exception, match=r"(?i)verif|threshold"):
         Envelope.from_dict(tampered).verify([key], 1)
 
 
