@@ -63,8 +63,7 @@ class Images:
             record = self.ledger[node.id]
             if record.image is not None:
                 return record.image
-            ref = node.decision.ref
-            assert ref is not None, f"{node.id} is neither on the engine nor in the registry"
+            ref = cache_ref(node)
             digest = record.digest or self.registries.digest(ref)
             by_digest = parse(ref).at(digest) if digest else ref
             self.logs.say(f"[dim]pulling {escape(by_digest)} (cached {escape(node.id)})[/]")

@@ -25,6 +25,7 @@ from .cosign import Cosign
 from .ledger import BuildStatus, PublishStatus, VerifyStatus
 from .schedule import Task
 from .stage import entry_nodes, push_key_tag, push_key_tags, scan
+from .verify import via
 
 PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
 
@@ -145,7 +146,7 @@ class Publish:
             except ImageBuilderError as exc:
                 failure = (node, exc.message)
                 break
-        for node in nodes if failure is None else []:
+        for node in sorted(nodes, key=lambda n: not n.leaf) if failure is None else []:  # leaves first: the cause
             try:
                 self.bind(run, node, nodes, digests, untested=untested)
                 for ref in node.tags:
@@ -237,22 +238,15 @@ class Publish:
     @staticmethod
     def pass_for(run: RunContext, node: Node, nodes: list[Node], digests: Mapping[str, str],
                  config: str) -> PassRecord | None:
-        """The pass this run holds for the image `config`: the leaf's own, or for an ancestor, one `via` a
-        leaf whose passing image was built on this very image in this run."""
+        """The pass this run holds for the image `config`: the leaf's own, or for an ancestor, one `via` a leaf
+        that passed on an image built on exactly this one (`verify.via`: refused, naming both, when it was not)."""
         own = run.ledger[node.id].record
         if node.leaf:
             return own if own is not None and own.config == config else None
-        if run.ledger[node.id].image not in (None, config):
-            return None
         for leaf in nodes:
             record = run.ledger[leaf.id].record
-            if not leaf.leaf or record is None or node not in run.plan.ancestors(leaf):
-                continue
-            return PassRecord(passes.PASSED, config=config, spec=run.specs.key(node), node=node.id,
-                              entry=node.entry.id, expect=run.specs.of(node)["expect"], gpu=record.gpu,
-                              date=passes.now(), suite=passes.suite_hash(),
-                              via={"node": leaf.id, "manifest": digests[leaf.id], "config": record.config,
-                                   "record": passes.record_tag(digests[leaf.id], record.spec)})
+            if leaf.leaf and record is not None and node in run.plan.ancestors(leaf):
+                return via(run, node, leaf, record, digests[leaf.id], config)
         return None
 
     def aliases(self, run: RunContext) -> bool:

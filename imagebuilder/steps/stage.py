@@ -371,8 +371,37 @@ class Staged:
             why = node.reason or "no key tag in the registry"
             run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"not staged: {why} (run `imagebuilder stage`)")
             done = False
+        if done:
+            done = self.pin(run, node)
         run.logs.display.node_done("cached" if done else "failed")
         return done
+
+    @staticmethod
+    def pin(run: RunContext, node: Node) -> bool:
+        """The node is exactly what its key tag names: an image on this engine with its key counts only when it
+        is that very image (another build of the same key, on a machine that built the matrix before, is not
+        what was staged); otherwise the staged digest is pulled when it is needed."""
+        ref = cache_ref(node)
+        host, repo, _ = run.key_tag(node)
+        try:
+            digest = run.registries.digest(ref)
+        except ImageBuilderError as exc:
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"its key tag cannot be read: {exc.message}")
+            return False
+        if digest is None:
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"not staged: {ref} is not in the registry "
+                              "(an image with this key on this engine is not what was staged; run `imagebuilder "
+                              "stage`)")
+            return False
+        local = run.ledger[node.id].image
+        if local is not None:
+            staged = run.passes(host).config_digest(repo, digest)
+            if staged != local:
+                run.logs.say(f"[yellow]  {escape(node.id)}: this engine's image {local[:19]} has the key, but "
+                             f"{escape(ref)} names {digest} (image {str(staged)[:19]}): that one is used[/]")
+                local = None
+        run.ledger.update(node.id, image=local, digest=digest, cache="local" if local else "registry")
+        return True
 
 
 @dataclass(frozen=True)

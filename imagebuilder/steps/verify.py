@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
+from ..evidence.lineage import blob_configs, built_on
 from ..evidence.passes import PassRecord
 from ..plan.cache import cache_ref
 from ..plan.plan import Node
@@ -49,6 +50,26 @@ def verdict(report: SmokeReport, allow_skip: tuple[str, ...]) -> tuple[str | Non
         return ("a skip is not a pass on a GPU run: " + "; ".join(skipped)[:300]
                 + " (fix it, or name the check in smoke.allow_skip)"), allowed
     return None, allowed
+
+
+def via(run: RunContext, node: Node, leaf: Node, passed: PassRecord, leaf_digest: str, config: str) -> PassRecord:
+    """The pass of an ancestor `node` whose image is `config`, through the leaf that passed on an image built on
+    it: only when the leaf's image was built on exactly that image (its own configs say so, down the chain);
+    `Refused` naming both images otherwise (a parent rebuilt elsewhere under the same key was never tested)."""
+    depth = run.plan.ancestors(leaf).index(node)
+    host, repo, _ = run.key_tag(leaf)
+    client = run.registries(host)
+    chain = built_on(blob_configs(lambda image: client.blob(repo, image)), passed.config, depth + 1)
+    below = chain[depth] if depth < len(chain) else None
+    if below != config:
+        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}, which was built on "
+                      f"{below or 'an image its configs do not name'}; {node.id}'s key tag names image {config}: "
+                      "nothing was tested on that image")
+    return PassRecord(passes.PASSED, config=config, spec=run.specs.key(node), node=node.id, entry=node.entry.id,
+                      expect=run.specs.of(node)["expect"], gpu=passed.gpu, date=passes.now(),
+                      suite=passes.suite_hash(),
+                      via={"node": leaf.id, "manifest": leaf_digest, "config": passed.config,
+                           "record": passes.record_tag(leaf_digest, passed.spec)})
 
 
 @dataclass(frozen=True)
@@ -216,4 +237,28 @@ class Verify:
             return False
         run.ledger.update(node.id, digest=digest, pass_record=where)
         run.logs.say(f"[green]✓ verified {escape(node.id)}@{digest}[/] [dim]{escape(where)}[/]")
-        return True
+        passed = run.ledger[node.id].record or there
+        return self.bind_ancestors(run, node, passed, digest) if passed is not None else True
+
+    @staticmethod
+    def bind_ancestors(run: RunContext, leaf: Node, passed: PassRecord, leaf_digest: str) -> bool:
+        """Each ancestor's `via` record beside the digest its key tag names, when the leaf was built on it."""
+        ok = True
+        host, repo, _ = run.key_tag(leaf)
+        store = run.passes(host)
+        for node in run.plan.ancestors(leaf):
+            try:
+                digest = run.ledger[node.id].digest or run.registries.digest(cache_ref(node))
+                config = store.config_digest(repo, digest) if digest else None
+                if digest is None or config is None:
+                    raise EngineError(f"{cache_ref(node)} is not in the registry")
+                key = run.specs.key(node)
+                if store.find(repo, digest, key, config) is None:
+                    store.write(repo, via(run, node, leaf, passed, leaf_digest, config).at(digest, f"{host}/{repo}"))
+                run.ledger.update(node.id, digest=digest,
+                                  pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
+            except ImageBuilderError as exc:
+                ok = False
+                run.ledger.fail(node.id, exc.message, verify=VerifyStatus.FAILED)
+                run.logs.say(f"[bold red]✗ verify {escape(node.id)}: {escape(exc.message)}[/]")
+        return ok

@@ -61,8 +61,10 @@ def machine(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_pat
     registry, display = FakeRegistry(), FakeDisplay()
     engine = FakeEngine(registry)
     run = context(plan, engine, tmp_path, display=display, secrets={"$HF_TOKEN": SECRET})
-    for node in plan.nodes:
-        image = engine.add({"config": {"Labels": {"node": node.id}}})
+    below = "sha256:" + "f" * 64
+    for node in plan.nodes:  # each image says what it was built on, as a build's label does
+        image = below = engine.add({"config": {"Labels": {"node": node.id,
+                                                          "org.opencontainers.image.base.digest": below}}})
         run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
                           verify=VerifyStatus.PASSED if node.leaf else None)
     return Machine(run, engine, registry, display)
@@ -203,3 +205,17 @@ def test_a_cached_image_with_a_secret_holds_its_entry_and_nothing_is_pushed(mach
     machine.run.ledger.change(business.id, lambda r: dataclasses.replace(r, build=BuildStatus.BUILT, error=None,
                                                                          publish=None))
     assert publish(machine) and machine.tags()
+
+
+def test_an_ancestor_is_published_only_when_the_leaf_was_built_on_it(machine: Machine) -> None:
+    """The base under the key this run holds is another image than the one the tested leaf was built on (a
+    rebuild of the same key): refused, naming both images; nothing of the entry is tagged."""
+    machine.passed(leaf(machine))
+    base = machine.run.plan.nodes[0]
+    tested_on = str(machine.run.ledger[base.id].image)
+    rebuilt = machine.engine.add({"config": {"Labels": {"node": base.id, "rebuilt": "yes"}}})
+    machine.run.ledger.update(base.id, image=rebuilt)
+    assert not publish(machine)
+    record = machine.run.ledger[base.id]
+    assert record.publish == PublishStatus.FAILED and machine.tags() == {}
+    assert tested_on in str(record.error) and rebuilt in str(record.error)

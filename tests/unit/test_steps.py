@@ -128,3 +128,42 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
             "node": node.entry.id + "/task", "manifest": staged["task"].digest, "config": staged["task"].image,
             "record": leaf_record}
     assert all(r.ok for r in published.values())
+
+
+def test_verify_tests_the_staged_digest_not_another_build_of_its_key(chain: Plan, tmp_path: Path) -> None:
+    """A runner that built the matrix before holds another image with the leaf's key (same inputs, another
+    build). What it tests, and what its pass is bound to, is the image the key tag names, pulled by digest."""
+    registry = FakeRegistry()
+    staged = run(chain, machine(registry), (Stage(), KeyTags()), tmp_path / "stage")
+    runner = machine(registry)
+    labels = {"io.imagebuilder.key": str(staged["task"].key), "rebuilt": "yes"}
+    other = runner.add({"config": {"Labels": labels, "Env": []}})
+    assert decided(chain, runner)[0].nodes[-1].decision.image == other  # the plan finds the local one
+    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    task = verified["task"]
+    assert task.verify == VerifyStatus.PASSED and runner.runs == [staged["task"].image] != [other]
+    assert task.image == staged["task"].image and task.digest == staged["task"].digest and task.ok
+    assert str(task.pass_record).endswith("(written by this run)")
+
+
+def test_an_ancestor_rebuilt_elsewhere_under_its_key_gets_no_pass(chain: Plan, tmp_path: Path) -> None:
+    """Another machine rebuilt the base (same key, another image) and staged it: the key tag moved. The leaf was
+    built on the old base, so its pass says nothing of the new one: no `via` record is written for it, and
+    publish refuses it, naming both images; the nodes the leaf was really built on are recorded."""
+    registry = FakeRegistry()
+    staged = run(chain, machine(registry), (Stage(), KeyTags()), tmp_path / "stage")
+    other = machine(registry)
+    base_ref = f"127.0.0.1:5000/{REPO}:{keys.cache_tag(str(staged['base'].key))}"
+    doc = {"config": {"Labels": {"io.imagebuilder.key": str(staged["base"].key), "rebuilt": "elsewhere"}}}
+    other.tag(other.add(doc), base_ref)
+    moved = other.push(base_ref)
+    assert moved != staged["base"].digest
+    verified = run(chain, machine(registry), (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    assert verified["task"].verify == VerifyStatus.PASSED
+    assert verified["business"].pass_record is not None and verified["business"].ok  # built on what it says
+    base = verified["base"]
+    assert base.verify == VerifyStatus.FAILED and not base.ok
+    assert str(staged["task"].image)[:19] in str(base.error) and str(staged["base"].image) in str(base.error)
+    assert "key tag names image" in str(base.error) and "nothing was tested on that image" in str(base.error)
+    trust = Keys.load(tmp_path / "verify" / "cache" / "keys", {}).trust
+    assert RegistryPasses(registry, trust).find(REPO, moved, Specs(chain).key(chain.nodes[0])) is None
