@@ -43,7 +43,8 @@ from .plan import waves as waves_mod
 from .plan.render import Renderer
 from .ports.engine import DockerEngine
 from .ports.registry import Registries
-from .smoke.runner import CHECK_KINDS, GpuHost, blocking_skips, run_smoke
+from .smoke.judge import judge
+from .smoke.runner import CHECK_KINDS, GpuHost, run_smoke
 from .steps import lock
 from .steps.context import Step
 from .steps.cosign import Cosign
@@ -664,17 +665,17 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     expected = expected or {}
     spec_mod.check_floors(given, expected)
     expected.update(given)
+    host = GpuHost.probe()
+    commands = spec_mod.image_checks(labels)
     report = run_smoke(engine, image, expected, timeout=timeout, shm_size=shm_size, gpus=gpus, driver_dir=driver_dir,
-                       only=kinds, commands=spec_mod.image_checks(labels))
+                       only=kinds, commands=commands, devices=host.devices)
+    allowed = ("*",) if kinds else tuple(k.strip() for k in allow_skip.split(",") if k.strip())  # --only: a probe
+    verdict = judge(report, expected, commands, host=host, allow_skip=allowed, kinds=kinds)
     click.echo(json.dumps({"image": image, "expect_from": source, "expect": expected,
-                           **({"only": list(kinds)} if kinds else {}), **report.to_json()}, indent=2))
-    if not report.passed:
-        raise RunFailed("smoke failed: " + "; ".join(report.failures()))
-    allowed = tuple(k.strip() for k in allow_skip.split(",") if k.strip())
-    skipped = [] if kinds else blocking_skips(report.checks, gpu_run=report.gpu_verified, allow=allowed)
-    if skipped:
-        raise RunFailed("a skip is not a pass on a GPU run: " + "; ".join(skipped)
-                        + " (fix it, or accept it with --allow-skip)")
+                           **({"only": list(kinds)} if kinds else {}), **report.to_json(),
+                           "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}, indent=2))
+    if not verdict.passed:
+        raise RunFailed("smoke failed: " + verdict.why().replace("smoke.allow_skip", "--allow-skip"))
     return 0
 
 

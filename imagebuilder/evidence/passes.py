@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
+from ..smoke.judge import RULES
 from .signing import ENVELOPE_TYPE, Rejected, Signer, Trust, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
@@ -46,8 +47,9 @@ def suite_hash() -> str:
 
 
 def spec_key(spec: Mapping[str, Any]) -> str:
-    """What a pass is a pass of: the suite's source and everything it is told, never the image."""
-    payload = json.dumps({"suite": suite_hash(), **spec}, sort_keys=True, default=str)
+    """What a pass is a pass of: the suite's source, the rules the host judges its report by, and everything the
+    suite is told; never the image."""
+    payload = json.dumps({"suite": suite_hash(), "rules": RULES, **spec}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

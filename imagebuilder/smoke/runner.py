@@ -3,7 +3,6 @@ Python (shm_size set, a timeout, the container always removed) and read back its
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import json
 import os
@@ -38,30 +37,6 @@ class SmokeReport:
         return {"passed": self.passed, "duration": round(self.duration, 3), "exit_code": self.exit_code,
                 "gpu_mode": self.gpu_mode, "gpu_verified": self.gpu_verified, "gpus": self.raw.get("gpus"),
                 "checks": list(self.checks)}
-
-
-def blocking_skips(checks: list[dict[str, Any]] | tuple[dict[str, Any], ...], *, gpu_run: bool,
-                   allow: tuple[str, ...] = ()) -> list[str]:
-    """The skipped checks that keep a GPU run from passing: on a GPU run a skip is not a pass (an unknown
-    GPU model has no throughput floor; a missing driver floor checks nothing), unless the matrix names the
-    check in `smoke.allow_skip` (a name, a prefix before `.` or `:`, or a glob). CPU runs skip the GPU
-    checks by design and are judged by what they ran."""
-    return gpu_skips(checks, gpu_run=gpu_run, allow=allow)[0]
-
-
-def gpu_skips(checks: list[dict[str, Any]] | tuple[dict[str, Any], ...], *, gpu_run: bool,
-              allow: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
-    """(blocking, allowed): the skips of a GPU run, `name: reason`, split by `smoke.allow_skip`. The allowed
-    ones are listed in the summary: an accepted gap in the evidence is still said."""
-    if not gpu_run:
-        return [], []
-
-    def allowed(name: str) -> bool:
-        return any(name == p or name.startswith((p + ".", p + ":")) or fnmatch.fnmatchcase(name, p) for p in allow)
-
-    skips = [c for c in checks if c.get("status") == "skip"]
-    said = [(f"{c.get('name')}: {c.get('reason') or 'skipped'}", allowed(str(c.get("name")))) for c in skips]
-    return [text for text, ok in said if not ok], [text for text, ok in said if ok]
 
 
 def gpu_mode(requested: str, *, has_toolkit: bool, devices: list[str]) -> str:
@@ -116,20 +91,20 @@ def nvidia_devices() -> list[str]:
     return found
 
 
-def gpu_models() -> list[str]:
-    """The distinct GPU models of this host, as the driver names them (what a pass record's `gpu.models`
-    holds); empty without nvidia-smi or GPUs."""
+def _nvidia_smi() -> list[tuple[str, str]]:
+    """(model, driver version) of each GPU, as nvidia-smi says; empty without nvidia-smi or GPUs."""
     import shutil
     import subprocess
 
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()}) if out.returncode == 0 else []
+    rows = [tuple(part.strip() for part in line.rsplit(",", 1)) for line in out.stdout.splitlines() if "," in line]
+    return [(row[0], row[1]) for row in rows if len(row) == 2] if out.returncode == 0 else []
 
 
 @dataclass(frozen=True)
@@ -138,10 +113,13 @@ class GpuHost:
 
     devices: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    driver: str | None = None  # the driver version, as nvidia-smi says
 
     @classmethod
     def probe(cls) -> GpuHost:
-        return cls(tuple(nvidia_devices()), tuple(gpu_models()))
+        gpus = _nvidia_smi()
+        return cls(tuple(nvidia_devices()), tuple(sorted({name for name, _ in gpus})),
+                   gpus[0][1] if gpus else None)
 
 
 FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
@@ -183,14 +161,16 @@ def _report(file_text: bytes, logs: str) -> dict[str, Any]:
 def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: float, shm_size: str,
               gpus: str = "auto", driver_dir: str = "/usr/local/nvidia", env: Mapping[str, str] | None = None,
               commands: list[dict[str, str]] | None = None, sink: LineSink | None = None,
-              only: tuple[str, ...] = ()) -> SmokeReport:
+              only: tuple[str, ...] = (), devices: tuple[str, ...] | None = None) -> SmokeReport:
     """Run the suite in a fresh container of `image`. `only`: just these kinds of checks (a diagnostic run of
-    `imagebuilder smoke`; a build always runs the whole suite)."""
+    `imagebuilder smoke`; a build always runs the whole suite). `devices`: this host's /dev/nvidia* (default:
+    looked up). The report says what the host gave the container (`gpu_mode`); whether it passed is for
+    `judge` to say."""
     import docker.types
 
-    devices = nvidia_devices()
-    mode = gpu_mode(gpus, has_toolkit=engine.has_nvidia_runtime(), devices=devices)
-    gpu_config, gpu_env = gpu_options(mode, devices, driver_dir, engine.inspect(image)["Config"].get("Env") or [])
+    found = list(nvidia_devices() if devices is None else devices)
+    mode = gpu_mode(gpus, has_toolkit=engine.has_nvidia_runtime(), devices=found)
+    gpu_config, gpu_env = gpu_options(mode, found, driver_dir, engine.inspect(image)["Config"].get("Env") or [])
     host_config: dict[str, Any] = {
         "shm_size": shm_size, "network_mode": "none",
         # A fresh, executable /tmp: some images have none, and Inductor/Triton build and load code there.

@@ -20,7 +20,8 @@ from ..evidence.lineage import blob_configs, built_on
 from ..evidence.passes import PassRecord
 from ..plan.cache import cache_ref
 from ..plan.plan import Node
-from ..smoke.runner import GpuHost, SmokeReport, gpu_mode, gpu_skips, run_smoke
+from ..smoke.judge import judge
+from ..smoke.runner import GpuHost, gpu_mode, run_smoke
 from .context import RunContext
 from .ledger import VerifyStatus
 from .schedule import Task
@@ -38,18 +39,6 @@ def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Col
         return (f"its pass ({where}) was on {', '.join(models) or 'no GPU'}; this host has "
                 f"{', '.join(sorted(models_here))}: testing here too")
     return None
-
-
-def verdict(report: SmokeReport, allow_skip: tuple[str, ...]) -> tuple[str | None, list[str]]:
-    """(why the run did not pass, or None; the skips smoke.allow_skip accepted). A failed check fails it; on
-    a GPU run, so does any skip the matrix does not name in smoke.allow_skip (a skip is not a pass)."""
-    skipped, allowed = gpu_skips(report.checks, gpu_run=report.gpu_verified, allow=allow_skip)
-    if not report.passed:
-        return "; ".join(report.failures())[:300] or "smoke failed", allowed
-    if skipped:
-        return ("a skip is not a pass on a GPU run: " + "; ".join(skipped)[:300]
-                + " (fix it, or name the check in smoke.allow_skip)"), allowed
-    return None, allowed
 
 
 def via(run: RunContext, node: Node, leaf: Node, passed: PassRecord, leaf_digest: str, config: str) -> PassRecord:
@@ -178,7 +167,7 @@ class Verify:
                     image = run.images.local(node)
                     report = run_smoke(run.images.worker(), image, spec["expect"], timeout=node.entry.smoke.timeout,
                                        shm_size=spec["shm_size"], gpus=spec["gpus"], driver_dir=spec["driver_dir"],
-                                       env=spec["env"], commands=spec["commands"],
+                                       env=spec["env"], commands=spec["commands"], devices=self.host.devices,
                                        sink=run.logs.sink(step, node.id, out, shown=False))
                 except ImageBuilderError as exc:
                     run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=f"smoke: {exc.message}")
@@ -191,21 +180,22 @@ class Verify:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
             why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
             run.logs.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
-        failed, allowed = verdict(report, node.entry.smoke.allow_skip)
-        smoke_report = report.to_json()
-        run.ledger.update(node.id, smoke_report=smoke_report, allowed_skips=tuple(allowed))
-        if failed is not None:
-            run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=failed, log_tail=report.log_tail)
+        verdict = judge(report, spec["expect"], spec["commands"], host=self.host,
+                        allow_skip=node.entry.smoke.allow_skip)
+        smoke_report = {**report.to_json(), "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}
+        run.ledger.update(node.id, smoke_report=smoke_report, allowed_skips=verdict.allowed_skips)
+        if not verdict.passed:
+            run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=verdict.why(), log_tail=report.log_tail)
             run.logs.show(node.id, log)
             return False
-        if node.entry.cuda and not report.gpu_verified:
+        if node.entry.cuda and not verdict.gpu_verified:
             run.logs.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
         record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
                             expect=spec["expect"], gpu=passes.gpu_facts(smoke_report, bool(node.entry.cuda)),
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run",
-                          gpu_verified=report.gpu_verified if node.entry.cuda else None)
+                          gpu_verified=verdict.gpu_verified if node.entry.cuda else None)
         return True
 
     def bind(self, run: RunContext, node: Node) -> bool:

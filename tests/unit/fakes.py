@@ -21,6 +21,7 @@ from imagebuilder.ports import LineSink, RunResult
 from imagebuilder.ports.reference import parse
 from imagebuilder.ports.registry import Registries
 from imagebuilder.secrets.scan import Scanner
+from imagebuilder.smoke.judge import expected_checks
 from imagebuilder.steps.context import Images, RunContext
 from imagebuilder.steps.ledger import Ledger
 from imagebuilder.steps.logs import Logs
@@ -114,9 +115,35 @@ class FakeRegistry:
 _LABEL = re.compile(r'([A-Za-z0-9._-]+)="((?:[^"\\]|\\.)*)"')
 
 
-def passing_report(image: str) -> dict[str, Any]:
-    return {"passed": True, "gpu_verified": False, "gpus": 0,
-            "checks": [{"name": "versions.torch", "status": "pass"}]}
+H100 = "NVIDIA H100 80GB HBM3"
+DRIVER = "580.65.06"
+
+
+def suite_report(expect: Mapping[str, Any], commands: list[dict[str, str]], gpus: int = 0,
+                 **statuses: str) -> dict[str, Any]:
+    """What an honest suite reports for this image: every check the host expects, passed (`statuses` changes
+    some: name -> `pass`, `drop`, or `fail` / `skip` with `:reason`); on GPUs, an H100's throughput and this
+    driver."""
+    checks = []
+    said = {name: value.partition(":")[::2] for name, value in statuses.items()}
+    for name in expected_checks(expect, commands, gpu_run=gpus > 0, gpus=gpus):
+        status, reason = said.get(name, ("pass", ""))
+        if status == "drop":
+            continue
+        check: dict[str, Any] = {"name": name, "status": status, "reason": reason}
+        if name.startswith("throughput.cuda:"):
+            check["device"] = H100
+        if name == "versions.driver":
+            check["value"] = DRIVER
+        checks.append(check)
+    checks += [{"name": n, "status": s, "reason": r} for n, (s, r) in said.items() if s != "drop" and
+               n not in {c["name"] for c in checks}]
+    return {"passed": all(c["status"] != "fail" for c in checks), "gpu_verified": gpus > 0, "gpus": gpus,
+            "checks": checks}
+
+
+def _arg(command: list[str], flag: str) -> Any:
+    return json.loads(command[command.index(flag) + 1]) if flag in command else None
 
 
 @dataclass
@@ -131,8 +158,11 @@ class FakeEngine:
     pulled: list[str] = field(default_factory=list)
     builds: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)  # (context, build args)
     runs: list[str] = field(default_factory=list)  # the images a container ran in
+    gpus: int = 1  # the GPUs a container sees when the host gives it GPUs
     files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
-    report: Callable[[str], dict[str, Any]] = passing_report
+    # (image, expect, commands, GPUs seen) -> what the suite in the container reports
+    report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] = \
+        lambda image, expect, commands, gpus: suite_report(expect, commands, gpus)
     run_labels: dict[str, str] = field(default_factory=dict)
 
     def add(self, doc: dict[str, Any], *refs: str) -> str:
@@ -218,7 +248,9 @@ class FakeEngine:
             host_config: Mapping[str, Any] | None = None, user: str | None = None,
             sink: LineSink | None = None) -> RunResult:
         self.runs.append(image)
-        report = self.report(image)
+        given = bool((host_config or {}).get("devices") or (host_config or {}).get("device_requests"))
+        report = self.report(image, _arg(command, "--expect") or {}, _arg(command, "--commands") or [],
+                             self.gpus if given else 0)
         return RunResult(0 if report.get("passed") else 1, "", {path: json.dumps(report).encode() for path in fetch},
                          0.1)
 

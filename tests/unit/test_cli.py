@@ -168,20 +168,27 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
     """`imagebuilder smoke` is a gate too (e.g. after a bake build): an unknown GPU's throughput skip on a GPU
     run exits 1, like `build`; --allow-skip accepts it."""
     from imagebuilder import cli
-    from imagebuilder.smoke.runner import SmokeReport
+    from imagebuilder.smoke.runner import GpuHost, SmokeReport
+
+    from .fakes import DRIVER, H100, suite_report
 
     class Present:
         def image_id(self, ref: str) -> str:
             return "sha256:" + "a" * 64
 
         def inspect(self, ref: str) -> dict[str, object]:
-            return {"Config": {"Labels": {"io.imagebuilder.version.torch": "2.11.0"}}}
+            return {"Config": {"Labels": {"io.imagebuilder.version.torch": "2.11.0",
+                                          "io.imagebuilder.version.accelerator": "cu130",
+                                          "io.imagebuilder.version.cuda": "13.0"}}}
 
-    report = SmokeReport(passed=True, duration=1.0, exit_code=0, gpu_verified=True, checks=(
-        {"name": "versions.torch", "status": "pass"},
-        {"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU model 'Tesla T4'"}))
+    def gpu_run(engine: object, image: str, expect: dict[str, Any], **kwargs: Any) -> SmokeReport:
+        raw = suite_report(expect, kwargs["commands"], 1, **{"throughput.cuda:0": "skip:unknown GPU model 'Tesla T4'"})
+        return SmokeReport(passed=True, duration=1.0, exit_code=0, gpu_verified=True, checks=tuple(raw["checks"]),
+                           raw=raw, gpu_mode="devices")
+
     monkeypatch.setattr(cli.Context, "engine", lambda self: Present())
-    monkeypatch.setattr(cli, "run_smoke", lambda *a, **k: report)
+    monkeypatch.setattr(cli, "run_smoke", gpu_run)
+    monkeypatch.setattr(cli.GpuHost, "probe", classmethod(lambda cls: GpuHost(("/dev/nvidia0",), (H100,), DRIVER)))
     assert cli.main(["smoke", "img"]) == 1
     assert "a skip is not a pass on a GPU run: throughput.cuda:0: unknown GPU model 'Tesla T4'" in \
         capsys.readouterr().err
@@ -214,12 +221,14 @@ def smoke_with(monkeypatch: pytest.MonkeyPatch, labels: dict[str, str], *args: s
     from imagebuilder import cli
     from imagebuilder.smoke.runner import SmokeReport
 
+    from .fakes import suite_report
+
     seen: dict[str, Any] = {}
 
     def run_smoke(engine: object, image: str, expect: dict[str, Any], **kwargs: Any) -> SmokeReport:
         seen.update(expect=expect, **kwargs)
-        return SmokeReport(passed=True, duration=1.0, exit_code=0,
-                           checks=({"name": "versions.torch", "status": "pass"},))
+        raw = suite_report(expect, kwargs["commands"])  # an honest CPU run of the whole suite
+        return SmokeReport(passed=True, duration=1.0, exit_code=0, checks=tuple(raw["checks"]), raw=raw)
 
     monkeypatch.setattr(cli.Context, "engine", lambda self: LabelledImage(labels))
     monkeypatch.setattr(cli, "run_smoke", run_smoke)

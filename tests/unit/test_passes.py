@@ -13,7 +13,7 @@ from imagebuilder.errors import Refused
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
 from imagebuilder.evidence.signing import Keys, Signer, Trust
-from imagebuilder.smoke.runner import blocking_skips
+from imagebuilder.smoke.judge import gpu_skips
 from imagebuilder.smoke.suite import throughput_verdict
 from imagebuilder.steps import promote
 
@@ -94,12 +94,12 @@ UNKNOWN_GPU = [
 
 
 def test_an_unknown_gpu_skip_blocks_publishing_unless_allowed() -> None:
-    assert blocking_skips(UNKNOWN_GPU, gpu_run=True) == ["throughput.cuda:0: unknown GPU model 'Tesla T4'"]
-    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput",)) == []
-    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput.cuda:*",)) == []
-    assert blocking_skips(UNKNOWN_GPU, gpu_run=True, allow=("versions.driver",)) != []
+    assert gpu_skips(UNKNOWN_GPU, gpu_run=True)[0] == ["throughput.cuda:0: unknown GPU model 'Tesla T4'"]
+    assert gpu_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput",))[0] == []
+    assert gpu_skips(UNKNOWN_GPU, gpu_run=True, allow=("throughput.cuda:*",))[0] == []
+    assert gpu_skips(UNKNOWN_GPU, gpu_run=True, allow=("versions.driver",))[0] != []
     # A CPU run skips the GPU checks by design: judged by what it ran.
-    assert blocking_skips(UNKNOWN_GPU, gpu_run=False) == []
+    assert gpu_skips(UNKNOWN_GPU, gpu_run=False)[0] == []
 
 
 def test_a_matrix_floor_per_gpu_name_judges_gpus_missing_from_the_table() -> None:

@@ -114,7 +114,7 @@ def test_gaps_in_the_evidence_are_listed_in_the_summary(tmp_path: Path) -> None:
 
 
 def test_allowed_skips_of_a_gpu_run_are_split_from_blocking_ones() -> None:
-    from imagebuilder.smoke.runner import gpu_skips
+    from imagebuilder.smoke.judge import gpu_skips
 
     checks = [{"name": "throughput.cuda:0", "status": "skip", "reason": "unknown GPU"},
               {"name": "versions.driver", "status": "skip", "reason": "no floor"}]

@@ -23,15 +23,10 @@ from imagebuilder.steps.ledger import BuildStatus, VerifyStatus
 from imagebuilder.steps.verify import Verify, refusal
 
 from ..conftest import MatrixWriter
-from .fakes import FakeEngine, FakeRegistry, context
+from .fakes import DRIVER, H100, FakeEngine, FakeRegistry, context, suite_report
 
-H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-GPU_HOST = GpuHost(devices=("/dev/nvidia0", "/dev/nvidiactl"), models=(H100,))
-
-
-def gpu_report(*checks: dict[str, Any], verified: bool = True) -> dict[str, Any]:
-    return {"passed": all(c["status"] != "fail" for c in checks), "gpu_verified": verified, "gpus": 1,
-            "checks": [{"name": "versions.torch", "status": "pass"}, *checks]}
+H200 = "NVIDIA H200"
+GPU_HOST = GpuHost(devices=("/dev/nvidia0", "/dev/nvidiactl"), models=(H100,), driver=DRIVER)
 
 
 def leaf_of(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path, accelerator: str,
@@ -62,7 +57,6 @@ def test_a_pass_without_a_gpu_does_not_stand_in_where_gpus_are(engine: FakeEngin
                                                                  header: str, table: CompatTable,
                                                                  tmp_path: Path) -> None:
     """CPU fleets build and test what they can; a GPU host tests that image again, on its GPUs."""
-    engine.report = lambda image: gpu_report({"name": "throughput.cuda:0", "status": "pass", "device": H100})
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cu124", engine)
     mirror(run, leaf, {"verified": False, "kind": "gpu", "models": []})
     assert Verify(host=GpuHost()).leaf(run, leaf)  # no GPU here either: the pass stands in, nothing runs
@@ -75,7 +69,6 @@ def test_a_pass_without_a_gpu_does_not_stand_in_where_gpus_are(engine: FakeEngin
 def test_a_gpu_runner_tests_again_what_passed_on_another_gpu_model(engine: FakeEngine, write_matrix: MatrixWriter,
                                                                    header: str, table: CompatTable,
                                                                    tmp_path: Path) -> None:
-    engine.report = lambda image: gpu_report({"name": "throughput.cuda:0", "status": "pass", "device": H100})
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cu124", engine)
     mirror(run, leaf, {"verified": True, "kind": "gpu", "models": [H200]})
     assert Verify(host=GPU_HOST).leaf(run, leaf)  # `build`: a GPU pass is a GPU pass
@@ -104,8 +97,8 @@ def test_refusal_names_both_models_and_the_missing_gpu() -> None:
 @pytest.mark.parametrize("allow, passed", [("", False), ("allow_skip: [throughput]\n", True)])
 def test_a_skip_is_not_a_pass_on_a_gpu_run(engine: FakeEngine, write_matrix: MatrixWriter, header: str,
                                            table: CompatTable, tmp_path: Path, allow: str, passed: bool) -> None:
-    engine.report = lambda image: gpu_report({"name": "throughput.cuda:0", "status": "skip",
-                                              "reason": "unknown GPU model 'Tesla T4'"})
+    engine.report = lambda image, expect, commands, gpus: suite_report(
+        expect, commands, gpus, **{"throughput.cuda:0": "skip:unknown GPU model 'Tesla T4'"})
     extra = f"smoke:\n  {allow}" if allow else ""
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cu124", engine, extra)
     assert Verify(host=GPU_HOST).leaf(run, leaf) is passed
@@ -123,12 +116,12 @@ def test_a_skip_is_not_a_pass_on_a_gpu_run(engine: FakeEngine, write_matrix: Mat
 def test_a_cpu_run_is_judged_by_what_it_ran(engine: FakeEngine, write_matrix: MatrixWriter, header: str,
                                             table: CompatTable, tmp_path: Path) -> None:
     """Without a GPU the GPU checks skip by design; a failed check still fails the run."""
-    engine.report = lambda image: gpu_report({"name": "health.cuda", "status": "skip", "reason": "no GPU"},
-                                             verified=False)
+    engine.report = lambda image, expect, commands, gpus: suite_report(
+        expect, commands, gpus, **{"distributed.nccl_init": "skip:no GPU"})
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cpu", engine)
     assert Verify().leaf(run, leaf) and run.ledger[leaf.id].verify == VerifyStatus.PASSED
-    engine.report = lambda image: gpu_report({"name": "versions.torch", "status": "fail", "reason": "2.5.1"},
-                                             verified=False)
+    engine.report = lambda image, expect, commands, gpus: suite_report(
+        expect, commands, gpus, **{"versions.torch": "fail:2.5.1"})
     assert not Verify(resmoke=True).leaf(run, leaf)
     assert run.ledger[leaf.id].verify == VerifyStatus.FAILED and "versions.torch: 2.5.1" in str(
         run.ledger[leaf.id].error)
