@@ -458,26 +458,26 @@ class Common:
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
               no_cache: bool = False, fail_fast: bool = False, logs: str = "stream",
               meta: dict[str, Any] | None = None, require: Staged | None = None) -> list[NodeRecord]:
-    """Load and decide the plan (every input error before anything builds), then run the steps, holding the
-    build lock of every repository the plan pushes to."""
+    """Load the plan (every input error before anything builds), then, holding the build lock of every
+    repository it pushes to, decide it (what a run before this one left is cached) and run the steps."""
     _, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
     engine = ctx.engine()
-    check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
-    the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
-    if require is not None:
-        require.require(the_plan)
-    if not common.quiet:
-        counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
-        ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} cached",
-                      highlight=False)
-    options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
-                         fail_fast=fail_fast, logs="none" if common.quiet else logs,
-                         meta={"tool": "imagebuilder", "version": __version__, "matrix": str(common.matrix_file),
-                               "allow_untested": False, "smoke": True, **(meta or {})})
     targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
+        check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
+        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
+        if require is not None:
+            require.require(the_plan)
+        if not common.quiet:
+            counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
+            ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} "
+                          "cached", highlight=False)
+        options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
+                             fail_fast=fail_fast, logs="none" if common.quiet else logs,
+                             meta={"tool": "imagebuilder", "version": __version__, "matrix": str(common.matrix_file),
+                                   "allow_untested": False, "smoke": True, **(meta or {})})
         return execute(engine, the_plan, registries, specs, keys, steps, ctx.out, options)
 
 
