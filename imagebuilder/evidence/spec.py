@@ -61,7 +61,10 @@ def layer_checks(plan: Plan, node: Node) -> list[dict[str, str]]:
 
 @dataclass
 class Specs:
-    """The spec of each node of one run's plan, with the run's `--expect` (computed once per node)."""
+    """The spec of each node of one run's plan (computed once per node). `--expect` may only raise floors: the
+    suite is told the raised floors (`told`), but the spec a pass is recorded under is the matrix's (`of`,
+    `key`), since a pass against a higher floor is a pass against the matrix's; so every step, and every
+    machine, names one spec for one node, whatever flags it was given."""
 
     plan: Plan
     expect: tuple[tuple[str, str], ...] = ()
@@ -69,17 +72,28 @@ class Specs:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        for key, value in self.expect:
+            if key not in FLOORS:
+                raise InputError(f"--expect {key}={value}: only floors may be given ({', '.join(FLOORS)}); what an "
+                                 "image must contain comes from the matrix", hint="change the matrix, or test an "
+                                 "image as it is with `imagebuilder smoke IMAGE --expect ...` (which records no pass)")
         for entry in self.plan.entries():
             check_floors(dict(self.expect), expectations(entry), whose=f" of {entry.id}", where=entry.where)
 
     def of(self, node: Node) -> dict[str, Any]:
+        """What a pass of this node is a pass of."""
         s = node.entry.smoke
-        return {"expect": expectations(node.entry, self.expect), "gpus": s.gpus, "driver_dir": s.driver_dir,
+        return {"expect": expectations(node.entry), "gpus": s.gpus, "driver_dir": s.driver_dir,
                 "shm_size": s.shm_size, "env": dict(s.env), "commands": layer_checks(self.plan, node),
                 "allow_skip": list(s.allow_skip)}
 
+    def told(self, node: Node) -> dict[str, Any]:
+        """What the suite is told for this node: its spec, with the floors `--expect` raised."""
+        spec = self.of(node)
+        return {**spec, "expect": {**spec["expect"], **{k: float(v) for k, v in self.expect}}}
+
     def key(self, node: Node) -> str:
-        """What a pass of this node is a pass of (suite, expectations, settings, inherited layer checks)."""
+        """What a pass of this node is a pass of (suite, judging rules, expectations, settings, layer checks)."""
         with self._lock:
             if node.id not in self._keys:
                 self._keys[node.id] = passes.spec_key(self.of(node))

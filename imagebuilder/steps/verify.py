@@ -149,7 +149,7 @@ class Verify:
 
     def test(self, run: RunContext, node: Node, key: str) -> bool:
         """Run the suite in a container of the node's image; a pass goes to the ledger and the local mirror."""
-        spec = run.specs.of(node)
+        spec = run.specs.told(node)
         step = f"smoke {node.id}"
         start = time.monotonic()
         run.logs.display.start(step)

@@ -144,7 +144,7 @@ def test_the_packaged_table_pins_what_the_wheels_pin(tmp_path: Path) -> None:
     assert "-cu12" not in constraints
 
 
-def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
+def test_expect_may_raise_a_floor_and_nothing_else(tmp_path: Path) -> None:
     from imagebuilder.errors import InputError
     from imagebuilder.evidence.spec import Specs
     from imagebuilder.input import matrix as matrix_mod
@@ -157,9 +157,13 @@ def test_expect_may_raise_a_floor_but_never_lower_it(tmp_path: Path) -> None:
                     "smoke: {throughput_floor: 0.5, cpu_gflops_floor: 20}\n"
                     "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
     plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(None), env={}), Renderer())
-    Specs(plan, (("throughput_floor", "0.7"), ("cpu_gflops_floor", "20"), ("torch", "2.6.0")))
-    for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x")):
-        with pytest.raises(InputError):
+    raised = Specs(plan, (("throughput_floor", "0.7"), ("cpu_gflops_floor", "20")))
+    node = plan.nodes[-1]
+    assert raised.told(node)["expect"]["throughput_floor"] == 0.7  # the suite is told the raised floor
+    assert raised.key(node) == Specs(plan).key(node)  # but a pass is of the matrix's spec: publish agrees
+    for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x"),
+                       ("torch", "2.6.0"), ("nccl", "2.21.5"), ("cudnn_override", "true"), ("driver_floor", "1")):
+        with pytest.raises(InputError):  # a lower floor, or any expectation but a floor: input errors
             Specs(plan, ((key, value),))
 
 
