@@ -26,6 +26,7 @@ import pytest
 
 from imagebuilder.errors import EngineUnavailable
 from imagebuilder.evidence import passes
+from imagebuilder.evidence.signing import Keys, Trust
 from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -275,6 +276,19 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 3000, env: dic
 @pytest.fixture
 def cli() -> Callable[..., CliRun]:
     return run_cli
+
+
+def session_trust() -> Trust:
+    """What this session's machine trusts: its own key (the one every run of the session signs with)."""
+    return Keys.load(_CACHE_DIR / "keys", {}).trust
+
+
+def public_key(out: Path, cache_dir: Path | None = None) -> Path:
+    """The public key a machine (its cache folder; default: this session's) signs pass records with, written to
+    `out`: what another machine names in --trust-key."""
+    run = run_cli(*(["--cache-dir", str(cache_dir)] if cache_dir else []), "keys", "public", "--out", str(out))
+    assert run.code == 0, run.text
+    return out
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import SESSION, Chain, CliRun, cpu_matrix, registry_tags, report
+from .conftest import SESSION, Chain, CliRun, cpu_matrix, public_key, registry_tags, report
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "2.13.0-cpu-py3.11-runtime"
@@ -78,8 +78,9 @@ def check_rebuilds(engine: DockerEngine, registry: str, cpu_chain: Chain, matrix
     # A fresh cache folder (another machine): the leaf's pass is found in the registry from its image's
     # digest, and named in the report; no image is pulled and no smoke container starts.
     since = int(time.time()) - 1
-    remote = cli("--cache-dir", str(tmp_path / "other-machine"), "build", "--matrix", str(matrix),
-                 "--report", str(tmp_path / "r3"))
+    trusted = public_key(tmp_path / "session.pub")  # the other machine trusts the key that signed the pass
+    remote = cli("--cache-dir", str(tmp_path / "other-machine"), "--trust-key", str(trusted), "build", "--matrix",
+                 str(matrix), "--report", str(tmp_path / "r3"))
     assert remote.code == 0, remote.text[-3000:]
     assert [s[:2] for s in statuses(tmp_path / "r3").values()] == [("cached", None), ("cached", None),
                                                                     ("cached", "cached")]

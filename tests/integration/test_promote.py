@@ -11,7 +11,7 @@ from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report
+from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, session_trust
 
 
 def test_promote_moves_tested_tags_by_digest_without_a_build(
@@ -44,7 +44,7 @@ def test_promote_moves_tested_tags_by_digest_without_a_build(
     assert other.code == 0, other.text
     assert reg.manifest_digest(f"{repo}-stable", "2.13.0-cpu-py3.11-runtime-business") == digests["business"]
     records = passes.tags_for(digests["business"], registry_tags(registry, f"{repo}-stable", cache=True))
-    assert len(records) == 1 and RegistryPasses(reg).read(f"{repo}-stable", records[0]) is not None
+    assert len(records) == 1 and RegistryPasses(reg, session_trust()).read(f"{repo}-stable", records[0]).record
 
     # Bad input: exit 2, one line, nothing moved.
     bad = cli("promote", "--from", source, "--to", "stable-{tga}")
@@ -85,10 +85,10 @@ def test_promote_refuses_untested_digests_unless_told_and_then_records_it(
     assert forced.code == 0, forced.text
     assert "UNTESTED, moved anyway" in forced.out and "2 UNTESTED (--allow-untested)" in forced.out
     reg = Registry.for_host(registry)
-    store = RegistryPasses(reg)
+    store = RegistryPasses(reg, session_trust())
     every = registry_tags(registry, repo, cache=True)
     for layer in ("base", "business"):
         digest = nodes[layer]["digest"]
         assert reg.manifest_digest(repo, f"stable-2.13.0-cpu-py3.11-runtime-{layer}") == digest
-        kinds = sorted((r.verdict, r.allowed_by) for r in store.all_for(repo, digest, every))
+        kinds = sorted((r.record.verdict, r.record.allowed_by) for r in store.all_for(repo, digest, every) if r.record)
         assert ("untested", "--allow-untested (promote)") in kinds and all(v == "untested" for v, _ in kinds)

@@ -13,7 +13,7 @@ from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, salted_layers
+from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, salted_layers, session_trust
 
 
 def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_chain: Chain,
@@ -66,13 +66,13 @@ def test_a_different_image_under_the_key_tag_is_replaced_by_the_tested_one(
     reg = Registry.for_host(registry)
     tested = reg.manifest_digest(repo, f"cache-{nodes['task']['key'][:12]}")
     assert tested is not None and task["digest"] == tested != seeded
-    store = RegistryPasses(reg)
+    store = RegistryPasses(reg, session_trust())
     assert store.config_digest(repo, tested) == nodes["task"]["image"]  # the very image that passed
     for tag in registry_tags(registry, repo):  # no public tag names the seeded digest
         assert reg.manifest_digest(repo, tag) != seeded, tag
     assert reg.manifest_digest(repo, "2.13.0-cpu-py3.11-runtime-task") == tested
     assert task["pass_record"].endswith("(written by this run)")
-    record = store.read(repo, record_tag(task))
+    record = store.read(repo, record_tag(task)).record
     assert record is not None and record.passed and record.manifest == tested
     assert record.config == nodes["task"]["image"] and record.report is not None
     assert passes.tags_for(seeded, registry_tags(registry, repo, cache=True)) == []  # the seeded digest: none
@@ -94,8 +94,9 @@ def test_the_published_record_says_what_passed_where(registry: str, cpu_chain: C
         assert tag in every and passes.tags_for(node["digest"], every) == [tag]
         body, _ = reg.manifest(repo, tag)
         doc = json.loads(body)
-        assert doc["subject"]["digest"] == node["digest"] and doc["config"]["mediaType"] == passes.RECORD_TYPE
-        record = RegistryPasses(reg).read(repo, tag)
+        assert doc["subject"]["digest"] == node["digest"] and doc["artifactType"] == passes.ARTIFACT_TYPE
+        assert [layer["mediaType"] for layer in doc["layers"]] == ["application/vnd.dsse.envelope.v1+json"]
+        record = RegistryPasses(reg, session_trust()).read(repo, tag).record
         assert record is not None and record.passed and record.manifest == node["digest"]
         assert record.config == node["image"] and record.suite == passes.suite_hash()
         assert record.gpu == {"verified": False, "kind": "cpu"} and record.expect["torch"] == "2.13.0"

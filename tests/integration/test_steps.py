@@ -10,10 +10,11 @@ from pathlib import Path
 
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.signing import Keys
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import SESSION, CliRun, cpu_matrix, registry_tags, report, salted_layers
+from .conftest import SESSION, CliRun, cpu_matrix, public_key, registry_tags, report, salted_layers
 
 COPY = "itest/debian-copy:bookworm"
 
@@ -86,8 +87,10 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     assert good["smoke"] == "passed" and good["pass_record"].endswith("(written by this run)"), good["error"]
     assert bad["smoke"] == "failed" and "layer.failing.0" in bad["error"]
     assert f"pulling {registry}/{repo}@sha256:" in verified.out  # by digest
+    # The machines after it trust the verifier's public key (in CI: committed; its private key on GPU runners).
+    verifier = public_key(tmp_path / "verifier.pub", tmp_path / "m2")
     # a second verify skips what already passed here, and says so; no smoke container starts for it
-    again = cli("--cache-dir", str(tmp_path / "m2b"), "verify", "--matrix", str(matrix), "--only",
+    again = cli("--cache-dir", str(tmp_path / "m2b"), "--trust-key", str(verifier), "verify", "--matrix", str(matrix), "--only",
                 f"{good['entry']}/*", "--report", str(tmp_path / "verify2"))
     assert again.code == 0 and "passed on" in again.out, again.text[-2000:]
     assert engine.managed_containers(SESSION) == []
@@ -95,17 +98,18 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     # Machine 3: publish, the whole matrix. The passing entry's tags name exactly its verified digests; the
     # failing entry gets none; latest-leaf covers both entries' leaf nodes and does not move.
     forget(engine, tmp_path, "verify")
-    published = cli("--cache-dir", str(tmp_path / "m3"), "publish", "--matrix", str(matrix), "--report",
-                    str(tmp_path / "publish"))
+    published = cli("--cache-dir", str(tmp_path / "m3"), "--trust-key", str(verifier), "publish", "--matrix",
+                    str(matrix), "--report", str(tmp_path / "publish"))
     assert published.code == 1, published.text[-3000:]
     pnodes = {n["node"]: n for n in report(tmp_path / "publish")["nodes"]}
     tags = registry_tags(registry, repo)
     assert tags and not any(t.startswith("latest-leaf") or "failing" in t for t in tags), tags
-    store, every = RegistryPasses(reg), registry_tags(registry, repo, cache=True)
-    for tag in tags:  # every public tag names a digest with a pass record of this suite
+    trust = Keys.load(tmp_path / "m2" / "keys", {}).trust
+    store, every = RegistryPasses(reg, trust), registry_tags(registry, repo, cache=True)
+    for tag in tags:  # every public tag names a digest with a pass record of this suite, signed by the verifier
         digest = reg.manifest_digest(repo, tag)
         assert digest is not None, tag
-        records = [store.read(repo, t) for t in passes.tags_for(digest, every)]
+        records = [store.read(repo, t).record for t in passes.tags_for(digest, every)]
         assert any(r is not None and r.passed and r.manifest == digest for r in records), tag
     assert all(n["publish"] in ("pushed", "current") for n in pnodes.values() if n["entry"] == good["entry"])
     assert all(n["publish"] not in ("pushed", "current") for n in pnodes.values() if n["entry"] == bad["entry"])
@@ -113,7 +117,7 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     assert "latest-base" not in tags  # latest-base covers the failing entry's base node too
 
     # Idempotent: a second publish changes nothing and says so.
-    second = cli("--cache-dir", str(tmp_path / "m4"), "publish", "--matrix", str(matrix), "--only",
+    second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), "publish", "--matrix", str(matrix), "--only",
                  f"{good['entry']}/*", "--report", str(tmp_path / "publish2"))
     assert second.code == 0 and "nothing changed" in second.out, second.text[-2000:]
     assert registry_tags(registry, repo) == tags
