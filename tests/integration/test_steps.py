@@ -90,8 +90,8 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     # The machines after it trust the verifier's public key (in CI: committed; its private key on GPU runners).
     verifier = public_key(tmp_path / "verifier.pub", tmp_path / "m2")
     # a second verify skips what already passed here, and says so; no smoke container starts for it
-    again = cli("--cache-dir", str(tmp_path / "m2b"), "--trust-key", str(verifier), "verify", "--matrix", str(matrix), "--only",
-                f"{good['entry']}/*", "--report", str(tmp_path / "verify2"))
+    again = cli("--cache-dir", str(tmp_path / "m2b"), "--trust-key", str(verifier), "verify", "--matrix", str(matrix),
+                "--only", f"{good['entry']}/*", "--report", str(tmp_path / "verify2"))
     assert again.code == 0 and "passed on" in again.out, again.text[-2000:]
     assert engine.managed_containers(SESSION) == []
 
@@ -117,8 +117,8 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     assert "latest-base" not in tags  # latest-base covers the failing entry's base node too
 
     # Idempotent: a second publish changes nothing and says so.
-    second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), "publish", "--matrix", str(matrix), "--only",
-                 f"{good['entry']}/*", "--report", str(tmp_path / "publish2"))
+    second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), "publish", "--matrix",
+                 str(matrix), "--only", f"{good['entry']}/*", "--report", str(tmp_path / "publish2"))
     assert second.code == 0 and "nothing changed" in second.out, second.text[-2000:]
     assert registry_tags(registry, repo) == tags
 
