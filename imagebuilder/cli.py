@@ -613,13 +613,15 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
               help="The new tag: a template over {tag}, {match} (what the glob's * matched) and {repository}, "
                    "e.g. 'stable-{match}'; or a whole reference in the same registry, e.g. "
                    "127.0.0.1:5000/ml/pytorch-stable:{tag}.")
+@matrix_option
 @click.option("--dry-run", is_flag=True, help="Say what would move; change nothing.")
 @click.option("--allow-untested", is_flag=True, help="Move tags whose digest has no pass record of the current "
               "suite. Loud: an `untested` record is written beside each such digest in the target.")
 @click.pass_obj
-def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_untested: bool) -> int:
+def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_run: bool, allow_untested: bool) -> int:
     """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable).
-    Only digests with a pass record of the current suite move, unless --allow-untested."""
+    Only digests with a trusted pass record of the spec the current matrix expects of them move, unless
+    --allow-untested."""
     from .ports.reference import parse
     from .ports.registry import Registry
     from .steps import promote as promote_mod
@@ -637,7 +639,14 @@ def promote(ctx: Context, pattern: str, template: str, dry_run: bool, allow_unte
     keys = ctx.keys()
     for move in moves:
         promote_mod.check_target(registry, keys.trust, move, tags)
-    proofs = [promote_mod.evidence(registry, keys.trust, move, tags) for move in moves]
+    _, the_plan = load_plan(ctx, matrix_file)
+    specs = spec_mod.Specs(the_plan)
+    known = {n.id: n for n in the_plan.nodes}
+
+    def spec_of(node_id: str) -> str | None:
+        return specs.key(known[node_id]) if node_id in known else None
+
+    proofs = [promote_mod.evidence(registry, keys.trust, move, tags, spec_of) for move in moves]
     refused = [(m, p) for m, p in zip(moves, proofs, strict=True) if not p.passed]
     for move, proof in zip(moves, proofs, strict=True):
         mark = "" if proof.passed else ("[bold yellow]UNTESTED, moved anyway: [/]" if allow_untested

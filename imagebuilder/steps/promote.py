@@ -10,11 +10,12 @@ from __future__ import annotations
 import fnmatch
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError, InputError, Refused, did_you_mean
 from ..evidence import passes
-from ..evidence.passes import PassRecord, RegistryPasses
+from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
@@ -98,15 +99,26 @@ class Evidence:
         return self.record is not None
 
 
-def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str]) -> Evidence:
+def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
+             spec_of: Callable[[str], str | None]) -> Evidence:
+    """`spec_of(node id)`: the spec the current matrix expects of that node (None: it has no such node). A record
+    counts only when it is signed by a trusted key, about this very image, and a pass of that spec."""
     store = RegistryPasses(registry, trust)
     repo = split_reference(move.source)[1]
     config = store.config_digest(repo, move.digest)
-    found, rejected = [], []
+    found: list[tuple[str, Signed]] = []
+    rejected: list[str] = []
     for tag in passes.tags_for(move.digest, tags):
         got = store.read(repo, tag)
-        if got.found is not None and got.found.record.manifest == move.digest and got.found.record.config == config:
-            found.append((tag, got.found))
+        record = got.record
+        if got.found is not None and record is not None and record.manifest == move.digest and record.config == config:
+            expected = spec_of(record.node) if record.passed else record.spec
+            if expected == record.spec:
+                found.append((tag, got.found))
+            else:
+                rejected.append(f"its pass ({tag}) is of another spec than the current matrix expects of "
+                                f"{record.node}" if expected else f"its pass is of {record.node}, which the current "
+                                "matrix does not have")
         elif got.rejected is not None:
             rejected.append(got.rejected)
     current = passes.suite_hash()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.errors import Refused
+from imagebuilder.errors import InputError, Refused
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
 from imagebuilder.evidence.signing import Keys, Signer, Trust
@@ -22,6 +22,7 @@ from .fakes import FakeRegistry
 SPEC = passes.spec_key({"expect": {"torch": "2.13.0"}})
 SIGNER = Signer.generate("the verifier's key")
 KEYS = Keys(SIGNER, Trust((SIGNER.public,)))
+SPECS = {"e/task": SPEC}  # node -> the spec the current matrix expects of it
 
 
 def record(config: str, verdict: str = passes.PASSED, spec: str = SPEC) -> PassRecord:
@@ -122,7 +123,7 @@ def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -
     store.put("ml/x", record(config).at(tested, "r/ml/x"))
     planned = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
     assert [m.source.rsplit(":", 1)[1] for m in planned] == ["nightly-a", "nightly-b"]  # record tags never match
-    proofs = [promote.evidence(reg, KEYS.trust, m, reg.tags("ml/x")) for m in planned]  # type: ignore[arg-type]
+    proofs = [promote.evidence(reg, KEYS.trust, m, reg.tags("ml/x"), SPECS.get) for m in planned]  # type: ignore[arg-type]
     assert [p.passed for p in proofs] == [True, False]
     assert "no pass record" in proofs[1].why
     with pytest.raises(Refused, match="no pass record"):
@@ -149,5 +150,42 @@ def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_neve
     manifest, config = reg.image("ml/x", "nightly-c", "c")
     RegistryPasses(reg, KEYS.trust, SIGNER).put("ml/x", replace(no_gpu, config=config).at(manifest, "r/ml/x"))
     (move,) = promote.plan_moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")  # type: ignore[arg-type]
-    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"))  # type: ignore[arg-type]
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
     assert not proof.passed and "without a GPU" in proof.why
+
+
+def test_promote_counts_only_a_pass_of_the_spec_the_matrix_expects_now() -> None:
+    reg = FakeRegistry()
+    manifest, config = reg.image("ml/x", "nightly-a", "a")
+    RegistryPasses(reg, KEYS.trust, SIGNER).put("ml/x", record(config).at(manifest, "r/ml/x"))
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
+    assert promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get).passed  # type: ignore[arg-type]
+    other = {"e/task": passes.spec_key({"expect": {"torch": "2.13.0", "throughput_floor": 0.9}})}
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), other.get)  # type: ignore[arg-type]
+    assert not proof.passed and "is of another spec than the current matrix expects of e/task" in proof.why
+    gone = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), {}.get)  # type: ignore[arg-type]
+    assert not gone.passed and "which the current matrix does not have" in gone.why
+    stranger = Trust((Signer.generate().public,))
+    untrusted = promote.evidence(reg, stranger, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
+    assert not untrusted.passed and "signed by an untrusted key" in untrusted.why
+
+
+@pytest.mark.parametrize("target", ["cache-{match}", "sha256-" + "a" * 64 + ".pass-" + "b" * 16])
+def test_promote_never_writes_a_key_or_record_tag(target: str) -> None:
+    reg = FakeRegistry()
+    reg.image("ml/x", "nightly-a", "a")
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", target)
+    with pytest.raises(InputError, match="which only imagebuilder's own steps write"):
+        promote.check_target(reg, KEYS.trust, move, reg.tags("ml/x"))  # type: ignore[arg-type]
+
+
+def test_promote_does_not_take_another_nodes_tag() -> None:
+    reg = FakeRegistry()
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
+    mine, my_config = reg.image("ml/x", "nightly-a", "a")
+    theirs, their_config = reg.image("ml/x", "stable-a", "b")  # another node's image under the target tag
+    store.put("ml/x", record(my_config).at(mine, "r/ml/x"))
+    store.put("ml/x", replace(record(their_config), node="e/other").at(theirs, "r/ml/x"))
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
+    with pytest.raises(InputError, match=r"recorded as e/other; .* is e/task: not overwritten"):
+        promote.check_target(reg, KEYS.trust, move, reg.tags("ml/x"))  # type: ignore[arg-type]
