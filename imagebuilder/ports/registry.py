@@ -205,6 +205,12 @@ class Registry:
                 self.mount(source_repo, str(blob["digest"]), target_repo)
         return self.put_manifest(target_repo, tag, body, media_type)
 
+    def untag(self, repo: str, tag: str) -> bool:
+        """Remove a tag, where the registry allows deleting by tag (OCI distribution 1.1; a Distribution 2.x
+        registry does not): whether it is gone."""
+        resp = self._request("DELETE", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:delete")
+        return resp.status_code in (200, 202) and self.manifest_digest(repo, tag) is None
+
     def mount(self, source_repo: str, digest: str, target_repo: str) -> None:
         head = self._request("HEAD", f"{target_repo}/blobs/{digest}", scope=f"repository:{target_repo}:pull")
         if head.status_code == 200:

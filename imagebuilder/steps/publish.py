@@ -170,30 +170,63 @@ class Publish:
             run.logs.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
             run.logs.say(f"[yellow]{escape(bad.entry.id)}: no tag of this entry was applied[/]")
             return False
-        ok = True
-        for node in nodes:
-            try:
-                moved = sum(self.point_tag(run, node, ref, digests[node.id]) for ref in node.tags)
-                image = run.ledger[node.id].image
-                if image is not None and not self.dry_run:
-                    for ref in node.tags:
-                        engine.tag(image, ref)
-                run.ledger.update(node.id, tags=node.tags, digest=digests[node.id],
-                                  publish=PublishStatus.PUSHED if moved else PublishStatus.CURRENT)
-                if not self.dry_run:
-                    repository = tagging.repository_ref(node.entry.registry, node.entry.repository)
-                    signed = self.signing.sign(f"{repository}@{digests[node.id]}")
-                    if signed is not None:
-                        run.ledger.update(node.id, signed=signed)
-                done = ("would push" if self.dry_run else "pushed") if moved else "up to date"
-                run.logs.say(f"[green]✓ {done} {escape(node.tags[0])}@{digests[node.id]}[/]")
-            except ImageBuilderError as exc:
-                ok = False
-                run.ledger.update(node.id, publish=PublishStatus.FAILED, error=exc.message)
-                run.logs.say(f"[bold red]✗ publish {escape(node.id)}: {escape(exc.message)}[/]")
-            finally:
+        pointed: list[tuple[str, str | None]] = []  # (tag, what it named before): to point back on a failure
+        moved: dict[str, int] = {}
+        current = nodes[0]
+        try:
+            for current in nodes:
+                moved[current.id] = sum(self.point_tag(run, current, ref, digests[current.id], pointed)
+                                        for ref in current.tags)
+        except ImageBuilderError as exc:  # all or nothing: what this entry pointed is pointed back
+            left = self.point_back(run, current, pointed)
+            undone = left or "every tag of the entry is as it was"
+            for node in nodes:
                 run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
-        return ok
+                if node is current:
+                    run.ledger.update(node.id, publish=PublishStatus.FAILED, error=f"{exc.message}; {undone}")
+                else:
+                    run.ledger.fail(node.id, f"not tagged: {current.id} could not be published",
+                                    publish=PublishStatus.HELD)
+            run.logs.say(f"[bold red]✗ publish {escape(current.id)}: {escape(exc.message)}[/]")
+            run.logs.say(f"[yellow]{escape(current.entry.id)}: {escape(undone)}[/]")
+            return False
+        for node in nodes:
+            image = run.ledger[node.id].image
+            if image is not None and not self.dry_run:
+                for ref in node.tags:
+                    try:
+                        engine.tag(image, ref)
+                    except ImageBuilderError as exc:  # the registry is published; a local tag is a convenience
+                        run.logs.say(f"[yellow]  local tag {escape(ref)}: {escape(exc.message)}[/]")
+            run.ledger.update(node.id, tags=node.tags, digest=digests[node.id],
+                              publish=PublishStatus.PUSHED if moved[node.id] else PublishStatus.CURRENT)
+            if not self.dry_run:
+                repository = tagging.repository_ref(node.entry.registry, node.entry.repository)
+                signed = self.signing.sign(f"{repository}@{digests[node.id]}")
+                if signed is not None:
+                    run.ledger.update(node.id, signed=signed)
+            done = ("would push" if self.dry_run else "pushed") if moved[node.id] else "up to date"
+            run.logs.say(f"[green]✓ {done} {escape(node.tags[0])}@{digests[node.id]}[/]")
+            run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
+        return True
+
+    @staticmethod
+    def point_back(run: RunContext, node: Node, pointed: list[tuple[str, str | None]]) -> str:
+        """Undo a half-tagged entry: each tag pointed at its earlier digest again, a tag that was new removed
+        where the registry can delete tags. What could not be undone, said; empty when everything was."""
+        left = []
+        for ref, previous in reversed(pointed):
+            client, target = run.registries.at(ref)
+            try:
+                if client.manifest_digest(target.repository, target.reference) == previous:
+                    continue  # (the one that failed, before it moved)
+                if previous is not None:
+                    client.copy(run.key_tag(node)[1], previous, target.repository, target.reference)
+                elif not client.untag(target.repository, target.reference):
+                    left.append(f"{ref} (new; this registry cannot delete a tag)")
+            except ImageBuilderError as exc:
+                left.append(f"{ref} ({exc.message})")
+        return f"pointed back what was pointed, except: {', '.join(left)}" if left else ""
 
     def bind(self, run: RunContext, node: Node, nodes: list[Node], digests: Mapping[str, str], *,
              untested: bool) -> None:
@@ -278,20 +311,28 @@ class Publish:
                 run.logs.say(f"[bold red]✗ alias {escape(ref)}: {escape(exc.message)}[/]")
         return ok
 
-    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str) -> int:
+    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str,
+                  pointed: list[tuple[str, str | None]] | None = None) -> int:
         """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
-        moved, 0 if it already did."""
+        moved, 0 if it already did. An immutable tag (`pointed` is given) is checked again right here: one that
+        names another digest now is never overwritten; what it named before goes to `pointed`."""
         if run.stopping.is_set():
             raise EngineError(f"tag {ref}: not moved, the run was interrupted")
-        if run.registries.digest(ref) == digest:
+        held = run.registries.digest(ref)
+        if held == digest:
             return 0
+        if pointed is not None and held is not None:
+            raise Refused(f"immutable tag {ref} names {held} now (since it was checked); this build is {digest}: "
+                          "not overwritten")
         if self.dry_run:
             run.logs.say(f"[dim]  would point {escape(ref)} at {digest} (--dry-run)[/]")
             return 1
         client, target = run.registries.at(ref)
+        if pointed is not None:
+            pointed.append((ref, held))
         client.copy(run.key_tag(node)[1], digest, target.repository, target.reference)
-        held = run.registries.digest(ref)
-        if held != digest:
-            raise EngineError(f"tag {ref}: the registry holds {held}, not {digest}")
+        now = run.registries.digest(ref)
+        if now != digest:
+            raise EngineError(f"tag {ref}: the registry holds {now}, not {digest}")
         return 1
 

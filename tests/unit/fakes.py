@@ -44,6 +44,8 @@ class FakeRegistry:
     host: str = HOST
     auth: tuple[str, str] | None = None
     on_retry: Callable[[str], None] | None = None
+    can_untag: bool = True  # a Distribution 2.x registry cannot delete a tag
+    refuse: set[str] = field(default_factory=set)  # tags whose manifest PUT fails (a registry error)
 
     def _resolve(self, repo: str, reference: str) -> str | None:
         return reference if reference.startswith("sha256:") and reference in self.manifests \
@@ -78,8 +80,17 @@ class FakeRegistry:
         return sorted(t for r, t in self.tagged if r == repo)
 
     def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str:
+        if tag in self.refuse:
+            from imagebuilder.errors import EngineError
+
+            raise EngineError(f"registry {self.host}: PUT {target_repo}:{tag}: HTTP 500")
         self.tagged[(target_repo, tag)] = digest
         return digest
+
+    def untag(self, repo: str, tag: str) -> bool:
+        if not self.can_untag:
+            return False
+        return self.tagged.pop((repo, tag), None) is not None
 
     def config(self, repo: str, reference: str) -> dict[str, Any] | None:
         digest = self._resolve(repo, reference)

@@ -219,3 +219,33 @@ def test_an_ancestor_is_published_only_when_the_leaf_was_built_on_it(machine: Ma
     record = machine.run.ledger[base.id]
     assert record.publish == PublishStatus.FAILED and machine.tags() == {}
     assert tested_on in str(record.error) and rebuilt in str(record.error)
+
+
+def test_an_entry_whose_second_tag_fails_to_point_is_left_as_it_was(machine: Machine) -> None:
+    """All or nothing: the first tags were pointed, then the registry failed one; each tag pointed is pointed back
+    (one that was new is removed, where the registry can delete a tag), and nothing of the entry is published."""
+    machine.passed(leaf(machine))
+    base, business = machine.run.plan.nodes[0], machine.run.plan.nodes[1]
+    machine.registry.refuse.add(business.tags[0].rsplit(":", 1)[1])
+    assert not publish(machine)
+    assert machine.tags() == {}  # the base's tags, pointed first, were removed again
+    record = machine.run.ledger[business.id]
+    assert record.publish == PublishStatus.FAILED and "every tag of the entry is as it was" in str(record.error)
+    assert {machine.run.ledger[n.id].publish for n in (base, leaf(machine))} == {PublishStatus.HELD}
+    # A registry that cannot delete a tag: the new tags it was given are named, not hidden.
+    machine.registry.can_untag = False
+    machine.run.ledger.update(business.id, publish=None, error=None)
+    assert not publish(machine)
+    assert "this registry cannot delete a tag" in str(machine.run.ledger[business.id].error)
+
+
+def test_an_immutable_tag_written_since_the_check_is_not_overwritten(machine: Machine) -> None:
+    machine.passed(leaf(machine))
+    run, task = machine.run, leaf(machine)
+    publish_step = Publish()
+    ref = task.tags[0]
+    other = machine.registry.image_of(REPO, "elsewhere", "sha256:" + "8" * 64)
+    machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] = other  # another job wrote it in between
+    with pytest.raises(Exception, match="names .* now .* not overwritten"):
+        publish_step.point_tag(run, task, ref, "sha256:" + "7" * 64, [])
+    assert machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] == other
