@@ -246,6 +246,6 @@ def test_an_immutable_tag_written_since_the_check_is_not_overwritten(machine: Ma
     ref = task.tags[0]
     other = machine.registry.image_of(REPO, "elsewhere", "sha256:" + "8" * 64)
     machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] = other  # another job wrote it in between
-    with pytest.raises(Exception, match="names .* now .* not overwritten"):
+    with pytest.raises(Exception, match=r"names .* now .* not overwritten"):
         publish_step.point_tag(run, task, ref, "sha256:" + "7" * 64, [])
     assert machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] == other
