@@ -448,13 +448,22 @@ def export() -> None:
               "(default: print it).")
 @click.option("--contexts", "contexts_dir", type=click.Path(path_type=Path), help="Where the rendered build "
               "contexts go (default: bake-contexts/ next to the output, or in the working folder).")
+@click.option("--public-tags", is_flag=True, help="Also give targets their public tags and aliases (bake tests "
+              "nothing: by default a target carries only its key tag, and `imagebuilder verify` and `publish` "
+              "name what passed).")
 @click.pass_obj
 def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
-                out_file: Path | None, contexts_dir: Path | None) -> int:
+                out_file: Path | None, contexts_dir: Path | None, public_tags: bool) -> int:
     """A docker-bake.json for `docker buildx bake`: one target per node, chained through named contexts."""
     from .plan import bake
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    try:
+        engine = ctx.engine()
+        the_plan = keys.assign(the_plan, cache_mod.base_ids(the_plan, engine))
+    except EngineUnavailable as exc:
+        ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys are unknown, so targets carry no key tag",
+                      highlight=False)
     base = out_file.parent if out_file else Path(".")
     contexts = contexts_dir or base / "bake-contexts"
     for node in the_plan.nodes:
@@ -462,7 +471,7 @@ def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None,
         if folder.exists():
             shutil.rmtree(folder)
         node.rendered.write(folder)
-    text = json.dumps(bake.bake_file(the_plan, contexts, base), indent=2) + "\n"
+    text = json.dumps(bake.bake_file(the_plan, contexts, base, public=public_tags), indent=2) + "\n"
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(text, encoding="utf-8")

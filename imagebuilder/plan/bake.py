@@ -24,13 +24,17 @@ def target_name(node: Node) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", node.id.replace("/", "--"))
 
 
-def bake_file(plan: Plan, contexts: Path, relative_to: Path) -> dict[str, Any]:
+def bake_file(plan: Plan, contexts: Path, relative_to: Path, *, public: bool = False) -> dict[str, Any]:
     """One target per distinct image: nodes of several entries with one content (the shared OS, CUDA and
-    torch nodes) are one target that carries every tag of theirs, and children build on that target."""
+    torch nodes) are one target, and children build on that target. A target is tagged with its key tag only
+    (known when the plan has keys): what bake builds has not passed the suite, so it gets no public name unless
+    `public` says so (then every tag and alias of its nodes, as before the suite ever ran)."""
     targets: dict[str, Any] = {}
     first = keys.first_of(keys.identities(plan))
     for node in plan.nodes:
-        tags = [t for t in node.tags if KEY_PENDING not in t] + list(node.aliases)
+        tags = [keys.cache_ref(node)] if node.key else []
+        if public:
+            tags += [t for t in node.tags if KEY_PENDING not in t] + list(node.aliases)
         if first[node.id] != node.id:  # the same image as an earlier node: its target carries this node's tags
             shared = targets[target_name(plan.node(first[node.id]))]["tags"]
             shared += [t for t in tags if t not in shared]

@@ -19,13 +19,8 @@ from ..ports import Engine
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from . import keys
-from . import tags as tagging
+from .keys import cache_ref
 from .plan import Decision, Node, Plan, State
-
-
-def cache_ref(node: Node) -> str:
-    """The node's key tag in its registry."""
-    return tagging.reference(node.entry.registry, node.entry.repository, keys.cache_tag(node.key))
 
 
 @dataclass

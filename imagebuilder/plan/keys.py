@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import tags as tagging
 from .render import CONTEXT_DIR, VERSIONS_PATH
 from .tags import KEY_PENDING
 
@@ -36,6 +37,11 @@ def short(key: str) -> str:
 def cache_tag(key: str) -> str:
     """The registry tag that records a key: `<repo>:cache-<key12>`."""
     return f"cache-{short(key)}"
+
+
+def cache_ref(node: Node) -> str:
+    """The node's key tag in its registry: content-addressed, never a public tag."""
+    return tagging.reference(node.entry.registry, node.entry.repository, cache_tag(node.key))
 
 
 def content_labels(node: Node) -> dict[str, str]:

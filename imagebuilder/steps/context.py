@@ -15,7 +15,7 @@ from rich.markup import escape
 from ..evidence.passes import LocalPasses, RegistryPasses
 from ..evidence.signing import Keys
 from ..evidence.spec import Specs
-from ..plan.cache import cache_ref
+from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan
 from ..ports import Engine
 from ..ports.reference import parse

@@ -20,7 +20,7 @@ from rich.markup import escape
 from ..errors import EngineError, ImageBuilderError, InputError, Refused
 from ..evidence.spec import CHECKS_LABEL, layer_checks
 from ..plan import keys
-from ..plan.cache import cache_ref
+from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan, State
 from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
 from ..ports import Engine, LineSink

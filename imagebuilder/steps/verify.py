@@ -18,7 +18,7 @@ from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
 from ..evidence.lineage import blob_configs, built_on
 from ..evidence.passes import PassRecord
-from ..plan.cache import cache_ref
+from ..plan.keys import cache_ref
 from ..plan.plan import Node
 from ..smoke.judge import judge
 from ..smoke.runner import GpuHost, gpu_mode, run_smoke
