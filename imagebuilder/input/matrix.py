@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets.redact import looks_secret
+from ..smoke.suite import gpu_peak
 from . import grammar, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
@@ -38,6 +39,7 @@ OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry ke
 TOP_KEYS = ("version", "matrix", "exclude", "include", "not_secrets", *CASCADED_KEYS)
 BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
 USER_KEYS = ("name", "uid", "gid", "workdir")
+CPU_FLOOR_MIN = 10.0  # GFLOP/s: cpu_floor.json measured a best of 77-100 on this CI machine (2 cores, idle)
 FLOOR_RANGE = (0.3, 1.0)  # the throughput floor, a fraction of peak: lower would let a broken image through
 SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env", "allow_skip",
               "gpu_floors")
@@ -640,6 +642,11 @@ class _Loader:
                             hint="0.6 is the default; a slower GPU host still clears 0.3")
         cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", str(SmokeSettings.cpu_gflops_floor)), "float",
                                       ("smoke", "cpu_gflops_floor")))
+        if cpu_floor < CPU_FLOOR_MIN:  # below it a CPU matmul ten times slower than this CI machine's still passes
+            raise self.fail(f"cpu_gflops_floor {cpu_floor:g} is below {CPU_FLOOR_MIN:g} GFLOP/s, where the check "
+                            "would pass a broken image", ("smoke", "cpu_gflops_floor"),
+                            hint=f"{SmokeSettings.cpu_gflops_floor:g} is the default "
+                                 "(benchmarks/results/cpu_floor.json)")
         raw_env = merged.get("env") or {}
         if not isinstance(raw_env, dict):
             raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", ("smoke", "env"))
@@ -668,6 +675,12 @@ class _Loader:
             if tflops <= 0:
                 raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} must be above 0 (it is the bf16 matmul "
                                 "throughput a GPU of this name must reach)", path)
+            peak = gpu_peak(name)
+            if peak is not None and not FLOOR_RANGE[0] * peak <= tflops <= FLOOR_RANGE[1] * peak:
+                low, high = FLOOR_RANGE
+                raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} is outside [{low * peak:g}, {high * peak:g}]: "
+                                f"{low:g} to {high:g} of its dense bf16 peak ({peak:g}), the bounds of "
+                                "throughput_floor", path)
             gpu_floors.append((name, tflops))
         return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env), tuple(allow_skip),
                              tuple(gpu_floors))
