@@ -122,7 +122,8 @@ def test_unknown_keys_suggest(write_matrix: MatrixWriter, header: str, table: Co
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {T4: 0}}\n", "must be above 0"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {T4: fast}}\n", "invalid float"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {H100: 10}}\n",
-     "floor 10 TFLOP/s for 'H100' is outside .296.82, 989.4.: 0.3 to 1 of its dense bf16 peak"),  # a known GPU: throughput_floor's bounds
+     # a GPU the table knows: throughput_floor's bounds
+     "floor 10 TFLOP/s for 'H100' is outside .296.82, 989.4.: 0.3 to 1 of its dense bf16 peak"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {cpu_gflops_floor: 0}\n",
      "cpu_gflops_floor 0 is below 10 GFLOP/s"),
 ])
