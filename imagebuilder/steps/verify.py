@@ -132,9 +132,13 @@ class Verify:
             config = store.config_digest(repo, manifest)
             if config is None or (image is not None and config != image):
                 return None  # the key tag names another image than this one: its passes are not ours
-            record = store.find(repo, manifest, key, config)
+            got = store.lookup(repo, manifest, key, config)
         except ImageBuilderError:
             return None
+        if got.rejected is not None:  # named, never counted: the reason stays on the node
+            run.ledger.fail(node.id, f"no pass record that counts beside {manifest}: {got.rejected}")
+            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(got.rejected)}[/]")
+        record = got.record
         if record is None:
             return None
         run.ledger.update(node.id, digest=manifest)
@@ -194,8 +198,8 @@ class Verify:
                             expect=spec["expect"], gpu=passes.gpu_facts(smoke_report, bool(node.entry.cuda)),
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report)
         run.mirror().put(record)
-        run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run",
-                          gpu_verified=verdict.gpu_verified if node.entry.cuda else None)
+        run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
+                          gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
 
     def bind(self, run: RunContext, node: Node) -> bool:
