@@ -1,0 +1,190 @@
+"""The gate, second pass, on the real engine and registry (issue 27): verify tests exactly the staged digest; a pass
+counts only when a trusted key signed it and it was not changed since; an ancestor gets a pass only when the
+tested leaf was built on exactly that image; an image that writes its own passing report is not published.
+
+One matrix (a salted base, a thin leaf) is staged by one machine and verified by another whose engine holds
+another build of the leaf's key. Each attack is then made with push rights alone (no key) on what was staged,
+refused, and undone; last, the clean publish goes through."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import json
+import tarfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.evidence import passes
+from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.signing import Keys, Signer, Trust
+from imagebuilder.ports.engine import DockerEngine
+from imagebuilder.ports.registry import Registry
+
+from .conftest import REGISTRY, CliRun, cpu_matrix, public_key, registry_tags, report, run_cli, salted_layers
+
+LIAR = '''"""Writes a passing report of its own for the smoke suite, and exits before the suite runs."""
+import json, os, sys
+if "--report" in sys.argv:
+    report = {"passed": True, "gpu_verified": False, "gpus": 0,
+              "checks": [{"name": "versions.torch", "status": "pass"}]}
+    with open(sys.argv[sys.argv.index("--report") + 1], "w") as out:
+        json.dump(report, out)
+    print(json.dumps(report), flush=True)
+    os._exit(0)
+'''
+
+
+@dataclass(frozen=True)
+class Staged:
+    folder: Path
+    matrix: Path
+    repo: str  # itest/<repository>
+    nodes: dict[str, dict[str, object]]  # layer -> its node in stage's report
+    verify: CliRun
+    verified: dict[str, dict[str, object]]  # layer -> its node in verify's report
+    other: str  # the other build of the leaf's key on this engine
+    verifier: Path  # the verifying machine's public key
+
+    def key_tag(self, layer: str) -> str:
+        return f"cache-{str(self.nodes[layer]['key'])[:12]}"
+
+
+def build_on(engine: DockerEngine, base: str, labels: dict[str, str], marker: str) -> str:
+    """A thin image on `base` with these labels: what another build (of the same key) would be."""
+    dockerfile = f"FROM {base}\nRUN echo {marker} > /tmp/{marker}\nLABEL " + " ".join(
+        f"{k}={json.dumps(v)}" for k, v in labels.items()) + "\n"
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile.encode())
+        tar.addfile(info, io.BytesIO(dockerfile.encode()))
+    return engine.build(data.getvalue(), network="none", sink=lambda line: None)
+
+
+@pytest.fixture(scope="module")
+def staged(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Staged:
+    folder = tmp_path_factory.mktemp("gate")
+    repository = f"itest-gate-{uuid.uuid4().hex[:8]}"
+    layers = salted_layers(folder / "layers", ["base"], f"itest gate {repository}")
+    (layers / "leaf").mkdir()
+    (layers / "leaf" / "Dockerfile.j2").write_text(f"FROM {{{{ parent_image }}}}\nRUN echo {repository} > /opt/leaf\n")
+    matrix = cpu_matrix(folder, repository, wheelhouse, layers="[base, leaf]", extra="layers_path: [layers]\n")
+    stage = run_cli("--cache-dir", str(folder / "m1"), "stage", "--matrix", str(matrix), "--report",
+                    str(folder / "stage"))
+    assert stage.code == 0, stage.text[-3000:]
+    nodes = {n["layer"]: n for n in report(folder / "stage")["nodes"]}
+    # This runner built the matrix before: it holds another image with the leaf's key (same inputs, another build),
+    # and not the one that was staged.
+    other = build_on(engine, str(nodes["base"]["image"]), {"io.imagebuilder.key": str(nodes["leaf"]["key"])}, "other")
+    engine.remove_image(str(nodes["leaf"]["image"]))
+    verify = run_cli("--cache-dir", str(folder / "m2"), "verify", "--matrix", str(matrix), "--report",
+                     str(folder / "verify"))
+    verified = {n["layer"]: n for n in report(folder / "verify")["nodes"]}
+    return Staged(folder, matrix, f"itest/{repository}", nodes, verify, verified, other,
+                  public_key(folder / "verifier.pub", folder / "m2"))
+
+
+def test_verify_tests_the_staged_digest_not_another_build_of_its_key(staged: Staged) -> None:
+    assert staged.verify.code == 0, staged.verify.text[-3000:]
+    leaf = staged.verified["leaf"]
+    assert leaf["smoke"] == "passed" and leaf["image"] == staged.nodes["leaf"]["image"] != staged.other
+    assert leaf["digest"] == staged.nodes["leaf"]["digest"]
+    assert str(leaf["pass_record"]).endswith("(written by this run)")
+    assert f"this engine's image {staged.other[:19]} has the key" in staged.verify.out
+    assert str(staged.verified["base"]["pass_record"]).startswith("registry ")  # the base, via the leaf
+
+
+def publish(staged: Staged, machine: str) -> tuple[CliRun, dict[str, dict[str, object]]]:
+    run = run_cli("--cache-dir", str(staged.folder / machine), "--trust-key", str(staged.verifier), "publish",
+                  "--matrix", str(staged.matrix), "--report", str(staged.folder / machine))
+    return run, {n["layer"]: n for n in report(staged.folder / machine)["nodes"]}
+
+
+def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, registry: str, staged: Staged) -> None:
+    reg = Registry.for_host(registry)
+    repo = staged.repo
+    trust = Keys.load(staged.folder / "m2" / "keys", {}).trust
+    leaf_digest, base_digest = str(staged.nodes["leaf"]["digest"]), str(staged.nodes["base"]["digest"])
+    record_tag = next(t for t in passes.tags_for(leaf_digest, registry_tags(registry, repo, cache=True))
+                      if RegistryPasses(reg, trust).read(repo, t).record is not None)
+    original = reg.manifest(repo, record_tag)
+
+    # 1. A signed record changed afterwards (its expectations edited): refused, named.
+    doc = json.loads(original[0])
+    envelope = json.loads(reg.blob(repo, doc["layers"][0]["digest"]))
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["expect"]["throughput_floor"] = 0.0
+    envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    data = json.dumps(envelope).encode()
+    doc["layers"][0].update(digest=reg.put_blob(repo, data), size=len(data))
+    reg.put_manifest(repo, record_tag, json.dumps(doc).encode(), original[1])
+    tampered, nodes = publish(staged, "m3")
+    assert tampered.code == 1 and "does not verify: the record was changed after it was signed" in \
+        str(nodes["leaf"]["error"]), tampered.text[-3000:]
+    assert registry_tags(registry, repo) == []
+    reg.put_manifest(repo, record_tag, *original)  # undone
+
+    # 2. Push rights, no key: the leaf's key tag moved to another image, with a record beside it signed by a key
+    #    of its own. publish and promote count nothing, and say why.
+    engine.tag(staged.other, f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    forged_digest = engine.push(f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    reg.copy(repo, forged_digest, repo, "nightly-forged")
+    legit = RegistryPasses(reg, trust).read(repo, record_tag).record
+    assert legit is not None
+    forged = dataclasses.replace(legit, config=staged.other)  # the same claims, about the other image
+    intruder = Signer.generate("someone with push rights")
+    RegistryPasses(reg, Trust((intruder.public,)), intruder).put(repo, forged.at(forged_digest, f"{REGISTRY}/{repo}"))
+    minted, nodes = publish(staged, "m4")
+    assert minted.code == 1 and "signed by an untrusted key" in str(nodes["leaf"]["error"]), minted.text[-3000:]
+    assert registry_tags(registry, repo) == ["nightly-forged"]
+    promoted = run_cli("--trust-key", str(staged.verifier), "promote", "--matrix", str(staged.matrix), "--from",
+                       f"{REGISTRY}/{repo}:nightly-*", "--to", "stable-{match}")
+    assert promoted.code == 1 and "refused: no pass record that counts" in promoted.out, promoted.text
+    assert "signed by an untrusted key" in promoted.out
+    reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))  # undone
+
+    # 3. The base rebuilt by another machine under its key (key tag moved): the leaf was built on the old base,
+    #    so the new one gets no pass; publish refuses it, naming both images.
+    rebuilt = build_on(engine, str(staged.nodes["base"]["image"]), {"io.imagebuilder.key": str(
+        staged.nodes["base"]["key"])}, "rebuilt")
+    engine.tag(rebuilt, f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
+    engine.push(f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
+    moved, nodes = publish(staged, "m5")
+    assert moved.code == 1, moved.text[-3000:]
+    assert str(staged.nodes["base"]["image"]) in str(nodes["base"]["error"]) and rebuilt in str(nodes["base"]["error"])
+    assert "nothing was tested on that image" in str(nodes["base"]["error"])
+    assert registry_tags(registry, repo) == ["nightly-forged"]
+    reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
+
+    # 4. As staged and verified: published, every tag naming the digest that was tested.
+    clean, nodes = publish(staged, "m6")
+    assert clean.code == 0, clean.text[-3000:]
+    assert nodes["leaf"]["digest"] == leaf_digest and nodes["base"]["digest"] == base_digest
+    assert all(reg.manifest_digest(repo, str(t).rsplit(":", 1)[1]) == nodes[layer]["digest"]
+               for layer in ("base", "leaf") for t in nodes[layer]["tags"])  # type: ignore[union-attr]
+
+
+def test_an_image_that_writes_its_own_passing_report_is_not_published(
+        registry: str, wheelhouse: Path, staged: Staged, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    """A layer whose sitecustomize writes a passing report and exits before the suite runs (the gate's base,
+    already built, under it): the host finds the checks it expects missing."""
+    repository = f"itest-liar-{uuid.uuid4().hex[:8]}"
+    layers = staged.folder / "layers"
+    (layers / "liar").mkdir()
+    (layers / "liar" / "sitecustomize.py").write_text(LIAR)
+    (layers / "liar" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nCOPY sitecustomize.py /opt/liar/\n"
+                                                    "ENV PYTHONPATH=/opt/liar\n")
+    matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, liar]", extra=f"layers_path: [{layers}]\n")
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"))
+    assert run.code == 1, run.text[-3000:]
+    liar = {n["layer"]: n for n in report(tmp_path / "r")["nodes"]}["liar"]
+    assert liar["smoke"] == "failed" and "the report lacks" in liar["error"] and "expected check(s)" in liar["error"]
+    assert liar["smoke_report"]["passed"] is True  # what the image said of itself
+    assert registry_tags(registry, f"itest/{repository}") == []
