@@ -72,6 +72,10 @@ def main() -> None:
                                       if c.get("name") == "versions.driver"), None),
                          checks={c["name"]: c["status"] for c in report.get("checks") or []})
     save()
+    if doc["verify"]["exit"] != 0 or not leaf.get("pass_record"):
+        doc["ok"] = False
+        save()
+        sys.exit(f"verify failed: {leaf.get('error')}")
 
     # 3. Push rights, no key: the leaf's key tag moved to another image, a record beside it signed by an intruder.
     from imagebuilder.evidence.passes import RegistryPasses
