@@ -202,7 +202,7 @@ class DockerEngine:
     def history(self, image: str) -> list[dict[str, Any]]:
         """The image's build history, newest step first (each with the instruction that made it)."""
         try:
-            return [dict(step) for step in self.api.history(image)]
+            return [dict(entry) for entry in self.api.history(image)]
         except docker.errors.APIError as exc:
             raise EngineError(f"history of {image[:19]}: {_short(exc)}") from None
 

@@ -43,8 +43,8 @@ def find_in_image(inspect: Mapping[str, Any], history: Iterable[Mapping[str, Any
     config = inspect.get("Config") or {}
     places += [(f"environment ({item.split('=', 1)[0]})", item) for item in config.get("Env") or []]
     places += [(f"label {key}", f"{key}={value}") for key, value in (config.get("Labels") or {}).items()]
-    places += [(f"history step {i + 1} ({mask(str(step.get('CreatedBy', '')), secrets)[:60].strip()}...)",
-                str(step.get("CreatedBy", ""))) for i, step in enumerate(reversed(list(history)))]
+    places += [(f"history step {i + 1} ({mask(str(entry.get('CreatedBy', '')), secrets)[:60].strip()}...)",
+                str(entry.get("CreatedBy", ""))) for i, entry in enumerate(reversed(list(history)))]
     return [f"{name} appears in the image's {where}" for name, value in secrets.items()
             for where, text in places if value in text]
 

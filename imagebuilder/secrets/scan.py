@@ -64,7 +64,7 @@ class Scanner:
 
     def config(self, config: Mapping[str, Any]) -> Findings:
         """An image known only by its config document (from the registry)."""
-        history = [{"CreatedBy": step.get("created_by", "")} for step in reversed(config.get("history") or [])]
+        history = [{"CreatedBy": entry.get("created_by", "")} for entry in reversed(config.get("history") or [])]
         found = redact.find_in_image({"Config": config.get("config") or {}}, history, self.secrets)
         return Findings(tuple(found), "configuration only (the image is only in the registry)")
 

@@ -1150,12 +1150,12 @@ def _train_side_by_side(model: Any, reference: Any, cfg: dict[str, Any], data: t
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
     ref_opt = torch.optim.SGD(reference.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
     out: dict[str, Any] = {"losses": [], "ref_losses": []}
-    for step in range(cfg["steps"]):
+    for iteration in range(cfg["steps"]):
         loss = _train_step(model, x[mine], y[mine], autocast=False)  # FSDP's MixedPrecisionPolicy casts itself
         out["ref_losses"].append(float(_train_step(reference, x, y, autocast=ref_bf16)))
         dist.all_reduce(loss)  # the mean over the ranks' equal slices: the loss on the whole batch
         out["losses"].append(float(loss) / world)
-        if step == 0:
+        if iteration == 0:
             out["grad_norms"] = _norms([p.grad for p in model.parameters()],
                                        [p.grad for p in reference.parameters()], None)
         for optim in (opt, ref_opt):

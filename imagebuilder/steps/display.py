@@ -43,21 +43,21 @@ class Terminal:
         if self.mode != "none":
             self.console.print(text, highlight=False, soft_wrap=True)
 
-    def line(self, step: str, node_id: str, line: str) -> None:
+    def line(self, activity: str, node_id: str, line: str) -> None:
         if self.mode == "stream":
             self.console.print(f"[dim]{escape(node_id)}[/] │ " + escape(line), highlight=False, soft_wrap=True)
-        if self.progress is not None and step in self.rows:
-            self.progress.update(self.rows[step], description=f"{escape(step)} [dim]│ {escape(line[:100])}[/]")
+        if self.progress is not None and activity in self.rows:
+            self.progress.update(self.rows[activity], description=f"{escape(activity)} [dim]│ {escape(line[:100])}[/]")
 
-    def start(self, step: str) -> None:
+    def start(self, activity: str) -> None:
         if self.progress is not None:
             with self.lock:
-                self.rows[step] = self.progress.add_task(escape(step), total=None)
+                self.rows[activity] = self.progress.add_task(escape(activity), total=None)
 
-    def stop(self, step: str) -> None:
+    def stop(self, activity: str) -> None:
         if self.progress is not None:
             with self.lock:
-                row = self.rows.pop(step, None)
+                row = self.rows.pop(activity, None)
                 if row is not None:
                     self.progress.remove_task(row)
 

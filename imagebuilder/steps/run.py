@@ -53,7 +53,7 @@ class RunOptions:
 def compose(steps: Sequence[Step], run: RunContext) -> list[schedule.Task]:
     """Every step's tasks in one graph. A task waits for the tasks of earlier steps on its nodes; a step the
     command leaves out has none, so those waits are dropped."""
-    tasks = [task for step in steps for task in step.tasks(run)]
+    tasks = [task for one in steps for task in one.tasks(run)]
     ids = {t.id for t in tasks}
     return [dataclasses.replace(t, deps=tuple(d for d in t.deps if d in ids)) for t in tasks]
 
@@ -85,13 +85,13 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
                          Scanner(secrets), keys, options.cache_dir, Served(urls, proxied))
         try:
-            for step in steps:
-                step.start(run)
+            for one in steps:
+                one.start(run)
             outcome = schedule.run(compose(steps, run), jobs=options.jobs, fail_fast=options.fail_fast)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what finished stays; the rest says it was interrupted
             interrupted = True
-            for step in steps:
-                step.interrupted(run)
+            for one in steps:
+                one.interrupted(run)
             raise
         finally:  # also on Ctrl-C: no container of this run outlives it, no worker starts another, and no
             run.stopping.set()  # worker still running moves a tag
@@ -101,8 +101,8 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
                 report(ledger, secrets, console, options, interrupted=True)
     if outcome.error is not None:
         raise outcome.error
-    for step in steps:
-        step.cancelled(run, outcome.not_started)
+    for one in steps:
+        one.cancelled(run, outcome.not_started)
     return report(ledger, secrets, console, options, interrupted=False)
 
 

@@ -280,13 +280,13 @@ class FakeDisplay:
     def say(self, text: str) -> None:
         self.said.append(text)
 
-    def line(self, step: str, node_id: str, line: str) -> None:
+    def line(self, activity: str, node_id: str, line: str) -> None:
         pass
 
-    def start(self, step: str) -> None:
+    def start(self, activity: str) -> None:
         pass
 
-    def stop(self, step: str) -> None:
+    def stop(self, activity: str) -> None:
         pass
 
     def node_done(self, outcome: str) -> None:
