@@ -39,7 +39,9 @@ EMPTY_TYPE, EMPTY = "application/vnd.oci.empty.v1+json", b"{}"
 FORMAT = "imagebuilder.pass/v2"
 PASSED = "passed"  # the suite ran on this image (or, `via`, on a child built on it) and passed
 UNTESTED = "untested"  # published without a pass, by an explicit --allow-untested: never counts as a pass
-_TAG = re.compile(r"(?P<algo>sha256)-(?P<hex>[0-9a-f]{64})\.(?P<kind>pass|untested)-(?P<spec>[0-9a-f]{16})")
+FAILED = "failed"  # a GPU model's verdict: the suite failed on this image on that model (it blocks publishing)
+_TAG = re.compile(r"(?P<algo>sha256)-(?P<hex>[0-9a-f]{64})\.(?P<kind>pass|untested|gpu[0-9a-f]{8})"
+                  r"-(?P<spec>[0-9a-f]{16})")
 
 
 def suite_hash() -> str:
@@ -53,9 +55,19 @@ def spec_key(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def record_tag(manifest: str, spec: str, verdict: str = PASSED) -> str:
+def record_tag(manifest: str, spec: str, verdict: str = PASSED, model: str | None = None) -> str:
+    """The record's tag beside the image: its pass (or untested record) for a spec; with `model`, the verdict
+    (passed or failed) on that GPU model."""
     algo, _, hexdigest = manifest.partition(":")
-    return f"{algo}-{hexdigest}.{'pass' if verdict == PASSED else 'untested'}-{spec[:16]}"
+    kind = f"gpu{hashlib.sha256(model.encode()).hexdigest()[:8]}" if model else \
+        ("pass" if verdict == PASSED else "untested")
+    return f"{algo}-{hexdigest}.{kind}-{spec[:16]}"
+
+
+def gpu_model(gpu: Mapping[str, Any]) -> str | None:
+    """The GPU model(s) a record's suite ran on, as one name; None for a run without GPUs."""
+    models = sorted(str(m) for m in gpu.get("models") or [])
+    return " + ".join(models) if gpu.get("kind") == "gpu" and models else None
 
 
 def is_record_tag(tag: str) -> bool:
@@ -104,7 +116,8 @@ class PassRecord:
             record = cls(**{k: v for k, v in doc.items() if k in names})
         except TypeError:
             return None
-        ok = record.verdict in (PASSED, UNTESTED) and all(isinstance(v, str) for v in (record.config, record.spec))
+        ok = record.verdict in (PASSED, UNTESTED, FAILED) and \
+            all(isinstance(v, str) for v in (record.config, record.spec))
         return record if ok else None
 
     def at(self, manifest: str, repository: str) -> PassRecord:
@@ -138,6 +151,8 @@ class RecordRegistry(Protocol):
     def blob(self, repo: str, digest: str) -> bytes: ...
 
     def put_blob(self, repo: str, data: bytes) -> str: ...
+
+    def tags(self, repo: str) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -237,8 +252,9 @@ class RegistryPasses:
     def find(self, repo: str, manifest: str, spec: str, config: str | None = None) -> PassRecord | None:
         return self.lookup(repo, manifest, spec, config).record
 
-    def put(self, repo: str, record: PassRecord) -> str:
-        """Store a record beside its image (`record.manifest` in `repo`), signed by this run; returns its tag."""
+    def put(self, repo: str, record: PassRecord, *, per_model: bool = False) -> str:
+        """Store a record beside its image (`record.manifest` in `repo`), signed by this run; returns its tag.
+        `per_model`: as the verdict of the GPU model it ran on (passed or failed), beside its pass."""
         assert record.manifest is not None
         if self.signer is None:
             raise EngineError("no signing key: this run cannot write pass records")
@@ -257,7 +273,10 @@ class RegistryPasses:
                             "io.imagebuilder.signer": self.signer.public.keyid,
                             "org.opencontainers.image.created": record.date or now()},
         }
-        tag = record_tag(record.manifest, record.spec, record.verdict)
+        model = gpu_model(record.gpu) if per_model else None
+        if per_model and model is None:
+            raise EngineError(f"{record.node}: a GPU model's verdict needs a run on GPUs")
+        tag = record_tag(record.manifest, record.spec, record.verdict, model)
         self.registry.put_manifest(repo, tag, json.dumps(doc, sort_keys=True).encode(), OCI_MANIFEST)
         return tag
 
@@ -268,6 +287,14 @@ class RegistryPasses:
         if record.passed and self.find(repo, record.manifest, record.spec, record.config) is None:
             raise EngineError(f"the pass record {repo}:{tag} did not read back: not published")
         return tag
+
+    def failures(self, repo: str, manifest: str, spec: str) -> list[Signed]:
+        """The trusted GPU-model verdicts of this spec beside the image that say it failed."""
+        prefix = manifest.replace(":", "-", 1) + ".gpu"
+        found = [self.read(repo, t).found for t in self.registry.tags(repo)
+                 if t.startswith(prefix) and t.endswith("-" + spec[:16])]
+        return [f for f in found if f is not None and f.record.verdict == FAILED and f.record.spec == spec
+                and f.record.manifest == manifest]
 
     def all_for(self, repo: str, manifest: str, tags: list[str]) -> list[Lookup]:
         """Every record (any spec, any verdict) beside this manifest, given the repository's tags."""

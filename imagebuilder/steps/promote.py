@@ -112,7 +112,7 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
         got = store.read(repo, tag)
         record = got.record
         if got.found is not None and record is not None and record.manifest == move.digest and record.config == config:
-            expected = spec_of(record.node) if record.passed else record.spec
+            expected = spec_of(record.node) if record.verdict != passes.UNTESTED else record.spec
             if expected == record.spec:
                 found.append((tag, got.found))
             else:
@@ -122,6 +122,10 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
         elif got.rejected is not None:
             rejected.append(got.rejected)
     current = passes.suite_hash()
+    for tag, signed in found:  # a GPU model's failure of a spec the matrix expects blocks the digest
+        if signed.record.verdict == passes.FAILED:
+            return Evidence(None, None, f"it failed on {passes.gpu_model(signed.record.gpu)} ({tag}, signed by "
+                                        f"{signed.signer()})")
     for tag, signed in found:
         record = signed.record
         if record.passed and record.suite == current and record.gpu_verified:

@@ -242,6 +242,11 @@ class Publish:
         if config is None:
             raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
                               "pass to")
+        failed = store.failures(repo, digest, key)
+        if failed:  # a GPU model's failed verdict of this spec: whatever passed elsewhere, this digest waits
+            first = failed[0]
+            raise Refused(f"{host}/{repo}@{digest} failed this spec's suite on {passes.gpu_model(first.record.gpu)} "
+                          f"({first.record.date}, signed by {first.signer()}): not published")
         found = store.find(repo, digest, key, config)
         record = self.pass_for(run, node, nodes, digests, config)
         if found is not None and (found.gpu_verified or record is None or not record.gpu_verified):

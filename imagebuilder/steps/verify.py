@@ -109,8 +109,38 @@ class Verify:
             run.ledger.update(node.id, verify=VerifyStatus.SKIPPED)
             return True
         elif not self.test(run, node, key):
+            if self.record:  # this GPU model's failure, beside the digest: it blocks publishing it
+                self.record_verdict(run, node, key, passed=False)
             return False
+        if self.record and found is None:
+            self.record_verdict(run, node, key, passed=True)
         return self.bind(run, node) if self.record else True
+
+    def record_verdict(self, run: RunContext, node: Node, key: str, *, passed: bool) -> None:
+        """The verdict of this host's GPU model on the image, passed or failed, beside the digest its key tag
+        names (a run without GPUs records none: its pass, or failure, is the node's own)."""
+        record = run.ledger[node.id]
+        report = record.smoke_report or {}
+        if not node.entry.cuda or report.get("gpu_mode") in (None, "none") or not self.host.models \
+                or record.image is None:
+            return
+        host, repo, _ = run.key_tag(node)
+        try:
+            digest = record.digest or run.registries.digest(cache_ref(node))
+            if digest is None:
+                return
+            verdict = PassRecord(passes.PASSED if passed else passes.FAILED, config=record.image, spec=key,
+                                 node=node.id, entry=node.entry.id, expect=run.specs.told(node)["expect"],
+                                 gpu={"kind": "gpu", "verified": bool(record.gpu_verified), "count": report.get("gpus"),
+                                      "models": list(self.host.models), "driver": self.host.driver},
+                                 date=passes.now(), suite=passes.suite_hash(), report=report)
+            tag = run.passes(host).put(repo, verdict.at(digest, f"{host}/{repo}"), per_model=True)
+        except ImageBuilderError as exc:
+            run.logs.say(f"[yellow]  {escape(node.id)}: the verdict of {escape(', '.join(self.host.models))} was "
+                         f"not recorded: {escape(exc.message)}[/]")
+            return
+        run.logs.say(f"[dim]  {escape(node.id)}: {'passed' if passed else 'FAILED'} on "
+                     f"{escape(', '.join(self.host.models))}, recorded beside {digest} ({tag})[/]")
 
     def find(self, run: RunContext, node: Node, key: str) -> tuple[PassRecord, str] | None:
         """A pass of this spec for the node's very image: in the local mirror by image ID, else in the

@@ -130,7 +130,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 DRIVER = "580.65.06"
 
 
-def suite_report(expect: Mapping[str, Any], commands: list[dict[str, str]], gpus: int = 0,
+def suite_report(expect: Mapping[str, Any], commands: list[dict[str, str]], gpus: int = 0, model: str = H100,
                  **statuses: str) -> dict[str, Any]:
     """What an honest suite reports for this image: every check the host expects, passed (`statuses` changes
     some: name -> `pass`, `drop`, or `fail` / `skip` with `:reason`); on GPUs, an H100's throughput and this
@@ -143,7 +143,7 @@ def suite_report(expect: Mapping[str, Any], commands: list[dict[str, str]], gpus
             continue
         check: dict[str, Any] = {"name": name, "status": status, "reason": reason}
         if name.startswith("throughput.cuda:"):
-            check["device"] = H100
+            check["device"] = model
         if name == "versions.driver":
             check["value"] = DRIVER
         checks.append(check)
@@ -170,10 +170,10 @@ class FakeEngine:
     builds: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)  # (context, build args)
     runs: list[str] = field(default_factory=list)  # the images a container ran in
     gpus: int = 1  # the GPUs a container sees when the host gives it GPUs
+    model: str = H100  # what they are
     files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
     # (image, expect, commands, GPUs seen) -> what the suite in the container reports
-    report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] = \
-        lambda image, expect, commands, gpus: suite_report(expect, commands, gpus)
+    report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] | None = None
     run_labels: dict[str, str] = field(default_factory=dict)
 
     def add(self, doc: dict[str, Any], *refs: str) -> str:
@@ -260,8 +260,10 @@ class FakeEngine:
             sink: LineSink | None = None) -> RunResult:
         self.runs.append(image)
         given = bool((host_config or {}).get("devices") or (host_config or {}).get("device_requests"))
-        report = self.report(image, _arg(command, "--expect") or {}, _arg(command, "--commands") or [],
-                             self.gpus if given else 0)
+        expect, commands, gpus = _arg(command, "--expect") or {}, _arg(command, "--commands") or [], \
+            self.gpus if given else 0
+        report = self.report(image, expect, commands, gpus) if self.report else \
+            suite_report(expect, commands, gpus, self.model)
         return RunResult(0 if report.get("passed") else 1, "", {path: json.dumps(report).encode() for path in fetch},
                          0.1)
 

@@ -22,6 +22,7 @@ from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan, State
 from imagebuilder.plan.render import Renderer
 from imagebuilder.ports.registry import Registries
+from imagebuilder.smoke.runner import GpuHost
 from imagebuilder.steps.context import Step
 from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 from imagebuilder.steps.publish import Publish
@@ -30,7 +31,7 @@ from imagebuilder.steps.stage import KeyTags, Stage, Staged
 from imagebuilder.steps.verify import Verify
 
 from ..conftest import MatrixWriter
-from .fakes import FakeEngine, FakeRegistry, registries
+from .fakes import H100, FakeEngine, FakeRegistry, registries, suite_report
 
 REPO = "ml/pytorch"
 
@@ -167,3 +168,37 @@ def test_an_ancestor_rebuilt_elsewhere_under_its_key_gets_no_pass(chain: Plan, t
     assert "key tag names image" in str(base.error) and "nothing was tested on that image" in str(base.error)
     trust = Keys.load(tmp_path / "verify" / "cache" / "keys", {}).trust
     assert RegistryPasses(registry, trust).find(REPO, moved, Specs(chain).key(chain.nodes[0])) is None
+
+
+def test_a_failure_on_one_gpu_model_blocks_the_digest_whatever_passed_on_another(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """Each GPU runner's verdict is recorded beside the digest, failures too: an image that passed on H200s and
+    failed on H100s is not published, and publish says where it failed."""
+    path = write_matrix(header + "smoke: {gpus: devices}\nmatrix: {torch: [2.6.0], accelerator: [cu124], "
+                        "python: ['3.11']}\n")
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+    registry = FakeRegistry()
+    run(plan, machine(registry), (Stage(), KeyTags()), tmp_path / "stage")
+    h200 = machine(registry)
+    h200.model = "NVIDIA H200"
+    host = GpuHost(("/dev/nvidia0",), ("NVIDIA H200",), "580.65.06")
+    passed = run(plan, h200, (Staged("verify"), Verify(record=True, same_gpu_model=True, host=host)),
+                 tmp_path / "h200")
+    assert passed["task"].verify == VerifyStatus.PASSED and passed["task"].gpu_verified
+    h100 = machine(registry)
+    h100.report = lambda image, expect, commands, gpus: suite_report(
+        expect, commands, gpus, **{"throughput.cuda:0": "fail:420 TFLOP/s is below the floor 593.6"})
+    h100_host = GpuHost(("/dev/nvidia0",), (H100,), "580.65.06")
+    failed = run(plan, h100, (Staged("verify"), Verify(record=True, same_gpu_model=True, host=h100_host)),
+                 tmp_path / "h100")
+    assert failed["task"].verify == VerifyStatus.FAILED
+    verdicts = sorted(t for (_, t) in registry.tagged if ".gpu" in t)
+    assert len(verdicts) == 2  # one per GPU model, beside the digest
+    for folder in (tmp_path / "h200", tmp_path / "h100"):
+        (folder / "signer.pub").write_bytes(Signer.local(folder / "cache" / "keys").public.pem())
+    published = run(plan, machine(registry), (Staged("publish"), Verify(run_suite=False),
+                                              Publish(stage_untested=False)), tmp_path / "publish",
+                    trusted=(tmp_path / "h200" / "signer.pub", tmp_path / "h100" / "signer.pub"))
+    task = published["task"]
+    assert task.publish == PublishStatus.FAILED and registry.public_tags(REPO) == {}
+    assert f"failed this spec's suite on {H100}" in str(task.error)
