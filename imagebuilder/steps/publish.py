@@ -24,7 +24,7 @@ from .context import RunContext
 from .cosign import Cosign
 from .ledger import BuildStatus, PublishStatus, VerifyStatus
 from .schedule import Task
-from .stage import entry_nodes, push_key_tag, push_key_tags, scan
+from .stage import entry_nodes, mark_unpublished, push_key_tag, push_key_tags, scan
 from .verify import via
 
 PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
@@ -52,15 +52,10 @@ class Publish:
         return out
 
     def interrupted(self, run: RunContext) -> None:
-        for record in run.ledger.records():
-            if record.publish is None and record.built:
-                run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing "
-                                "of it was tagged", publish=PublishStatus.HELD)
+        mark_unpublished(run, "publish", None)
 
     def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
-        for record in run.ledger.records():
-            if f"publish:{record.entry}" in task_ids and record.publish is None and record.build is not None:
-                run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure")
+        mark_unpublished(run, "publish", task_ids)
 
     def entry(self, run: RunContext, nodes: list[Node]) -> bool:
         """An entry's public tags are applied only when every node built and every leaf has a pass (run now,

@@ -205,15 +205,17 @@ def found(run: RunContext, node: Node) -> bool | None:
     return None
 
 
-def build_tasks(run: RunContext, work: Any) -> list[Task]:
-    """build:<node> after its parent's (and after the node whose image it is)."""
-    out = []
-    for node in run.plan.nodes:
-        deps = (f"build:{node.parent}",) if node.parent else ()
-        if node.decision.same_as:
-            deps = (*deps, f"build:{node.decision.same_as}")
-        out.append(Task(f"build:{node.id}", functools.partial(work, run, node), deps))
-    return out
+def mark_unpublished(run: RunContext, kind: str, task_ids: Collection[str] | None) -> None:
+    """Interrupted (None), or not started under --fail-fast (the `<kind>:<entry>` task ids): what was built but
+    not published (or staged) says so, and is held."""
+    for record in run.ledger.records():
+        if record.publish is not None:
+            continue
+        if task_ids is None and record.built:
+            run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
+                            "was tagged", publish=PublishStatus.HELD)
+        elif task_ids is not None and f"{kind}:{record.entry}" in task_ids and record.build is not None:
+            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure")
 
 
 def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
@@ -230,7 +232,34 @@ def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
 
 
 @dataclass(frozen=True)
-class Stage:
+class Nodes:
+    """What the two stages share: a `build:<node>` task per node after its parent's, the base images noted
+    first, and what an interrupted or cut-short run left unbuilt said on each node."""
+
+    def start(self, run: RunContext) -> None:
+        record_bases(run)
+
+    def tasks(self, run: RunContext) -> list[Task]:
+        out = []
+        for node in run.plan.nodes:
+            deps = (f"build:{node.parent}",) if node.parent else ()
+            if node.decision.same_as:  # after the node whose image it is
+                deps = (*deps, f"build:{node.decision.same_as}")
+            out.append(Task(f"build:{node.id}", functools.partial(self.node, run, node), deps))
+        return out
+
+    def interrupted(self, run: RunContext) -> None:
+        mark_unbuilt(run, None)
+
+    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
+        mark_unbuilt(run, task_ids)
+
+    def node(self, run: RunContext, node: Node) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Stage(Nodes):
     """Build what is not cached; reuse what is."""
 
     no_cache: bool = False  # ignore the engine's build cache (a cold build)
@@ -238,15 +267,6 @@ class Stage:
     def start(self, run: RunContext) -> None:
         record_bases(run)
         self.check_disk(run)
-
-    def tasks(self, run: RunContext) -> list[Task]:
-        return build_tasks(run, self.node)
-
-    def interrupted(self, run: RunContext) -> None:
-        mark_unbuilt(run, None)
-
-    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
-        mark_unbuilt(run, task_ids)
 
     def node(self, run: RunContext, node: Node) -> bool:
         try:
@@ -340,7 +360,7 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class Staged:
+class Staged(Nodes):
     """What `verify` and `publish` start from: every node as its key tag (or this engine) holds it; nothing
     builds. `require` is checked before the run starts: an unstaged node is an input error naming its key tag."""
 
@@ -352,18 +372,6 @@ class Staged:
             raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry "
                              f"(first: {missing[0]}); `imagebuilder {self.command}` builds nothing",
                              hint="run `imagebuilder stage` for the same matrix first")
-
-    def start(self, run: RunContext) -> None:
-        record_bases(run)
-
-    def tasks(self, run: RunContext) -> list[Task]:
-        return build_tasks(run, self.node)
-
-    def interrupted(self, run: RunContext) -> None:
-        mark_unbuilt(run, None)
-
-    def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
-        mark_unbuilt(run, task_ids)
 
     def node(self, run: RunContext, node: Node) -> bool:
         done = found(run, node)
@@ -426,15 +434,10 @@ class KeyTags:
         return push_key_tags(run, nodes, "staged: `imagebuilder stage` pushes key tags only")
 
     def interrupted(self, run: RunContext) -> None:
-        for record in run.ledger.records():
-            if record.publish is None and record.built:
-                run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing "
-                                "of it was tagged", publish=PublishStatus.HELD)
+        mark_unpublished(run, "stage", None)
 
     def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
-        for record in run.ledger.records():
-            if f"stage:{record.entry}" in task_ids and record.publish is None and record.build is not None:
-                run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure")
+        mark_unpublished(run, "stage", task_ids)
 
 
 def index_passwords(creds: Mapping[str, Credentials]) -> list[tuple[str, str]]:
