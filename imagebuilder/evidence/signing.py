@@ -7,7 +7,7 @@ key id: the SHA-256 of its raw 32-byte public key, in hex.
 
 Who signs: the step that ran the suite, with `IMAGEBUILDER_SIGNING_KEY` (a PEM private key file) or, where none is
 given, this machine's own key, made on first use under the cache folder (`keys/local.pem`, mode 0600).
-Who is trusted: the public keys the matrix (`trust:`) and `--trust-key` name, and this machine's own key (it
+Who is trusted: the public keys `--trust-key` (or IMAGEBUILDER_TRUST_KEYS) names, and this machine's own key (it
 signed only what ran here). A signature proves that a holder of a trusted key vouched for the predicate about
 that digest; it does not prove the image could not lie to its own suite (README: the trust model)."""
 
@@ -205,8 +205,7 @@ class Keys:
         trust = Trust.of(local, trusted)
         if signer.public.keyid not in trust.ids():
             raise InputError(f"the signing key {signer.source} ({signer.public.keyid[:16]}) is not trusted: what this "
-                             "run signs would not count", hint="give its public key with --trust-key (or the "
-                             "matrix's `trust:`)")
+                             "run signs would not count", hint="give its public key with --trust-key")
         return cls(signer, trust)
 
 

@@ -7,6 +7,7 @@ name the same spec for the same node."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,9 +46,12 @@ def check_floors(given: Mapping[str, Any], floors: Mapping[str, Any], *, whose: 
         if key not in given or floors.get(key) is None:
             continue
         try:
-            lower = float(given[key]) < float(floors[key])
+            wanted = float(given[key])
+            lower = not wanted >= float(floors[key])  # (NaN compares false both ways: it would disable the floor)
         except (TypeError, ValueError):
             raise InputError(f"--expect {key}={given[key]!r} is not a number") from None
+        if not math.isfinite(wanted):
+            raise InputError(f"--expect {key}={given[key]!r} is not a finite number")
         if lower:
             raise InputError(f"--expect {key}={given[key]} would lower the floor{whose} ({float(floors[key]):g}); "
                              "floors can be raised, never lowered", where=where)

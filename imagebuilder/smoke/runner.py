@@ -187,12 +187,15 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     if result.exit_code is None:
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason":
                                     f"timed out after {timeout:.0f} s; the container was killed"},),
-                           result.duration, None, log_tail=tail)
+                           result.duration, None, log_tail=tail, gpu_mode=mode)
     raw = _report(result.files.get(REPORT_PATH, b""), result.logs)
-    if not raw.get("checks"):
-        reason = f"the suite exited {result.exit_code} without a report"
+    checks_ok = isinstance(raw.get("checks"), list) and raw["checks"] and \
+        all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw["checks"])
+    if not checks_ok or not isinstance(raw.get("gpus", 0), int):
+        reason = f"the suite exited {result.exit_code} without a report" if not raw.get("checks") else \
+            "the report is not the suite's (its checks or its GPU count are malformed)"
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason": reason},),
-                           result.duration, result.exit_code, log_tail=tail)
+                           result.duration, result.exit_code, log_tail=tail, gpu_mode=mode)
     checks = tuple(raw["checks"])
     passed = bool(raw.get("passed")) and result.exit_code == 0
     return SmokeReport(passed, checks, result.duration, result.exit_code, raw, tail,

@@ -34,7 +34,10 @@ class Cosign:
         """Sign a published image by digest; the outcome, or None when signing is off."""
         if self.status != "on" or self.key is None:
             return None
-        proc = subprocess.run(["cosign", "sign", "--yes", "--tlog-upload=false", "--key", self.key, ref],
-                              capture_output=True, text=True, timeout=300, env={**os.environ, "COSIGN_YES": "true"})
+        try:
+            proc = subprocess.run(["cosign", "sign", "--yes", "--tlog-upload=false", "--key", self.key, ref],
+                                  capture_output=True, text=True, timeout=300, env={**os.environ, "COSIGN_YES": "true"})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"not signed: cosign did not run to its end ({type(exc).__name__})"
         return "signed" if proc.returncode == 0 else \
             f"not signed: cosign exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}"

@@ -33,6 +33,7 @@ class VerifyStatus(str, Enum):
     FOUND = "cached"  # a pass of this very image (by ID or digest) was found: the suite did not run
     SKIPPED = "skipped"  # no pass, and the suite was not run (--no-smoke; `publish` runs none)
     FAILED = "failed"
+    CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
     INTERRUPTED = "interrupted"
 
 

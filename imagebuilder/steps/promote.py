@@ -121,21 +121,19 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
                                 "matrix does not have")
         elif got.rejected is not None:
             rejected.append(got.rejected)
-    current = passes.suite_hash()
     for tag, signed in found:  # a GPU model's failure of a spec the matrix expects blocks the digest
         if signed.record.verdict == passes.FAILED:
             return Evidence(None, None, f"it failed on {passes.gpu_model(signed.record.gpu)} ({tag}, signed by "
                                         f"{signed.signer()})")
-    for tag, signed in found:
+    passes_ = [(t, s) for t, s in found if s.record.passed and ".pass-" in t]  # a model's verdict is not the pass
+    for tag, signed in passes_:
         record = signed.record
-        if record.passed and record.suite == current and record.gpu_verified:
+        if record.gpu_verified:
             gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
             return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag}, signed by {signed.signer()})")
-    if any(s.record.passed and s.record.suite == current for _, s in found):
+    if passes_:
         return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
-    if any(s.record.passed for _, s in found):
-        return Evidence(None, None, "its passes are of another suite version (verify it again with this one)")
-    if found:
+    if any(s.record.verdict == passes.UNTESTED for _, s in found):
         return Evidence(None, None, "it was only ever published untested (--allow-untested)")
     if rejected:
         return Evidence(None, None, f"no pass record that counts: {rejected[0]}")

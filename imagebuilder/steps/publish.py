@@ -136,8 +136,9 @@ class Publish:
         digests: dict[str, str] = {}
         failure: tuple[Node, str] | None = None
         for node in nodes:
-            try:
-                digests[node.id] = push_key_tag(run, node)
+            try:  # (--dry-run: the digest the node was pinned to; nothing is pushed)
+                pinned = run.ledger[node.id].digest
+                digests[node.id] = pinned if self.dry_run and pinned else push_key_tag(run, node)
             except ImageBuilderError as exc:
                 failure = (node, exc.message)
                 break
@@ -165,7 +166,7 @@ class Publish:
             run.logs.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
             run.logs.say(f"[yellow]{escape(bad.entry.id)}: no tag of this entry was applied[/]")
             return False
-        pointed: list[tuple[str, str | None]] = []  # (tag, what it named before): to point back on a failure
+        pointed: list[str] = []  # the tags this entry pointed, all new: removed again on a failure
         moved: dict[str, int] = {}
         current = nodes[0]
         try:
@@ -173,7 +174,7 @@ class Publish:
                 moved[current.id] = sum(self.point_tag(run, current, ref, digests[current.id], pointed)
                                         for ref in current.tags)
         except ImageBuilderError as exc:  # all or nothing: what this entry pointed is pointed back
-            left = self.point_back(run, current, pointed)
+            left = self.point_back(run, pointed)
             undone = left or "every tag of the entry is as it was"
             for node in nodes:
                 run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
@@ -206,22 +207,21 @@ class Publish:
         return True
 
     @staticmethod
-    def point_back(run: RunContext, node: Node, pointed: list[tuple[str, str | None]]) -> str:
-        """Undo a half-tagged entry: each tag pointed at its earlier digest again, a tag that was new removed
-        where the registry can delete tags. What could not be undone, said; empty when everything was."""
+    def point_back(run: RunContext, pointed: list[str]) -> str:
+        """Undo a half-tagged entry: each tag it pointed (always a new one: a tag naming another digest is refused
+        before it moves) deleted again, where the registry can delete tags (OCI distribution 1.1; Distribution 2.x
+        cannot). What could not be undone, said (those tags name digests that passed); empty when all was."""
         left = []
-        for ref, previous in reversed(pointed):
+        for ref in reversed(pointed):
             client, target = run.registries.at(ref)
             try:
-                if client.manifest_digest(target.repository, target.reference) == previous:
-                    continue  # (the one that failed, before it moved)
-                if previous is not None:
-                    client.copy(run.key_tag(node)[1], previous, target.repository, target.reference)
-                elif not client.untag(target.repository, target.reference):
-                    left.append(f"{ref} (new; this registry cannot delete a tag)")
+                if client.manifest_digest(target.repository, target.reference) is None:
+                    continue  # (the one that failed, before it was written)
+                if not client.untag(target.repository, target.reference):
+                    left.append(f"{ref} (this registry cannot delete a tag)")
             except ImageBuilderError as exc:
                 left.append(f"{ref} ({exc.message})")
-        return f"pointed back what was pointed, except: {', '.join(left)}" if left else ""
+        return f"removed the tags it pointed, except: {', '.join(left)}" if left else ""
 
     def bind(self, run: RunContext, node: Node, nodes: list[Node], digests: Mapping[str, str], *,
              untested: bool) -> None:
@@ -243,11 +243,19 @@ class Publish:
             raise Refused(f"{host}/{repo}@{digest} failed this spec's suite on {passes.gpu_model(first.record.gpu)} "
                           f"({first.record.date}, signed by {first.signer()}): not published")
         found = store.find(repo, digest, key, config)
-        record = self.pass_for(run, node, nodes, digests, config)
-        if found is not None and (found.gpu_verified or record is None or not record.gpu_verified):
+        if found is not None and found.gpu_verified:
+            run.ledger.update(node.id, pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
+            return
+        try:
+            record = self.pass_for(run, node, nodes, digests, config)
+        except Refused:
+            if found is None:
+                raise
+            record = None  # (the record already there stands; this run's leaf vouches for nothing here)
+        if found is not None and (record is None or not record.gpu_verified):
             run.ledger.update(node.id, pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
             return  # (a pass on GPUs replaces one without: the same image, now verified)
-        if record is None and untested and self.allow_untested:
+        if record is None and untested and self.allow_untested and not self.dry_run:
             tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,
                                              entry=node.entry.id, expect=run.specs.of(node)["expect"],
                                              date=passes.now(), suite=passes.suite_hash(),
@@ -276,10 +284,16 @@ class Publish:
         own = run.ledger[node.id].record
         if node.leaf:
             return own if own is not None and own.config == config else None
-        for leaf in nodes:
+        refused: Refused | None = None
+        for leaf in nodes:  # any leaf that passed on an image built on this one vouches for it
             record = run.ledger[leaf.id].record
             if leaf.leaf and record is not None and node in run.plan.ancestors(leaf):
-                return via(run, node, leaf, record, digests[leaf.id], config)
+                try:
+                    return via(run, node, leaf, record, digests[leaf.id], config)
+                except Refused as exc:
+                    refused = refused or exc
+        if refused is not None:
+            raise refused
         return None
 
     def aliases(self, run: RunContext) -> bool:
@@ -302,7 +316,7 @@ class Publish:
                 if self.push:
                     assert record.digest is not None
                     self.point_tag(run, node, ref, record.digest)
-                if record.image is not None or not self.push:
+                if (record.image is not None or not self.push) and not self.dry_run:
                     run.images.worker().tag(run.images.local(node), ref)
                 run.ledger.alias(node.id, ref, moved=True)
             except ImageBuilderError as exc:
@@ -311,11 +325,10 @@ class Publish:
                 run.logs.say(f"[bold red]✗ alias {escape(ref)}: {escape(exc.message)}[/]")
         return ok
 
-    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str,
-                  pointed: list[tuple[str, str | None]] | None = None) -> int:
+    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str, pointed: list[str] | None = None) -> int:
         """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
         moved, 0 if it already did. An immutable tag (`pointed` is given) is checked again right here: one that
-        names another digest now is never overwritten; what it named before goes to `pointed`."""
+        names another digest now is never overwritten; one this call writes goes to `pointed`."""
         if run.stopping.is_set():
             raise EngineError(f"tag {ref}: not moved, the run was interrupted")
         held = run.registries.digest(ref)
@@ -329,7 +342,7 @@ class Publish:
             return 1
         client, target = run.registries.at(ref)
         if pointed is not None:
-            pointed.append((ref, held))
+            pointed.append(ref)
         client.copy(run.key_tag(node)[1], digest, target.repository, target.reference)
         now = run.registries.digest(ref)
         if now != digest:

@@ -90,6 +90,7 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             outcome = schedule.run(compose(steps, run), jobs=options.jobs, fail_fast=options.fail_fast)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what finished stays; the rest says it was interrupted
             interrupted = True
+            run.stopping.set()  # first: no worker still running moves a tag after this
             for one in steps:
                 one.interrupted(run)
             raise
@@ -99,11 +100,12 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             engine.remove_containers(f"{RUN_LABEL}={run_id}")
             if interrupted:
                 report(ledger, secrets, console, options, interrupted=True)
-    if outcome.error is not None:
-        raise outcome.error
     for one in steps:
         one.cancelled(run, outcome.not_started)
-    return report(ledger, secrets, console, options, interrupted=False)
+    records = report(ledger, secrets, console, options, interrupted=False)
+    if outcome.error is not None:  # a bug in a task: what the run did is reported first
+        raise outcome.error
+    return records
 
 
 def report(ledger: Ledger, secrets: Mapping[str, str], console: Console, options: RunOptions, *,

@@ -102,15 +102,20 @@ def record_bases(run: RunContext) -> None:
 def scan(run: RunContext, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:
     """What the secret scan finds in a node's image: the one on this engine, else its configuration in the
     registry. What it covered goes to the node's record."""
-    image = image or run.ledger[node.id].image or node.decision.image
-    if image is not None:
-        findings = run.scanner.image(run.images.worker(), image, parent)
-    elif node.decision.ref is not None:
-        client, ref = run.registries.at(node.decision.ref)
-        config = client.config(ref.repository, ref.reference)
-        findings = run.scanner.config(config) if config is not None else Findings((), "not found")
-    else:
-        return []
+    record = run.ledger[node.id]
+    image = image or record.image
+    try:
+        if image is not None:
+            findings = run.scanner.image(run.images.worker(), image, parent)
+        elif record.digest is not None or node.decision.ref is not None:  # exactly what was staged, if pinned
+            client, ref = run.registries.at(cache_ref(node))
+            config = client.config(ref.repository, record.digest or ref.reference)
+            findings = run.scanner.config(config) if config is not None else Findings((), "not found")
+        else:
+            return []
+    except (ImageBuilderError, ValueError) as exc:  # an image that cannot be scanned is not published
+        message = exc.message if isinstance(exc, ImageBuilderError) else f"its configuration is unreadable ({exc})"
+        return [f"it could not be scanned: {message}"]
     run.ledger.update(node.id, secret_scan=findings.covered)
     return list(findings.found)
 
@@ -209,13 +214,14 @@ def mark_unpublished(run: RunContext, kind: str, task_ids: Collection[str] | Non
     """Interrupted (None), or not started under --fail-fast (the `<kind>:<entry>` task ids): what was built but
     not published (or staged) says so, and is held."""
     for record in run.ledger.records():
-        if record.publish is not None:
+        if record.publish is not None or not record.built:
             continue
-        if task_ids is None and record.built:
+        if task_ids is None:
             run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
                             "was tagged", publish=PublishStatus.HELD)
-        elif task_ids is not None and f"{kind}:{record.entry}" in task_ids and record.build is not None:
-            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure")
+        elif f"{kind}:{record.entry}" in task_ids:
+            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure",
+                            publish=PublishStatus.HELD)
 
 
 def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
@@ -265,7 +271,7 @@ class Stage(Nodes):
     no_cache: bool = False  # ignore the engine's build cache (a cold build)
 
     def start(self, run: RunContext) -> None:
-        record_bases(run)
+        super().start(run)
         self.check_disk(run)
 
     def node(self, run: RunContext, node: Node) -> bool:

@@ -80,11 +80,14 @@ class Verify:
     def interrupted(self, run: RunContext) -> None:
         for record in run.ledger.records():
             if record.leaf and record.built and record.verify is None:
-                run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of "
-                                "it was tagged", verify=VerifyStatus.INTERRUPTED)
+                run.ledger.fail(record.node, "the run was interrupted before this leaf's suite finished; nothing of "
+                                "its entry was tagged", verify=VerifyStatus.INTERRUPTED)
 
     def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
-        pass
+        for record in run.ledger.records():
+            if f"verify:{record.node}" in task_ids and record.built and record.verify is None:
+                run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure",
+                                verify=VerifyStatus.CANCELLED)
 
     def leaf(self, run: RunContext, node: Node) -> bool:
         if not run.ledger[node.id].built:
@@ -247,9 +250,11 @@ class Verify:
             config = store.config_digest(repo, digest)
             there = store.find(repo, digest, key, config) if config is not None else None
             own = record.record
+            bound = there
             if there is not None and (there.gpu_verified or own is None or not own.gpu_verified):
                 where = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
             elif own is not None and own.config == config:
+                bound = own
                 where = f"registry {host}/{repo}:{store.write(repo, own.at(digest, f'{host}/{repo}'))} " \
                         "(written by this run)"
             else:
@@ -261,8 +266,7 @@ class Verify:
             return False
         run.ledger.update(node.id, digest=digest, pass_record=where)
         run.logs.say(f"[green]✓ verified {escape(node.id)}@{digest}[/] [dim]{escape(where)}[/]")
-        passed = run.ledger[node.id].record or there
-        return self.bind_ancestors(run, node, passed, digest) if passed is not None else True
+        return self.bind_ancestors(run, node, bound, digest) if bound is not None else True
 
     @staticmethod
     def bind_ancestors(run: RunContext, leaf: Node, passed: PassRecord, leaf_digest: str) -> bool:

@@ -162,7 +162,8 @@ def test_expect_may_raise_a_floor_and_nothing_else(tmp_path: Path) -> None:
     assert raised.told(node)["expect"]["throughput_floor"] == 0.7  # the suite is told the raised floor
     assert raised.key(node) == Specs(plan).key(node)  # but a pass is of the matrix's spec: publish agrees
     for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x"),
-                       ("torch", "2.6.0"), ("nccl", "2.21.5"), ("cudnn_override", "true"), ("driver_floor", "1")):
+                       ("torch", "2.6.0"), ("nccl", "2.21.5"), ("cudnn_override", "true"), ("driver_floor", "1"),
+                       ("cpu_gflops_floor", "nan"), ("throughput_floor", "inf")):
         with pytest.raises(InputError):  # a lower floor, or any expectation but a floor: input errors
             Specs(plan, ((key, value),))
 

@@ -189,3 +189,19 @@ def test_promote_does_not_take_another_nodes_tag() -> None:
     (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
     with pytest.raises(InputError, match=r"recorded as e/other; .* is e/task: not overwritten"):
         promote.check_target(reg, KEYS.trust, move, reg.tags("ml/x"))  # type: ignore[arg-type]
+
+
+def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -> None:
+    reg = FakeRegistry()
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
+    manifest, config = reg.image("ml/x", "nightly-a", "a")
+    on_h100 = record(config).at(manifest, "r/ml/x")
+    store.put("ml/x", on_h100, per_model=True)  # a model's verdict alone, no pass record
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
+    assert not promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get).passed  # type: ignore[arg-type]
+    store.put("ml/x", on_h100)  # the pass
+    assert promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get).passed  # type: ignore[arg-type]
+    store.put("ml/x", replace(on_h100, verdict=passes.FAILED, gpu={**on_h100.gpu, "models": ["NVIDIA H200"]}),
+              per_model=True)
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
+    assert not proof.passed and proof.why.startswith("it failed on NVIDIA H200")

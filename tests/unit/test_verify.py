@@ -136,3 +136,15 @@ def test_without_the_suite_only_a_pass_of_this_image_counts(engine: FakeEngine, 
     run.mirror().put(other)  # another image's pass, same spec
     assert Verify(run_suite=False).leaf(run, leaf)
     assert run.ledger[leaf.id].verify == VerifyStatus.SKIPPED and engine.runs == []
+
+
+@pytest.mark.parametrize("raw", [{"checks": ["versions.torch"]}, {"checks": [{"name": "x", "status": "pass"}],
+                                                                  "gpus": "two"}])
+def test_a_malformed_report_from_the_image_is_a_failed_run_not_a_crash(engine: FakeEngine, write_matrix: MatrixWriter,
+                                                                       header: str, table: CompatTable,
+                                                                       tmp_path: Path, raw: dict[str, Any]) -> None:
+    engine.report = lambda image, expect, commands, gpus: raw
+    run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cpu", engine)
+    assert not Verify().leaf(run, leaf)
+    assert run.ledger[leaf.id].verify == VerifyStatus.FAILED
+    assert "the report is not the suite's" in str(run.ledger[leaf.id].error)
