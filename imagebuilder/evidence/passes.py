@@ -155,6 +155,12 @@ class RecordRegistry(Protocol):
     def tags(self, repo: str) -> list[str]: ...
 
 
+def stands(there: PassRecord | None, own: PassRecord | None) -> bool:
+    """Whether the pass already beside a digest is kept, rather than this run's written over it: always, unless
+    this run holds a pass on GPUs and the one there was without (the same image, now verified)."""
+    return there is not None and (there.gpu_verified or own is None or not own.gpu_verified)
+
+
 @dataclass(frozen=True)
 class Signed:
     """A record that counts: its envelope verified against a trusted key."""

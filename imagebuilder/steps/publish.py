@@ -156,16 +156,7 @@ class Publish:
                 break
         if failure is not None:
             bad, message = failure
-            for node in nodes:
-                run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
-                if node is bad:
-                    run.ledger.update(node.id, publish=PublishStatus.FAILED, error=message)
-                else:
-                    run.ledger.fail(node.id, f"not tagged: {bad.id} could not be published",
-                                    publish=PublishStatus.HELD)
-            run.logs.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
-            run.logs.say(f"[yellow]{escape(bad.entry.id)}: no tag of this entry was applied[/]")
-            return False
+            return self.fail_entry(run, nodes, starts, bad, message, "no tag of this entry was applied", message)
         pointed: list[str] = []  # the tags this entry pointed, all new: removed again on a failure
         moved: dict[str, int] = {}
         current = nodes[0]
@@ -174,18 +165,8 @@ class Publish:
                 moved[current.id] = sum(self.point_tag(run, current, ref, digests[current.id], pointed)
                                         for ref in current.tags)
         except ImageBuilderError as exc:  # all or nothing: what this entry pointed is pointed back
-            left = self.point_back(run, pointed)
-            undone = left or "every tag of the entry is as it was"
-            for node in nodes:
-                run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
-                if node is current:
-                    run.ledger.update(node.id, publish=PublishStatus.FAILED, error=f"{exc.message}; {undone}")
-                else:
-                    run.ledger.fail(node.id, f"not tagged: {current.id} could not be published",
-                                    publish=PublishStatus.HELD)
-            run.logs.say(f"[bold red]✗ publish {escape(current.id)}: {escape(exc.message)}[/]")
-            run.logs.say(f"[yellow]{escape(current.entry.id)}: {escape(undone)}[/]")
-            return False
+            undone = self.point_back(run, pointed) or "every tag of the entry is as it was"
+            return self.fail_entry(run, nodes, starts, current, exc.message, undone, f"{exc.message}; {undone}")
         for node in nodes:
             image = run.ledger[node.id].image
             if image is not None and not self.dry_run:
@@ -205,6 +186,21 @@ class Publish:
             run.logs.say(f"[green]✓ {done} {escape(node.tags[0])}@{digests[node.id]}[/]")
             run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
         return True
+
+    @staticmethod
+    def fail_entry(run: RunContext, nodes: list[Node], starts: Mapping[str, float], bad: Node, message: str,
+                   outcome: str, error: str) -> bool:
+        """The entry is not published: `bad` failed (`message`; its record says `error`), the others are held
+        because of it; `outcome` says what became of the entry's tags."""
+        for node in nodes:
+            run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
+            if node is bad:
+                run.ledger.update(node.id, publish=PublishStatus.FAILED, error=error)
+            else:
+                run.ledger.fail(node.id, f"not tagged: {bad.id} could not be published", publish=PublishStatus.HELD)
+        run.logs.say(f"[bold red]✗ publish {escape(bad.id)}: {escape(message)}[/]")
+        run.logs.say(f"[yellow]{escape(bad.entry.id)}: {escape(outcome)}[/]")
+        return False
 
     @staticmethod
     def point_back(run: RunContext, pointed: list[str]) -> str:
@@ -252,9 +248,9 @@ class Publish:
             if found is None:
                 raise
             record = None  # (the record already there stands; this run's leaf vouches for nothing here)
-        if found is not None and (record is None or not record.gpu_verified):
+        if passes.stands(found, record):
             run.ledger.update(node.id, pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
-            return  # (a pass on GPUs replaces one without: the same image, now verified)
+            return
         if record is None and untested and self.allow_untested and not self.dry_run:
             tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,
                                              entry=node.entry.id, expect=run.specs.of(node)["expect"],

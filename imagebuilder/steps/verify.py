@@ -251,7 +251,7 @@ class Verify:
             there = store.find(repo, digest, key, config) if config is not None else None
             own = record.record
             bound = there
-            if there is not None and (there.gpu_verified or own is None or not own.gpu_verified):
+            if passes.stands(there, own):
                 where = f"registry {host}/{repo}:{passes.record_tag(digest, key)}"
             elif own is not None and own.config == config:
                 bound = own
