@@ -34,6 +34,7 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
+REMOVED_TYPE = "application/vnd.imagebuilder.removed.v1"  # what a tag names while it is being removed
 
 
 def credentials(host: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
@@ -206,10 +207,25 @@ class Registry:
         return self.put_manifest(target_repo, tag, body, media_type)
 
     def untag(self, repo: str, tag: str) -> bool:
-        """Remove a tag, where the registry allows deleting by tag (OCI distribution 1.1; a Distribution 2.x
-        registry does not): whether it is gone."""
-        resp = self._request("DELETE", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:delete")
-        return resp.status_code in (200, 202) and self.manifest_digest(repo, tag) is None
+        """Remove one tag and nothing else; whether it is gone. Where the registry deletes by tag (OCI
+        distribution 1.1) that is one DELETE. A Distribution 2.x registry deletes only by digest, and deleting
+        the image's digest would remove every tag of that image: so the tag is first pointed at a throwaway
+        manifest of its own (an empty artifact, `REMOVED_TYPE`, that no engine runs) and that manifest is
+        deleted by digest, which takes exactly this tag with it. A registry that deletes nothing: False."""
+        scope = f"repository:{repo}:pull,push,delete"
+        resp = self._request("DELETE", f"{repo}/manifests/{tag}", scope=scope)
+        if resp.status_code not in (200, 202):
+            empty = self.put_blob(repo, b"{}")
+            body = json.dumps({
+                "schemaVersion": 2, "mediaType": MANIFEST_TYPES[2], "artifactType": REMOVED_TYPE,
+                "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+                "layers": [], "annotations": {"io.imagebuilder.removed": tag, "io.imagebuilder.nonce": os.urandom(
+                    8).hex()}}).encode()
+            tombstone = self.put_manifest(repo, tag, body, MANIFEST_TYPES[2])
+            resp = self._request("DELETE", f"{repo}/manifests/{tombstone}", scope=scope)
+            if resp.status_code not in (200, 202):
+                return False  # (the tag names the throwaway manifest now: nothing an engine would run)
+        return self.manifest_digest(repo, tag) is None
 
     def mount(self, source_repo: str, digest: str, target_repo: str) -> None:
         head = self._request("HEAD", f"{target_repo}/blobs/{digest}", scope=f"repository:{target_repo}:pull")

@@ -157,7 +157,7 @@ class Publish:
         if failure is not None:
             bad, message = failure
             return self.fail_entry(run, nodes, starts, bad, message, "no tag of this entry was applied", message)
-        pointed: list[str] = []  # the tags this entry pointed, all new: removed again on a failure
+        pointed: dict[str, str] = {}  # the tags this entry pointed (all new) and their digests: removed on a failure
         moved: dict[str, int] = {}
         current = nodes[0]
         try:
@@ -203,18 +203,19 @@ class Publish:
         return False
 
     @staticmethod
-    def point_back(run: RunContext, pointed: list[str]) -> str:
-        """Undo a half-tagged entry: each tag it pointed (always a new one: a tag naming another digest is refused
-        before it moves) deleted again, where the registry can delete tags (OCI distribution 1.1; Distribution 2.x
-        cannot). What could not be undone, said (those tags name digests that passed); empty when all was."""
+    def point_back(run: RunContext, pointed: Mapping[str, str]) -> str:
+        """Undo a half-tagged entry: each tag it pointed (`pointed`: tag → digest; always a new tag, as one naming
+        another digest is refused before it moves) is removed again, if it still names that digest
+        (`Registry.untag`: one tag and nothing else, on Distribution 2.x as on OCI 1.1 registries). What could
+        not be undone is said (those tags name digests that passed); empty when all was."""
         left = []
-        for ref in reversed(pointed):
+        for ref, digest in reversed(list(pointed.items())):
             client, target = run.registries.at(ref)
             try:
-                if client.manifest_digest(target.repository, target.reference) is None:
-                    continue  # (the one that failed, before it was written)
+                if client.manifest_digest(target.repository, target.reference) != digest:
+                    continue  # (the one that failed before it was written, or a tag someone else has pointed since)
                 if not client.untag(target.repository, target.reference):
-                    left.append(f"{ref} (this registry cannot delete a tag)")
+                    left.append(f"{ref} (this registry deletes no manifest)")
             except ImageBuilderError as exc:
                 left.append(f"{ref} ({exc.message})")
         return f"removed the tags it pointed, except: {', '.join(left)}" if left else ""
@@ -321,7 +322,8 @@ class Publish:
                 run.logs.say(f"[bold red]✗ alias {escape(ref)}: {escape(exc.message)}[/]")
         return ok
 
-    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str, pointed: list[str] | None = None) -> int:
+    def point_tag(self, run: RunContext, node: Node, ref: str, digest: str,
+                  pointed: dict[str, str] | None = None) -> int:
         """Make `ref` name `digest` in the registry, copying the manifest from the node's key tag; 1 if it
         moved, 0 if it already did. An immutable tag (`pointed` is given) is checked again right here: one that
         names another digest now is never overwritten; one this call writes goes to `pointed`."""
@@ -338,7 +340,7 @@ class Publish:
             return 1
         client, target = run.registries.at(ref)
         if pointed is not None:
-            pointed.append(ref)
+            pointed[ref] = digest
         client.copy(run.key_tag(node)[1], digest, target.repository, target.reference)
         now = run.registries.digest(ref)
         if now != digest:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import http.client
 import io
 import json
+import re
 import tarfile
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -38,6 +42,65 @@ if "--report" in sys.argv:
     print(json.dumps(report), flush=True)
     os._exit(0)
 '''
+
+
+class Forward(BaseHTTPRequestHandler):
+    """One request, passed on to the registry as it came (its Host too, so upload URLs come back through the
+    proxy), unless the proxy refuses it."""
+
+    protocol_version = "HTTP/1.1"
+    server: TagRefusingProxy
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        pass
+
+    def forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.refuses(self.command, self.path):
+            data = b'{"errors":[{"code":"DENIED","message":"requested access to the resource is denied"}]}'
+            status, headers, length = 403, [("Content-Type", "application/json")], None
+        else:
+            upstream = http.client.HTTPConnection(*self.server.upstream, timeout=60)
+            upstream.request(self.command, self.path, body=body or None, headers={
+                k: v for k, v in self.headers.items() if k.lower() not in ("connection", "content-length")})
+            answer = upstream.getresponse()
+            status, data = answer.status, answer.read()
+            headers = [(k, v) for k, v in answer.getheaders()
+                       if k.lower() not in ("connection", "transfer-encoding", "content-length")]
+            length = answer.getheader("Content-Length", "0") if self.command == "HEAD" else None
+            upstream.close()
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", length if length is not None else str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = forward
+
+
+class TagRefusingProxy(ThreadingHTTPServer):
+    """The registry behind a proxy that denies the `nth` manifest PUT under a public tag, as a registry's tag
+    protection, a quota or a token's scope would: the entry's second tag fails to point."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, nth: int) -> None:
+        super().__init__(("127.0.0.1", 0), Forward)
+        host, port = upstream.rsplit(":", 1)
+        self.upstream, self.nth, self.seen, self.refused = (host, int(port)), nth, 0, ""
+        self.host = f"127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def refuses(self, method: str, path: str) -> bool:
+        tag = re.fullmatch(r"/v2/.+/manifests/([\w][\w.-]*)", path)
+        if method != "PUT" or tag is None or tag[1].startswith("cache-") or passes.is_record_tag(tag[1]):
+            return False
+        self.seen += 1
+        if self.seen == self.nth:
+            self.refused = tag[1]
+        return self.seen == self.nth
 
 
 @dataclass(frozen=True)
@@ -164,8 +227,21 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
     engine.remove_image(rebuilt)  # (its key is this module's own, but no later plan should find it)
 
-    # 4. As staged and verified: published, every tag naming the digest that was tested.
-    clean, nodes = publish(staged, "m6")
+    # 4. The registry denies the entry's second tag: the first, already pointed, is removed again (on this
+    #    Distribution 2.x registry, which deletes no tag, through a throwaway manifest) and nothing else is touched.
+    before = {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo, cache=True)}
+    proxy = TagRefusingProxy(registry, nth=2)
+    through = staged.folder / "through-proxy.yaml"
+    through.write_text(staged.matrix.read_text().replace(registry, proxy.host))
+    refused = run_cli("--cache-dir", str(staged.folder / "m6"), "--trust-key", str(staged.verifier), "publish",
+                      "--matrix", str(through), "--report", str(staged.folder / "m6"))
+    proxy.shutdown()
+    assert refused.code == 1 and proxy.refused and "HTTP 403" in refused.out, refused.text[-3000:]
+    assert "every tag of the entry is as it was" in refused.out, refused.text[-3000:]
+    assert {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo, cache=True)} == before
+
+    # 5. As staged and verified: published, every tag naming the digest that was tested.
+    clean, nodes = publish(staged, "m7")
     assert clean.code == 0, clean.text[-3000:]
     assert nodes["leaf"]["digest"] == leaf_digest and nodes["base"]["digest"] == base_digest
     assert all(reg.manifest_digest(repo, str(t).rsplit(":", 1)[1]) == nodes[layer]["digest"]

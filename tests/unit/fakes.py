@@ -44,7 +44,7 @@ class FakeRegistry:
     host: str = HOST
     auth: tuple[str, str] | None = None
     on_retry: Callable[[str], None] | None = None
-    can_untag: bool = True  # a Distribution 2.x registry cannot delete a tag
+    can_untag: bool = True  # False: a registry with deletion turned off
     refuse: set[str] = field(default_factory=set)  # tags whose manifest PUT fails (a registry error)
 
     def _resolve(self, repo: str, reference: str) -> str | None:

@@ -232,11 +232,11 @@ def test_an_entry_whose_second_tag_fails_to_point_is_left_as_it_was(machine: Mac
     record = machine.run.ledger[business.id]
     assert record.publish == PublishStatus.FAILED and "every tag of the entry is as it was" in str(record.error)
     assert {machine.run.ledger[n.id].publish for n in (base, leaf(machine))} == {PublishStatus.HELD}
-    # A registry that cannot delete a tag: the new tags it was given are named, not hidden.
+    # A registry that deletes no manifest at all: the new tags it was given are named, not hidden.
     machine.registry.can_untag = False
     machine.run.ledger.update(business.id, publish=None, error=None)
     assert not publish(machine)
-    assert "this registry cannot delete a tag" in str(machine.run.ledger[business.id].error)
+    assert "this registry deletes no manifest" in str(machine.run.ledger[business.id].error)
 
 
 def test_an_immutable_tag_written_since_the_check_is_not_overwritten(machine: Machine) -> None:
