@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -32,7 +33,7 @@ from .errors import (
 from .evidence import spec as spec_mod
 from .evidence.signing import Keys, Signer
 from .input import compat as compat_mod
-from .input import compat_refresh
+from .input import compat_refresh, grammar
 from .input import matrix as matrix_mod
 from .interrupts import Interrupts
 from .plan import cache as cache_mod
@@ -46,6 +47,7 @@ from .ports.registry import Registries
 from .smoke.judge import judge
 from .smoke.runner import CHECK_KINDS, GpuHost, run_smoke
 from .steps import lock
+from .steps import promote as promote_mod
 from .steps.context import Step
 from .steps.cosign import Cosign
 from .steps.display import LOG_MODES
@@ -73,6 +75,7 @@ class Context:
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
     trust_keys: tuple[Path, ...] = ()  # public keys whose signed evidence counts (besides this machine's own)
+    max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -117,7 +120,8 @@ class Context:
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
               only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
     matrix = matrix_mod.load(matrix_file, ctx.table(), registry=registry, base_python=ctx.base_python, strict=strict,
-                             index_versions=ctx.index_versions if ctx.check_index else None)
+                             index_versions=ctx.index_versions if ctx.check_index else None,
+                             max_entries=ctx.max_entries)
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
@@ -137,6 +141,51 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple
     return plan, registries
 
 
+T = TypeVar("T")
+
+
+def checked(problem: Callable[[T], str | None]) -> Callable[[click.Context, click.Parameter, T | None], T | None]:
+    """A click callback: an option's value is checked as it is parsed, before anything slow starts; `problem`
+    says what is wrong with a bad one, which is an input error naming the option (and the environment variable,
+    when the value came from one) and the value."""
+    def callback(click_ctx: click.Context, param: click.Parameter, value: T | None) -> T | None:
+        why = None if value is None else problem(value)
+        if why is not None:
+            name = max(param.opts, key=len) if isinstance(param, click.Option) else (param.name or "").upper()
+            if click_ctx.get_parameter_source(param.name or "") == click.core.ParameterSource.ENVIRONMENT \
+                    and isinstance(param.envvar, str):
+                name += f" (from ${param.envvar})"
+            raise InputError(f"{name} {value if isinstance(value, Path) else repr(value)}: {why}")
+        return value
+    return callback
+
+
+def write_problem(path: Path, *, folder: bool) -> str | None:
+    """Why this command could not write `path`: a folder it writes into (`folder`), or a file it writes; None
+    when it can. Creates nothing: a path that is not there yet must be creatable, its nearest existing ancestor
+    a writable folder."""
+    try:
+        if path.exists():
+            if folder != path.is_dir():
+                return "exists and is not a folder" if folder else "is a folder, not a file"
+            return None if os.access(path, os.W_OK | (os.X_OK if folder else 0)) else "is not writable"
+        if path.is_symlink():
+            return "is a symbolic link to nothing"
+        for parent in path.absolute().parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    return f"cannot be created: {parent} is not a folder"
+                return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot be created: {parent} is not " \
+                    "writable"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+writable_folder = checked(functools.partial(write_problem, folder=True))  # a folder a command writes into
+writable_file = checked(functools.partial(write_problem, folder=False))  # a file a command writes
+
+
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path), default=Path("matrix.yaml"),
                              show_default=True, help="The matrix file.")
 strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g. an exclude that matches "
@@ -144,7 +193,7 @@ strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g
 only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id matches (plus their parents), "
                            "e.g. '2.6.0-cu124-*/task'.")
 registry_option = click.option("--registry", help="Override the registry (host[:port][/namespace]).")
-report_option = click.option("--report", "report_dir", type=click.Path(path_type=Path),
+report_option = click.option("--report", "report_dir", type=click.Path(path_type=Path), callback=writable_folder,
                              default=Path("imagebuilder-report"), show_default=True,
                              help="Folder for report.json and per-node logs.")
 quiet_option = click.option("--quiet", is_flag=True, help="No live log; summary only.")
@@ -179,6 +228,7 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
 @click.option("--offline", is_flag=True, envvar="IMAGEBUILDER_OFFLINE",
               help="Do not ask package indexes whether nccl/cudnn overrides exist.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
+              callback=writable_folder,
               help="Where pass records are mirrored, by image ID, and build locks kept (default: "
                    "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
 @click.option("--trust-key", "trust_keys", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
@@ -190,9 +240,13 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
                    "what it left); repeatable, or space-separated in IMAGEBUILDER_CONTAINER_LABELS.")
+@click.option("--max-entries", type=click.IntRange(1), default=matrix_mod.MAX_ENTRIES, show_default=True,
+              envvar="IMAGEBUILDER_MAX_ENTRIES", help="The most entries a matrix may make; a larger one is refused "
+              "before any entry is made (planning 10 000 takes about 10 s: benchmarks/results/plan_scale.json).")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
-        cache_dir: Path | None, trust_keys: tuple[Path, ...], container_labels: tuple[str, ...]) -> None:
+        cache_dir: Path | None, trust_keys: tuple[Path, ...], container_labels: tuple[str, ...],
+        max_entries: int) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     labels = []
@@ -205,7 +259,7 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
                             cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
-                            trust_keys=trust_keys)
+                            trust_keys=trust_keys, max_entries=max_entries)
 
 
 @cli.command()
@@ -217,8 +271,10 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
               help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
 @click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CPU entries.")
-@click.option("--wave", type=int, default=None, help="With github-matrix: only the entries of this stage wave "
-              "(entries that share a node with an earlier one wait for its wave).")
+@click.option("--wave", type=int, default=None,
+              callback=checked(lambda wave: "a wave is 0 or more" if wave < 0 else None),
+              help="With github-matrix: only the entries of this stage wave (entries that share a node with an "
+                   "earlier one wait for its wave; past the last wave: none).")
 @click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
 @click.option("--no-cache", is_flag=True, help="Plan as `build --no-cache` would: every node builds.")
 @click.pass_obj
@@ -341,8 +397,8 @@ def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
                    "--index https://download.pytorch.org/whl/cu126 (PyPI first: it wins conflicts). "
                    "Default: PyPI.")
 @click.option("--min-torch", default="2.4", show_default=True)
-@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Where to write the table "
-              "(default: the --compat file, else the packaged data/compat.json).")
+@click.option("--out", "out_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Where to write the table (default: the --compat file, else the packaged data/compat.json).")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
 @click.pass_obj
 def compat_refresh_cmd(ctx: Context, index_urls: tuple[str, ...], min_torch: str, out_file: Path | None,
@@ -383,7 +439,8 @@ def compat_refresh_cmd(ctx: Context, index_urls: tuple[str, ...], min_torch: str
 @matrix_option
 @strict_option
 @only_option
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Folder to write into.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=writable_folder,
+              help="Folder to write into.")
 @click.pass_obj
 def render(ctx: Context, matrix_file: Path, strict: bool, only: str | None, out_dir: Path) -> int:
     """Write each node's Dockerfile and build context under OUT/<node id>/; build nothing."""
@@ -404,7 +461,8 @@ def keys_group() -> None:
 
 
 @keys_group.command("public")
-@click.option("--out", "out_file", type=click.Path(path_type=Path), help="Write it here (default: print it).")
+@click.option("--out", "out_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Write it here (default: print it).")
 @click.pass_obj
 def keys_public(ctx: Context, out_file: Path | None) -> int:
     """The public key this machine signs pass records with (PEM), for other machines' --trust-key."""
@@ -419,7 +477,7 @@ def keys_public(ctx: Context, out_file: Path | None) -> int:
 
 
 @keys_group.command("new")
-@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("folder", type=click.Path(path_type=Path), callback=writable_folder)
 @click.pass_obj
 def keys_new(ctx: Context, folder: Path) -> int:
     """Make a signing key for CI: FOLDER/signing.pem (private, mode 0600: a secret of the GPU runners only) and
@@ -444,10 +502,11 @@ def export() -> None:
 
 @export.command("bake")
 @options(*PLAN_OPTIONS)
-@click.option("-o", "--output", "out_file", type=click.Path(path_type=Path), help="Write docker-bake.json here "
-              "(default: print it).")
-@click.option("--contexts", "contexts_dir", type=click.Path(path_type=Path), help="Where the rendered build "
-              "contexts go (default: bake-contexts/ next to the output, or in the working folder).")
+@click.option("-o", "--output", "out_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Write docker-bake.json here (default: print it).")
+@click.option("--contexts", "contexts_dir", type=click.Path(path_type=Path), callback=writable_folder,
+              help="Where the rendered build contexts go (default: bake-contexts/ next to the output, or in the "
+                   "working folder).")
 @click.option("--public-tags", is_flag=True, help="Also give targets their public tags and aliases (bake tests "
               "nothing: by default a target carries only its key tag, and `imagebuilder verify` and `publish` "
               "name what passed).")
@@ -518,7 +577,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
         check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
         if require is not None:
-            require.require(the_plan)
+            require.require(the_plan, registries)
         if not common.quiet:
             counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
             ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} "
@@ -619,6 +678,7 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
 @click.option("--from", "pattern", required=True, metavar="REPO:GLOB",
               help="Source tags, e.g. 127.0.0.1:5000/ml/pytorch:nightly-* (key tags cache-* are never promoted).")
 @click.option("--to", "template", required=True, metavar="TEMPLATE",
+              callback=checked(promote_mod.template_problem),
               help="The new tag: a template over {tag}, {match} (what the glob's * matched) and {repository}, "
                    "e.g. 'stable-{match}'; or a whole reference in the same registry, e.g. "
                    "127.0.0.1:5000/ml/pytorch-stable:{tag}.")
@@ -633,7 +693,6 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     --allow-untested."""
     from .ports.reference import parse
     from .ports.registry import Registry
-    from .steps import promote as promote_mod
 
     source = parse(pattern)
     host, source_repo = source.host, source.repository
@@ -682,7 +741,9 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
 @click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Expected value, e.g. torch=2.6.0, cuda=12.4, "
               "nccl=2.21.5, python=3.11, accelerator=cpu.")
 @click.option("--timeout", default=900, show_default=True, help="Seconds before the container is killed.")
-@click.option("--shm-size", default="2g", show_default=True)
+@click.option("--shm-size", default="2g", show_default=True, help="The size of the container's /dev/shm.",
+              callback=checked(lambda size: None if grammar.matches("size", size) else
+                               f"not a size: {grammar.hint('size')}"))
 @click.option("--gpus", type=click.Choice(["auto", "all", "cdi", "devices", "none"]), default="auto",
               show_default=True, help="auto: the NVIDIA toolkit if present, else raw /dev/nvidia* devices, else none.")
 @click.option("--driver-dir", default="/usr/local/nvidia", show_default=True,

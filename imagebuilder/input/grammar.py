@@ -13,6 +13,8 @@ import urllib.parse
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from ..secrets.redact import query_credential
+
 PATTERNS: dict[str, str] = {
     "torch": r"\d+\.\d+\.\d+",
     "accelerator": r"cpu|cu\d{3}",
@@ -58,6 +60,7 @@ HINTS: dict[str, str] = {
     "url": "an http(s):// or file:// URL of letters, digits and ._~:/?=&%+,- (no user info, no fragment)",
     "var": "letters, digits and ._:/@+=,%- (no spaces or shell characters)",
     "varname": "a letter or _, then letters, digits and _",
+    "size": "a number of bytes, optionally with a unit b, k, m or g, e.g. 2g",
     "debian": "a Debian package name, optionally with :arch and =version (e.g. git, libc6:amd64, curl=7.88.1-10)",
 }
 
@@ -79,8 +82,15 @@ def has_user_info(text: str) -> bool:
     return "@" in re.split(r"[/?#]", rest, maxsplit=1)[0]
 
 
+def has_credentials(text: str) -> bool:
+    """Whether a URL carries credentials: user info, or a query parameter such as `token=` or `sig=`."""
+    return has_user_info(text) or query_credential(text) is not None
+
+
 def mask_url(text: str) -> str:
-    """A URL as it may be shown: any user info replaced by `***`."""
+    """A URL as it may be shown: any user info replaced by `***`, and the query too when it carries one."""
+    if query_credential(text) is not None:
+        text = text.split("?", 1)[0] + "?***"
     if not has_user_info(text):
         return text
     scheme, sep, rest = text.partition("://")
@@ -94,6 +104,10 @@ def url_problem(text: str, *, placeholders: tuple[str, ...] = ()) -> str | None:
     if has_user_info(text):
         return (f"{mask_url(text)!r} carries credentials (user info before the host); credentials never go into "
                 "a matrix, where they would end in the image's history")
+    name = query_credential(text)
+    if name is not None:
+        return (f"{mask_url(text)!r} carries a credential in its query ({name}=…); credentials never go into a "
+                "matrix, where they would end in the image's history")
     plain = text
     for name in placeholders:
         plain = plain.replace("{" + name + "}", "x")
@@ -118,7 +132,7 @@ def requirement_problem(text: str) -> str | None:
         shown = mask_url(text) if has_user_info(text.split("@", 1)[-1].strip()) else text
         return f"{shown!r} is not a pip requirement (PEP 508): {str(exc).splitlines()[0]}"
     if req.url is not None:
-        if has_user_info(req.url):
+        if has_credentials(req.url):
             return (f"pip requirement {req.name} @ {mask_url(req.url)!r} carries credentials; they come from the "
                     "environment or ~/.netrc, never a layer file")
         if not req.url.startswith("https://") or url_problem(req.url) is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,7 +22,7 @@ from typing import Any
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from . import grammar, source
+from . import certs, grammar, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
@@ -48,6 +49,7 @@ SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "
 DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)
 DEFAULT_ALIASES = ("{entry}-{layer}",)
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
+MAX_ENTRIES = 1000  # entries a matrix may make unless --max-entries raises it: checked before the product is built
 
 
 @dataclass(frozen=True)
@@ -192,20 +194,24 @@ def load(
     base_python: BasePython | None = None,
     strict: bool = False,
     index_versions: IndexVersions | None = None,
+    max_entries: int = MAX_ENTRIES,
 ) -> Matrix:
     """Read, expand, validate and resolve a matrix file. `index_versions`, when given, is asked whether
-    an overriding nccl/cudnn version exists on the entry's index."""
+    an overriding nccl/cudnn version exists on the entry's index. A matrix whose axes would make more than
+    `max_entries` entries is refused before any is made."""
     doc = source.load(path)
     loader = _Loader(doc, path.resolve().parent, compat, dict(env if env is not None else os.environ),
-                     registry, base_python or os_python, strict)
+                     registry, base_python or os_python, strict, max_entries)
     loader.index_versions = index_versions
     return loader.run()
 
 
 class _Loader:
     def __init__(self, doc: source.Document, root: Path, compat: CompatTable, env: dict[str, str],
-                 registry: str | None, base_python: BasePython | None, strict: bool) -> None:
+                 registry: str | None, base_python: BasePython | None, strict: bool,
+                 max_entries: int = MAX_ENTRIES) -> None:
         self.doc = doc
+        self.max_entries = max_entries
         self.root = root
         self.compat = compat
         self.env = env
@@ -214,6 +220,7 @@ class _Loader:
         self.strict = strict
         self.warnings: list[str] = []
         self.index_versions: IndexVersions | None = None
+        self.bundles: set[Path] = set()  # CA bundles already checked
 
     # -- helpers ---------------------------------------------------------------------------
     def where(self, *path: str | int) -> Where:
@@ -237,7 +244,7 @@ class _Loader:
         problem = grammar.url_problem(text, placeholders=placeholders)
         if problem is None:
             return text
-        if grammar.has_user_info(text):
+        if grammar.has_credentials(text):
             raise self.fail(problem, path, hint="give index credentials in IMAGEBUILDER_INDEX_USER and "
                             "IMAGEBUILDER_INDEX_PASSWORD or in ~/.netrc: pip reaches the index through "
                             "imagebuilder's loopback proxy, and nothing of them enters an image")
@@ -316,6 +323,15 @@ class _Loader:
             if dupes:
                 raise self.fail(f"value {sorted(dupes)[0]!r} appears twice", ("matrix", axis))
         names = list(values)
+        includes = self.listof(top.get("include", []), ("include",))
+        count = math.prod(len(v) for v in values.values())
+        if count + len(includes) > self.max_entries:
+            sizes = " × ".join(f"{len(v)} {axis}" for axis, v in values.items())
+            more = f" and {len(includes)} by include" if includes else ""
+            raise self.fail(f"the matrix would make {count} entries ({sizes}){more}; at most {self.max_entries} "
+                            "are planned", ("matrix",),
+                            hint="raise the cap (`imagebuilder --max-entries N ...`, or IMAGEBUILDER_MAX_ENTRIES) if "
+                                 "the matrix is meant to be this large, or split it into several files")
         combos: list[tuple[dict[str, str], tuple[str | int, ...]]] = [
             (dict(zip(names, prod, strict=True)), ("matrix",)) for prod in itertools.product(*values.values())
         ]
@@ -339,7 +355,7 @@ class _Loader:
         extended: list[dict[str, Any]] = [dict(c) for c, _ in combos]
         added: list[tuple[dict[str, Any], tuple[str | int, ...]]] = []
         entry_keys = (*AXES, *ENTRY_ONLY_KEYS, *CASCADED_KEYS)
-        for i, rule in enumerate(self.listof(top.get("include", []), ("include",))):
+        for i, rule in enumerate(includes):
             path = ("include", i)
             rule = self.mapping(rule, path, (*tuple(k for k in entry_keys if k != "base_image"), "base_image"))
             if not rule:
@@ -593,6 +609,7 @@ class _Loader:
         ca: Path | None = None
         if merged.get("ca_bundle") is not None:
             ca = self.path_value(merged["ca_bundle"], ("build", "ca_bundle"), want_dir=False)
+            self.ca_bundle(ca, f"CA bundle {merged['ca_bundle']!r}", ("build", "ca_bundle"))
         else:
             for name in CA_ENV:
                 if self.env.get(name):
@@ -602,6 +619,7 @@ class _Loader:
                                          where=self.doc.where(("build",)),
                                          hint="set build.ca_bundle, or unset the variable")
                     ca = candidate
+                    self.ca_bundle(ca, f"CA bundle {candidate} from ${name}", ("build",))
                     break
         wheelhouse = None
         if merged.get("wheelhouse") is not None:
@@ -619,13 +637,26 @@ class _Loader:
             if not isinstance(piu, str):
                 raise self.fail(f"expected a url value, got {_describe(piu)}", piu_path)
             unknown = sorted(set(re.findall(r"{([^{}]*)}", piu)) - {"accelerator"})
-            if unknown and not grammar.has_user_info(piu):
+            if unknown and not grammar.has_credentials(piu):
                 raise self.fail(f"unknown placeholder {{{unknown[0]}}} in {piu!r}; only {{accelerator}} is known",
                                 piu_path)
             torch_url = self.url(piu, piu_path, ("accelerator",)).replace("{accelerator}", variant.accelerator)
         network = self.scalar(merged.get("network", "host"), "network", ("build", "network"))
         toolkit = self.choice(merged.get("cuda_toolkit", "pip"), ("pip", "image"), ("build", "cuda_toolkit"))
         return BuildSettings(ca, wheelhouse, torch_url, index_url, network, toolkit)
+
+    def ca_bundle(self, path: Path, what: str, key: tuple[str | int, ...]) -> None:
+        """A CA bundle goes into every image: PEM certificates only (`certs`), checked once per file."""
+        if path in self.bundles:
+            return
+        try:
+            with open(path, "rb") as handle:
+                certs.certificates(handle.read(certs.MAX_BYTES + 1))
+        except (OSError, certs.NotABundle) as exc:
+            raise self.fail(f"{what} is not a CA bundle: {exc}", key,
+                            hint="name a file of PEM certificates (-----BEGIN CERTIFICATE-----), such as "
+                                 "/etc/ssl/certs/ca-certificates.crt") from None
+        self.bundles.add(path)
 
     def smoke_settings(self, top: dict[str, Any], combo: dict[str, Any]) -> SmokeSettings:
         merged = {**self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS),

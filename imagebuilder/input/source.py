@@ -2,10 +2,18 @@
 
 Scalars stay strings (so `3.10` is "3.10", not 3.1), except `true`/`false` and `null`.
 Every mapping key and value keeps its line, so errors can name `file:line: key`.
+
+A file is hostile until read within `Limits`: only a regular file, at most `max_bytes`, nesting at most
+`max_depth` deep, and at most `max_values` values once its aliases are expanded (an alias bomb of a few
+hundred bytes would otherwise expand to gigabytes). Each is checked before the next step can blow up: the
+size before reading, the depth on libyaml's event stream (no recursion) before composing, the expansion
+while converting.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +24,16 @@ from ..errors import InputError, Where
 
 Path_ = tuple[str | int, ...]
 
+@dataclass(frozen=True)
+class Limits:
+    """What a matrix or layer file may be: a real matrix is a few kilobytes, a few levels deep."""
+
+    max_bytes: int = 1 << 20
+    max_depth: int = 32
+    max_values: int = 100_000
+
+
+LIMITS = Limits()
 _BOOLS = {"true": True, "false": False, "True": True, "False": False, "TRUE": True, "FALSE": False}
 _NULLS = {"", "~", "null", "Null", "NULL"}
 
@@ -45,19 +63,31 @@ def dotted(path: Path_) -> str:
     return out
 
 
-def load(path: Path) -> Document:
+def load(path: Path, limits: Limits = LIMITS) -> Document:
+    where = Where(str(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        info = os.stat(path)  # (not opened yet: opening a FIFO would wait for a writer)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError("not a regular file (a device, FIFO or folder cannot be a matrix or layer file)",
+                             where=where)
+        if info.st_size > limits.max_bytes:
+            raise InputError(f"the file is {info.st_size} bytes; at most {limits.max_bytes} are read", where=where)
+        with open(path, "rb") as handle:
+            data = handle.read(limits.max_bytes + 1)
+        if len(data) > limits.max_bytes:
+            raise InputError(f"the file grew past {limits.max_bytes} bytes while it was read", where=where)
+        text = data.decode("utf-8")
     except FileNotFoundError:
-        raise InputError("file not found", where=Where(str(path))) from None
+        raise InputError("file not found", where=where) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=Where(str(path))) from None
-    return parse(text, str(path))
+        raise InputError(f"cannot read: {exc}", where=where) from None
+    return parse(text, str(path), limits)
 
 
-def parse(text: str, file: str) -> Document:
+def parse(text: str, file: str, limits: Limits = LIMITS) -> Document:
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_depth(text, file, limits)
+        root = yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Where(file, mark.line + 1, mark.column + 1) if mark else Where(file)
@@ -66,12 +96,57 @@ def parse(text: str, file: str) -> Document:
     except yaml.YAMLError as exc:
         raise InputError(f"YAML error: {exc}", where=Where(file)) from None
     marks: dict[Path_, tuple[int, int]] = {}
-    value = _convert(root, (), marks, file) if root is not None else None
+    value = _Converter(file, limits, marks).convert(root, ()) if root is not None else None
     return Document(file, value, marks)
 
 
-def _convert(node: yaml.Node, path: Path_, marks: dict[Path_, tuple[int, int]], file: str) -> Any:
-    marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where it is built in: the same documents
+
+
+def _check_depth(text: str, file: str, limits: Limits) -> None:
+    """Nesting deeper than `limits.max_depth`, refused from the event stream (composing is recursive)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > limits.max_depth:
+                mark = event.start_mark
+                raise InputError(f"nested more than {limits.max_depth} levels deep",
+                                 where=Where(file, mark.line + 1, mark.column + 1) if mark else Where(file))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+@dataclass
+class _Converter:
+    """Plain values from composed nodes, counting every value an alias expands to."""
+
+    file: str
+    limits: Limits
+    marks: dict[Path_, tuple[int, int]]
+    values: int = 0
+    open: set[int] = field(default_factory=set)  # nodes being converted: an alias to one is a cycle
+
+    def where(self, node: yaml.Node, path: Path_) -> Where:
+        return Where(self.file, node.start_mark.line + 1, node.start_mark.column + 1, dotted(path) or None)
+
+    def convert(self, node: yaml.Node, path: Path_) -> Any:
+        self.values += 1
+        if self.values > self.limits.max_values:
+            raise InputError(f"more than {self.limits.max_values} values once YAML aliases are expanded "
+                             "(an alias bomb?)", where=self.where(node, path))
+        if len(path) > self.limits.max_depth or id(node) in self.open:
+            raise InputError(f"aliases nest more than {self.limits.max_depth} levels deep, or refer to "
+                             "themselves", where=self.where(node, path))
+        self.open.add(id(node))
+        try:
+            return _convert(node, path, self)
+        finally:
+            self.open.discard(id(node))
+
+
+def _convert(node: yaml.Node, path: Path_, converter: _Converter) -> Any:
+    converter.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.ScalarNode):
         if node.tag == "tag:yaml.org,2002:str" and node.style is not None:
             return node.value  # quoted: always a string
@@ -81,18 +156,16 @@ def _convert(node: yaml.Node, path: Path_, marks: dict[Path_, tuple[int, int]], 
             return None
         return node.value
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(child, (*path, i), marks, file) for i, child in enumerate(node.value)]
+        return [converter.convert(child, (*path, i)) for i, child in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                w = Where(file, key_node.start_mark.line + 1, key_node.start_mark.column + 1, dotted(path) or None)
-                raise InputError("mapping keys must be plain names", where=w)
+                raise InputError("mapping keys must be plain names", where=converter.where(key_node, path))
             key = key_node.value
             if key in out:
-                w = Where(file, key_node.start_mark.line + 1, key_node.start_mark.column + 1, dotted((*path, key)))
-                raise InputError(f"duplicate key {key!r}", where=w)
-            out[key] = _convert(value_node, (*path, key), marks, file)
-            marks[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                raise InputError(f"duplicate key {key!r}", where=converter.where(key_node, (*path, key)))
+            out[key] = converter.convert(value_node, (*path, key))
+            converter.marks[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
         return out
-    raise InputError("unsupported YAML node", where=Where(file, node.start_mark.line + 1))
+    raise InputError("unsupported YAML node", where=Where(converter.file, node.start_mark.line + 1))

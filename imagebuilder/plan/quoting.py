@@ -12,7 +12,8 @@ instruction, in a comment) and the value is written in the form that is inert th
 | inside "..."   | the value, which must hold no `"`, `$`, backtick or backslash                      |
 | JSON string    | the value, which must be plain words (a JSON-form `RUN ["sh", "-c", ...]` hides a shell) |
 | JSON value     | the value as a JSON string                                                         |
-| comment        | the value                                                                          |
+| comment        | the value, which must not end in a backslash (it would join the next line to the comment) |
+| before the first FROM | nothing: a comment there can be a parser directive (`# escape=`, `# syntax=`) |
 
 A value with a newline or another control character is refused everywhere: it would end the instruction.
 A value that cannot be placed where the template puts it is an input error, never a silent rewrite.
@@ -50,6 +51,7 @@ class Place(enum.Enum):
     JSON_STRING = "a JSON string"
     JSON = "a JSON value"
     COMMENT = "a comment"
+    PREAMBLE = "the lines before the first FROM"
 
 
 class Unquotable(ValueError):
@@ -82,7 +84,12 @@ def place(value: str, where: Place, *, json_text: bool = False) -> str:
 
     if _CONTROL.search(value):
         raise refuse("it holds a newline or a control character, which would end the instruction")
+    if where is Place.PREAMBLE:
+        raise refuse("a comment there can be read as a parser directive (escape=, syntax=), which changes how "
+                     "the whole Dockerfile is read")
     if where is Place.COMMENT:
+        if value.rstrip(" \t").endswith("\\"):
+            raise refuse("it ends in a backslash, which would join the next line to the comment")
         return value
     if where is Place.WORD:
         return quote_word(value)
@@ -166,9 +173,9 @@ def places(text: str) -> dict[int, tuple[Place, int]]:
     shell form of RUN/CMD/ENTRYPOINT a shell then reads the joined text (quotes, backslash escapes, and an
     unquoted `#` after a blank starting a comment to the end of the instruction); other instructions go
     through Docker's own word parser (the same quotes and escapes, no comments); JSON forms are arrays
-    of JSON strings."""
+    of JSON strings. Before the first FROM nothing may be printed (`Place.PREAMBLE`)."""
     out: dict[int, tuple[Place, int]] = {}
-    continuing = False
+    continuing = seen_from = False
     keyword = ""
     quote: str | None = None
     comment = json_form = in_string = False
@@ -179,13 +186,14 @@ def places(text: str) -> dict[int, tuple[Place, int]]:
         if not continuing or stripped.startswith("#"):
             if not stripped or stripped.startswith("#"):
                 for match in _MARK.finditer(line):
-                    out[offset + match.start()] = (Place.COMMENT, number)
+                    out[offset + match.start()] = (Place.COMMENT if seen_from else Place.PREAMBLE, number)
                 offset += len(line) + 1
                 continue
             quote, comment, in_string = None, False, False
             head = re.match(r"\s*(\S+)\s*", line)
             assert head is not None
             keyword = _MARK.sub("", head.group(1)).upper()
+            seen_from = seen_from or keyword == "FROM"
             json_form = keyword in _JSON_FORM and line[head.end():].startswith("[")
             # a printed value standing as the instruction itself is read as a word
             start = head.start(1) if _MARK.match(line, head.start(1)) else head.end(1)
@@ -193,7 +201,9 @@ def places(text: str) -> dict[int, tuple[Place, int]]:
         while i < len(line):
             at = _MARK.match(line, i)
             if at:
-                if comment:
+                if not seen_from:
+                    where = Place.PREAMBLE
+                elif comment:
                     where = Place.COMMENT
                 elif json_form:
                     where = Place.JSON_STRING if in_string else Place.JSON

@@ -23,6 +23,7 @@ import jinja2.meta
 from markupsafe import Markup
 
 from ..errors import InputError, Where
+from ..input import certs
 from ..input.layers import Layer, project_dir
 from ..input.matrix import Entry
 from .quoting import Marks, Unquotable, quote_word
@@ -59,6 +60,7 @@ WORKDIR {{workdir}}
 FINAL_USER = "USER {uid}:{gid}\n"
 HELPERS = ("cuda_prefix.py", "requires.py", "cuda_home.py")  # imagebuilder's scripts that macros.j2 COPYs
 PARENT = "imagebuilder-parent-image-4f1c2a"  # stands in for parent_image while a template's output is reused
+DIRECTIVE = re.compile(r"#\s*[A-Za-z][A-Za-z0-9_-]*\s*=")  # `# syntax=…`, `# escape=…`, `# check=…`
 FIRST_FROM = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+\S+)?\s*$", re.IGNORECASE)
 
 
@@ -128,6 +130,7 @@ class Renderer:
     _sources: dict[Path, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     _files: dict[Path, tuple[tuple[tuple[str, bytes], ...], frozenset[str]]] = field(default_factory=dict)
     _blobs: dict[Path, bytes] = field(default_factory=dict)
+    _bundles: dict[Path, bytes] = field(default_factory=dict)  # CA bundle -> its certificate blocks
     _reads: dict[Path, tuple[str, ...] | None] = field(default_factory=dict)
     _outputs: dict[tuple[Path, str], str] = field(default_factory=dict)
 
@@ -263,6 +266,15 @@ class Renderer:
             self._blobs[path] = path.read_bytes()
         return self._blobs[path]
 
+    def certificates(self, bundle: Path) -> bytes:
+        """What of a CA bundle goes into the image: its certificate blocks alone (`certs`; the loader checked it)."""
+        if bundle not in self._bundles:
+            try:
+                self._bundles[bundle] = certs.certificates(self.blob(bundle))
+            except certs.NotABundle as exc:  # (changed since the matrix was loaded)
+                raise InputError(f"CA bundle {bundle} is not a CA bundle: {exc}") from None
+        return self._bundles[bundle]
+
     def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str, *, root: bool) -> RenderedNode:
         """`root`: the node builds FROM the base image (it creates the image's user)."""
         try:
@@ -293,7 +305,7 @@ class Renderer:
             files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(DATA / "add_user.sh")))
         text += VERSIONS_STEP + FINAL_USER.format(**user)
         if entry.build.ca_bundle:
-            files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.blob(entry.build.ca_bundle)))
+            files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.certificates(entry.build.ca_bundle)))
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
 
 
@@ -348,10 +360,15 @@ def constraints(entry: Entry) -> str:
 
 
 def check_first_from(text: str, parent_image: str, template: Path) -> int:
-    """The line number of the first instruction, which must be `FROM <parent_image>`."""
+    """The line number of the first instruction, which must be `FROM <parent_image>`. Before it only blank
+    lines and plain comments may stand: no ARG, and no comment Docker could read as a parser directive."""
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#") or stripped.upper().startswith("ARG "):
+        if DIRECTIVE.match(stripped):
+            raise InputError(f"{stripped[:60]!r} before the first FROM is a parser directive, which changes how the "
+                             "whole Dockerfile is read; imagebuilder writes none", where=Where(str(template), number),
+                             hint="reword the comment (no `name=` at its start), or move it below the FROM")
+        if not stripped or stripped.startswith("#"):
             continue
         match = FIRST_FROM.match(stripped)
         if match and match.group(1) == parent_image:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
@@ -45,8 +46,12 @@ def find_in_image(inspect: Mapping[str, Any], history: Iterable[Mapping[str, Any
     places += [(f"label {key}", f"{key}={value}") for key, value in (config.get("Labels") or {}).items()]
     places += [(f"history step {i + 1} ({mask(str(entry.get('CreatedBy', '')), secrets)[:60].strip()}...)",
                 str(entry.get("CreatedBy", ""))) for i, entry in enumerate(reversed(list(history)))]
-    return [f"{name} appears in the image's {where}" for name, value in secrets.items()
-            for where, text in places if value in text]
+    found = [f"{name} appears in the image's {where}" for name, value in secrets.items()
+             for where, text in places if value in text]
+    return found + [f"the image's {where.split(' (', 1)[0]} holds {what}" for where, text in places  # (no excerpt)
+                    for what, hints, pattern in TOKEN_PATTERNS
+                    if what.startswith("a URL") and any(h in text.encode() for h in hints)
+                    and re.search(pattern, text.encode())]
 
 
 def mask(text: str, secrets: Mapping[str, str]) -> str:
@@ -67,6 +72,19 @@ def find_in_build_args(args: Mapping[str, str], secrets: Mapping[str, str]) -> l
     return found
 
 
+# A URL query parameter that carries a credential: `token`, `access_token`, `api_key`, `sig` (Azure SAS),
+# `X-Amz-Signature`, `X-Goog-Credential`, `password`, ... (the whole name, or its last `_`/`-`/`.` word).
+QUERY_SECRET = (r"(?:[A-Za-z0-9_.-]*[_.-])?"
+                r"(?:token|key|apikey|sig|signature|password|passwd|pwd|secret|auth|credential)s?")
+
+
+def query_credential(url: str) -> str | None:
+    """The name of the first query parameter of `url` that carries a credential (with a value), or None."""
+    query = urllib.parse.urlsplit(url).query if "?" in url else ""
+    return next((name for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True)
+                 if value and re.fullmatch(QUERY_SECRET, name, re.IGNORECASE)), None)
+
+
 # Credentials with a shape of their own: what a layer's files must never hold, whoever put them there. Each
 # pattern has a literal that every match contains, checked first (a fast substring search) before the regex.
 TOKEN_PATTERNS: tuple[tuple[str, tuple[bytes, ...], bytes], ...] = (
@@ -80,6 +98,8 @@ TOKEN_PATTERNS: tuple[tuple[str, tuple[bytes, ...], bytes], ...] = (
     ("a URL with a password", (b"://",), rb"\b(?:https?|ftp)://[A-Za-z0-9._~%!$&()*+,;=-]+:"
                                           rb"(?!(?:pass|password|passwd|pwd|secret|xxx+)@)"
                                           rb"[A-Za-z0-9._~%!$&()*+,;=-]{3,}@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+    ("a URL with a credential in its query", (b"://",), rb"(?i)\b(?:https?|ftp)://[^\s'\"<>?]*\?(?:[^\s'\"<>#]*&)?"
+                                                       + QUERY_SECRET.encode() + rb"=[^&\s'\"<>#]{6,}"),
 )
 # Variables whose value is a credential, set in a file (an .env, a profile, /etc/environment).
 SECRET_VARIABLES = (b"HF_TOKEN", b"HUGGING_FACE_HUB_TOKEN", b"GITHUB_TOKEN", b"GH_TOKEN", b"AWS_SECRET_ACCESS_KEY",

@@ -38,14 +38,27 @@ class Move:
         return "unchanged" if self.previous == self.digest else f"moves from {self.previous[:19]}"
 
 
+def template_problem(template: str) -> str | None:
+    """What is wrong with a `--to` template (braces that do not pair, a field other than FIELDS, a conversion
+    or format a tag cannot take), or None."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        unknown = next((name for name in names if name not in FIELDS), None)
+        if unknown is not None:
+            return f"uses unknown field {{{unknown}}}: " + (did_you_mean(unknown, FIELDS) or
+                                                            f"fields: {', '.join(FIELDS)}")
+        template.format(**{name: name for name in FIELDS})
+    except (ValueError, KeyError, IndexError) as exc:
+        return f"is not a template: {exc}"
+    return None
+
+
 def _target(template: str, source_repo: str, tag: str, match: str) -> tuple[str, str]:
     """The (repository, tag) a source tag is promoted to; `template` is a tag template, or a whole
     reference `host/repo:tag-template` in the same registry."""
-    names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    for name in names:
-        if name not in FIELDS:
-            raise InputError(f"--to {template!r} uses unknown field {{{name}}}",
-                             hint=did_you_mean(name, FIELDS) or f"fields: {', '.join(FIELDS)}")
+    problem = template_problem(template)
+    if problem is not None:
+        raise InputError(f"--to {template!r}: {problem}")
     filled = template.format(tag=tag, match=match, repository=source_repo)
     repo, _, new_tag = filled.rpartition(":") if ":" in filled.rsplit("/", 1)[-1] else ("", "", filled)
     if not TAG_RE.fullmatch(new_tag):

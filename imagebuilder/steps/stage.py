@@ -24,6 +24,8 @@ from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan, State
 from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
 from ..ports import Engine, LineSink
+from ..ports.reference import parse
+from ..ports.registry import Registries
 from ..secrets import redact
 from ..secrets.scan import Findings
 from .context import RunContext, Served
@@ -372,8 +374,15 @@ class Staged(Nodes):
 
     command: str  # for the message: the command that builds nothing
 
-    def require(self, plan: Plan) -> None:
+    def require(self, plan: Plan, registries: Registries) -> None:
+        """Every node is staged: its key tag answered in the registry (or its image is on this engine). A
+        registry that did not answer says nothing of what it holds: an outage, not an unstaged plan."""
         missing = [cache_ref(n) for n in plan.nodes if n.status != State.CACHED]
+        unknown = [ref for ref in missing if not registries.answers(parse(ref).host)]
+        if unknown:
+            raise EngineError(f"registry {parse(unknown[0]).host} did not answer: whether {len(unknown)} node(s) of "
+                              f"the plan are staged is unknown (first: {unknown[0]}); `imagebuilder {self.command}` "
+                              "ran nothing")
         if missing:
             raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry "
                              f"(first: {missing[0]}); `imagebuilder {self.command}` builds nothing",

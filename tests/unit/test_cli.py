@@ -264,3 +264,161 @@ def test_smoke_with_neither_labels_nor_expect_is_an_input_error(monkeypatch: pyt
     assert code == 0 and seen["expect"] == {"torch": "2.6.0"}
     code, seen = smoke_with(monkeypatch, BUILT_LABELS, "--expect", "throughput_floor=0.1")
     assert code == 2 and seen == {}  # a floor is never lowered
+
+
+def tiny_matrix(folder: Path, registry: str = "r:5000") -> Path:
+    """A valid matrix of one CPU entry that needs nothing on disk and no package index (with --offline)."""
+    path = folder / "m.yaml"
+    path.write_text(f"base_image: debian:bookworm\nregistry: {registry}/ml\nrepository: p\nlayers: [base]\n"
+                    "torch_extras: []\nbuild: {pip_index_url: {cpu: 'https://pypi.org/simple'}}\n"
+                    "matrix: {torch: [2.13.0], accelerator: [cpu], python: ['3.11']}\n")
+    return path
+
+
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine must not be asked: the command stops before anything slow starts."""
+    from imagebuilder import cli
+
+    def engine(self: object) -> object:
+        raise AssertionError("the engine was asked")
+    monkeypatch.setattr(cli.Context, "engine", engine)
+
+
+@pytest.mark.parametrize(("args", "option", "why"), [
+    (["render", "--out", "{bad}"], "--out", "cannot be created: {file} is not a folder"),
+    (["render", "--out", "{file}"], "--out", "exists and is not a folder"),
+    (["export", "bake", "-o", "{bad}/docker-bake.json"], "--output", "cannot be created: {file} is not a folder"),
+    (["export", "bake", "-o", "{tmp}"], "--output", "is a folder, not a file"),
+    (["export", "bake", "--contexts", "{bad}"], "--contexts", "cannot be created: {file} is not a folder"),
+    (["--cache-dir", "{bad}", "verify"], "--cache-dir", "cannot be created: {file} is not a folder"),
+    (["build", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+    (["stage", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+    (["verify", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+    (["publish", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+])
+def test_an_unwritable_output_is_an_input_error_before_anything_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
+        option: str, why: str) -> None:
+    from imagebuilder import cli
+
+    no_engine(monkeypatch)
+    file = tmp_path / "a-file"
+    file.write_text("")
+    names = {"bad": str(file / "x"), "file": str(file), "tmp": str(tmp_path)}
+    argv = [arg.format(**names) for arg in args]
+    command = 3 if argv[0] == "--cache-dir" else 2 if argv[0] == "export" else 1
+    argv[command:command] = ["--matrix", str(tiny_matrix(tmp_path))]
+    assert cli.main(["--offline", *argv]) == 2
+    err = capsys.readouterr().err
+    path = argv[argv.index(option if option in argv else "-o") + 1]
+    assert err.strip() == f"error: {option} {path}: {why.format(**names)}"
+    assert not (file / "x").exists() and not (Path.cwd() / "bake-contexts").exists()
+
+
+def test_a_folder_that_is_not_writable_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """(As root every folder is writable: the test asks a folder that says it is not.)"""
+    from imagebuilder import cli
+
+    no_engine(monkeypatch)
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: not mode & os.W_OK or Path(path) != tmp_path)
+    assert cli.main(["--offline", "render", "--matrix", str(tiny_matrix(tmp_path)), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out {tmp_path}: is not writable"
+    assert cli.main(["--offline", "render", "--matrix", str(tiny_matrix(tmp_path)), "--out",
+                     str(tmp_path / "new")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out {tmp_path / 'new'}: cannot be created: {tmp_path} is " \
+        "not writable"
+
+
+@pytest.mark.parametrize(("template", "why"), [
+    ("{", "is not a template: Single '{' encountered in format string"),
+    ("stable-}", "is not a template: Single '}' encountered in format string"),
+    ("{tag!z}", "is not a template: Unknown conversion specifier z"),
+    ("stable-{tga}", "uses unknown field {tga}: did you mean 'tag'?"),
+])
+def test_promote_refuses_a_malformed_template_before_asking_the_registry(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], template: str, why: str) -> None:
+    from imagebuilder import cli
+    from imagebuilder.errors import EngineUnavailable
+    from imagebuilder.ports.registry import Registry
+
+    from .fakes import FakeRegistry
+
+    registry, asked = FakeRegistry(), []
+    registry.image("ml/p", "nightly-a", "a")
+
+    def for_host(cls: object, host: str, insecure: tuple[str, ...] = ()) -> FakeRegistry:
+        asked.append(host)
+        return registry
+
+    def engine(self: object) -> object:
+        raise EngineUnavailable("no engine in this test")
+    monkeypatch.setattr(cli.Context, "engine", engine)
+    monkeypatch.setattr(Registry, "for_host", classmethod(for_host))
+    assert cli.main(["promote", "--from", "r:5000/ml/p:nightly-*", "--to", template]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --to {template!r}: {why}"
+    assert asked == []
+
+
+def test_smoke_shm_size_is_a_size(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, seen = smoke_with(monkeypatch, BUILT_LABELS, "--shm-size", "bogus")
+    assert code == 2 and seen == {}
+    assert capsys.readouterr().err.strip() == "error: --shm-size 'bogus': not a size: a number of bytes, optionally " \
+        "with a unit b, k, m or g, e.g. 2g"
+    code, seen = smoke_with(monkeypatch, BUILT_LABELS, "--shm-size", "512m")
+    assert code == 0 and seen["shm_size"] == "512m"
+
+
+def test_plan_wave_is_not_negative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A wave past the plan's last one is an empty matrix, not an error: the nightly workflow asks for waves 1, 2
+    and 3 to learn whether the plan has them."""
+    from imagebuilder import cli
+    from imagebuilder.errors import EngineUnavailable
+
+    def engine(self: object) -> object:
+        raise EngineUnavailable("no engine in this test")
+    monkeypatch.setattr(cli.Context, "engine", engine)
+    argv = ["--offline", "plan", "--matrix", str(tiny_matrix(tmp_path)), "--format", "github-matrix", "--wave"]
+    assert cli.main([*argv, "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --wave -1: a wave is 0 or more"
+    assert cli.main([*argv, "3"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"include": []}
+
+
+@pytest.mark.parametrize("command", ["verify", "publish"])
+def test_a_registry_that_does_not_answer_is_an_outage_not_an_unstaged_plan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Exit 1 naming the registry's host, where nothing listens; a registry that answers without the key tag is
+    still exit 2, not staged. Nothing is built, run or reported either way."""
+    import socket
+
+    from imagebuilder import cli
+    from imagebuilder.ports.registry import Registries, Registry
+    from imagebuilder.smoke.runner import GpuHost
+
+    from .fakes import FakeEngine, FakeRegistry
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{probe.getsockname()[1]}"
+    engine = FakeEngine(FakeRegistry(host=host))
+    engine.add({"config": {"Labels": {"os": "debian"}}}, "debian:bookworm")
+    monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.GpuHost, "probe", classmethod(lambda cls: GpuHost((), (), None)))
+    argv = ["--offline", "--cache-dir", str(tmp_path / "cache"), command, "--matrix",
+            str(tiny_matrix(tmp_path, host)), "--report", str(tmp_path / "report")]
+
+    closed = Registries(lambda name: Registry(host=name, insecure=True, attempts=1))  # the real client, no retries
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, insecure, use=True: closed))
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"error: registry {host} did not answer: whether 1 node(s) of the plan are staged is unknown" in err
+    assert "not staged" not in err and "Traceback" not in err
+
+    answers = Registries(lambda name: engine.registry)  # a registry that answers: it has no such key tag
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, insecure, use=True: answers))
+    assert cli.main(argv) == 2
+    assert f"error: not staged: 1 node(s) of the plan have no key tag in the registry (first: {host}/ml/p:cache-" in \
+        capsys.readouterr().err
+    assert engine.builds == [] and engine.runs == [] and not (tmp_path / "report").exists()

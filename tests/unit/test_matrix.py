@@ -10,6 +10,7 @@ from imagebuilder.input import matrix
 from imagebuilder.input.compat import CompatTable
 
 from ..conftest import MatrixWriter
+from .test_certs import pem_certificate
 
 
 def load(path: Path, table: CompatTable, **kw: object) -> matrix.Matrix:
@@ -248,7 +249,7 @@ exclude: [{torch: 2.7.1}]
 def test_build_settings(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
     (tmp_path / "wheels").mkdir()
     ca = tmp_path / "corp.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca.write_bytes(pem_certificate())
     path = write_matrix(header + """
 matrix: {torch: [2.6.0], accelerator: [cpu], python: ["3.11"]}
 build:

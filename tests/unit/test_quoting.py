@@ -16,11 +16,13 @@ HOSTILE = "x; touch /tmp/pwned $(touch /tmp/pwned) `touch /tmp/pwned` && echo {a
 
 
 def render(source: str, **values: object) -> str:
+    """`source` rendered; one without a FROM of its own stands after `FROM base` (not returned)."""
     marks = Marks()
     env = jinja2.Environment(autoescape=True, finalize=marks.finalize, undefined=jinja2.StrictUndefined)
     env.filters.update(join=marks.join, shquote=marks.shquote, tojson=marks.tojson)
     marks.begin()
-    return marks.resolve(env.from_string(source).render(**values))
+    head = "" if "FROM" in source else "FROM base\n"
+    return marks.resolve(head + env.from_string(source).render(**values))[len(head):]
 
 
 @pytest.mark.parametrize(("line", "want"), [
@@ -42,24 +44,49 @@ def render(source: str, **values: object) -> str:
 ])
 def test_each_place_is_found(line: str, want: Place) -> None:
     marks = Marks()
-    text = line.replace("{{ v }}", str(marks.mark("v")))
+    text = "FROM base\n" + line.replace("{{ v }}", str(marks.mark("v")))
     assert [where for where, _ in places(text).values()] == [want]
+
+
+@pytest.mark.parametrize("source", ["# {{ v }}\nFROM base", "ARG X={{ v }}\nFROM base", "\n# a\n#{{ v }}\nFROM base",
+                                    "{{ v }}\nFROM base"])
+def test_nothing_is_printed_before_the_first_from(source: str) -> None:
+    """A comment before the first FROM can be a parser directive: `escape=` changes how every later line is read,
+    `syntax=` makes BuildKit run another frontend image. No value stands there, not even a harmless one."""
+    marks = Marks()
+    text = source.replace("{{ v }}", str(marks.mark("v")))
+    assert [where for where, _ in places(text).values()] == [Place.PREAMBLE]
+    with pytest.raises(Unquotable, match="parser directive"):
+        render(source, v="escape=`")
+    with pytest.raises(Unquotable, match="parser directive"):
+        render(source, v="plain words")
+    assert render("FROM base\n" + source.replace("\nFROM base", ""), v="plain") .startswith("FROM base")
+
+
+@pytest.mark.parametrize("value", ["a\\", "ends in a backslash \\  ", "x\\ "])
+@pytest.mark.parametrize("source", ["FROM base\nRUN true  # {{ v }}\nENV SWALLOWED=1", "FROM base\n# {{ v }}\nENV B=1"])
+def test_a_comment_cannot_swallow_the_next_line(source: str, value: str) -> None:
+    """Docker joins a line that ends in a backslash to the next: a value ending a comment that way would make
+    the next instruction (here an ENV) part of the comment, and the build would still succeed without it."""
+    with pytest.raises(Unquotable, match="ends in a backslash"):
+        render(source, v=value)
+    assert render(source, v="a \\ in the middle").count("\n") == 2
 
 
 def test_continued_lines_keep_their_quotes_and_comment_lines_inside_are_dropped() -> None:
     marks = Marks()
     m = [str(marks.mark(i)) for i in range(4)]
-    text = (f"RUN echo '{m[0]} \\\n"
+    text = (f"FROM base\nRUN echo '{m[0]} \\\n"
             f"   still quoted' {m[1]} \\\n"
             f"# a comment line inside the instruction {m[2]}\n"
             f"   && echo {m[3]}\n")
     assert [w for w, _ in places(text).values()] == [Place.SINGLE, Place.WORD, Place.COMMENT, Place.WORD]
-    assert [line for _, line in places(text).values()] == [1, 2, 3, 4]
+    assert [line for _, line in places(text).values()] == [2, 3, 4, 5]
 
 
 def test_a_shell_comment_runs_to_the_end_of_the_joined_instruction() -> None:
     marks = Marks()
-    text = f"RUN echo a # note \\\n && echo {marks.mark('v')}\nRUN echo {marks.mark('w')}\n"
+    text = f"FROM base\nRUN echo a # note \\\n && echo {marks.mark('v')}\nRUN echo {marks.mark('w')}\n"
     assert [w for w, _ in places(text).values()] == [Place.COMMENT, Place.WORD]
 
 
@@ -100,7 +127,7 @@ def test_markup_and_macro_output_pass_as_they_are() -> None:
 def test_a_value_that_cannot_be_placed_inertly_is_refused(line: str, value: str, why: str) -> None:
     with pytest.raises(Unquotable) as info:
         render(line, v=value)
-    assert why in str(info.value) and "rendered line 1" in str(info.value)
+    assert why in str(info.value) and "rendered line 2" in str(info.value)  # (after `FROM base`)
 
 
 def test_json_places() -> None:

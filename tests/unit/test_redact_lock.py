@@ -43,6 +43,18 @@ def test_a_secret_is_found_in_history_env_and_labels_by_name_never_by_value() ->
     assert redact.find_in_image(inspect, history, {"$OTHER_TOKEN": "zzzzzzzz"}) == []
 
 
+def test_a_url_with_credentials_is_found_in_history_and_labels_unknown_as_its_secret_may_be() -> None:
+    """A token in a URL's query (or a password in its user info) that this host never knew: found by its shape."""
+    inspect = {"Config": {"Env": ["PATH=/usr/bin"], "Labels": {
+        "io.example.source": "https://files.example.com/w.tgz?X-Amz-Credential=AKIAEXAMPLE&X-Amz-Signature=f00dfeed"}}}
+    history = [{"CreatedBy": "/bin/sh -c pip install --index-url https://pypi.example.com/simple?token=s3cr3t-v4l x"},
+               {"CreatedBy": "/bin/sh -c pip install --index-url https://pypi.org/simple?page=2 torch"}]
+    found = redact.find_in_image(inspect, history, {})
+    assert found == ["the image's label io.example.source holds a URL with a credential in its query",
+                     "the image's history step 2 holds a URL with a credential in its query"]
+    assert redact.find_in_image({"Config": {}}, history[1:], {}) == []
+
+
 def test_mask_replaces_every_value_longest_first() -> None:
     secrets = {"a": "pw-123456", "b": "pw-123456-long"}
     assert redact.mask("x pw-123456-long y pw-123456 z", secrets) == "x *** y *** z"

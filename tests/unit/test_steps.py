@@ -54,7 +54,7 @@ def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,
     decided_plan, pool = decided(plan, engine)
     for step in steps:
         if isinstance(step, Staged):
-            step.require(decided_plan)
+            step.require(decided_plan, pool)
     keys = Keys.load(folder / "cache" / "keys", {}, trusted)
     records = execute(engine, decided_plan, pool, Specs(decided_plan), keys, steps, Console(file=io.StringIO()),
                       RunOptions(report_dir=folder, cache_dir=folder / "cache", logs="none"))
