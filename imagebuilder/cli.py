@@ -35,6 +35,7 @@ from .evidence.signing import Keys, Signer
 from .input import compat as compat_mod
 from .input import compat_refresh, grammar
 from .input import matrix as matrix_mod
+from .input import schema as schema_mod
 from .interrupts import Interrupts
 from .plan import cache as cache_mod
 from .plan import keys
@@ -343,9 +344,25 @@ def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.
         for package, version in e.overrides:
             pin = dict(e.pins).get(package)
             console.print(f"    override: {package}=={version} instead of torch's pin {pin}", highlight=False)
+        written = [f"{key} {where}" for key, where in e.origins if where != "default"]
+        defaults = [key for key, where in e.origins if where == "default"]
+        console.print(f"    from: {escape(', '.join(written))}", highlight=False)
+        console.print(f"    defaults: {escape(', '.join(defaults))}", highlight=False)
     console.print("[bold]excluded[/]" + ("" if matrix.excluded else ": none"), highlight=False)
     for combo, why in matrix.excluded:
         console.print(f"  {escape(combo)}  <- {escape(why)}", highlight=False)
+
+
+@cli.command("schema")
+@click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True,
+              help="A JSON Schema of matrix.yaml (for editors), or README's table of keys.")
+@click.pass_obj
+def schema_command(ctx: Context, fmt: str) -> None:
+    """The matrix file's keys: their kinds, defaults and where they may appear (input/schema.py)."""
+    if fmt == "json":
+        print(json.dumps(schema_mod.json_schema(), indent=2))
+    else:
+        print(schema_mod.markdown(), end="")
 
 
 @cli.group()

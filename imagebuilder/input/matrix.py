@@ -158,6 +158,7 @@ class Entry:
     user: UserSpec = UserSpec()
     toolkit: tuple[str, ...] = ()  # devel flavor of a CUDA entry: nvcc and CUDA headers as pip requirements
     cuda_libs: tuple[str, ...] = ()  # torch's CUDA library wheels (compat.Variant.cuda_libs): the shared CUDA node
+    origins: tuple[tuple[str, str], ...] = ()  # key -> where its value was written (`file:line`) or `default`
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -174,6 +175,29 @@ class Matrix:
     entries: tuple[Entry, ...]
     excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
     warnings: tuple[str, ...] = field(default=())
+
+
+@dataclass
+class Combo:
+    """One entry before it is resolved: its raw values, and where each was written (a `matrix:` axis value,
+    an include's key); keys it lacks come from the top level or the schema's default."""
+
+    values: dict[str, Any]
+    origin: tuple[str | int, ...]  # ("matrix",) or ("include", i)
+    paths: dict[str, tuple[str | int, ...]]
+    original: dict[str, Any] = field(default_factory=dict)  # the axis values, before any include
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A mapping key merged over the levels (`build`, `smoke`, `user`): each leaf's value and where it was written."""
+
+    name: str
+    values: dict[str, Any]
+    paths: dict[str, tuple[str | int, ...]]
+
+    def path(self, leaf: str) -> tuple[str | int, ...]:
+        return self.paths.get(leaf, (self.name, leaf))
 
 
 BasePython = Callable[[str], "str | None"]
@@ -245,11 +269,11 @@ class _Loader:
                             "imagebuilder's loopback proxy, and nothing of them enters an image")
         raise self.fail(problem, path, hint=grammar.hint("url"))
 
-    def setting(self, merged: Mapping[str, Any], name: str) -> str:
+    def setting(self, merged: Merged, name: str) -> str:
         """A value of a merged mapping (`build`, `smoke`, `user`), or the schema's default; checked against
-        the schema's kind for the key."""
+        the schema's kind for the key, an error naming where it was written."""
         key = schema.key(name)
-        return self.scalar(merged.get(key.leaf, key.default), key.kind, tuple(name.split(".")))
+        return self.scalar(merged.values.get(key.leaf, key.default), key.kind, merged.path(key.leaf))
 
     def mapping(self, value: Any, path: tuple[str | int, ...], allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -304,12 +328,11 @@ class _Loader:
         if "vars" in top:
             self.mapping(top["vars"] or {}, ("vars",), tuple(top["vars"] or {}))
         combos, excluded = self.expand(top)
-        entries = [self.entry(top, combo, path) for combo, path in combos]
+        entries = [self.entry(top, combo) for combo in combos]
         self.check_unique(entries)
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings))
 
-    def expand(self, top: dict[str, Any]) -> tuple[list[tuple[dict[str, str], tuple[str | int, ...]]],
-                                                     list[tuple[str, str]]]:
+    def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)
         if not axes:
             raise self.fail("no axes: give at least `torch` and `accelerator`", ("matrix",))
@@ -333,9 +356,9 @@ class _Loader:
                             "are planned", ("matrix",),
                             hint="raise the cap (`imagebuilder --max-entries N ...`, or IMAGEBUILDER_MAX_ENTRIES) if "
                                  "the matrix is meant to be this large, or split it into several files")
-        combos: list[tuple[dict[str, str], tuple[str | int, ...]]] = [
-            (dict(zip(names, prod, strict=True)), ("matrix",)) for prod in itertools.product(*values.values())
-        ]
+        combos = [Combo({name: values[name][i] for name, i in zip(names, prod, strict=True)}, ("matrix",),
+                        {name: ("matrix", name, i) for name, i in zip(names, prod, strict=True)})
+                  for prod in itertools.product(*(range(len(v)) for v in values.values()))]
         excluded: list[tuple[str, str]] = []
         for i, rule in enumerate(self.listof(top.get("exclude", []), ("exclude",))):
             path = ("exclude", i)
@@ -344,17 +367,17 @@ class _Loader:
                 raise self.fail("an empty exclude would remove every entry", path)
             want = {k: self.scalar(v, "image" if k == "base_image" else k, (*path, k)) for k, v in rule.items()}
             kept = []
-            for combo, origin in combos:
-                if all(combo.get(k) == v for k, v in want.items()):
-                    excluded.append((_label(combo), f"exclude[{i}] {_label(want)} ({self.doc.where(path)})"))
+            for combo in combos:
+                if all(combo.values.get(k) == v for k, v in want.items()):
+                    excluded.append((_label(combo.values), f"exclude[{i}] {_label(want)} ({self.doc.where(path)})"))
                 else:
-                    kept.append((combo, origin))
+                    kept.append(combo)
             if len(kept) == len(combos):
                 self.note(f"{self.doc.where(path)}: exclude {_label(want)} matches no entry", path)
             combos = kept
-        originals = [dict(c) for c, _ in combos]
-        extended: list[dict[str, Any]] = [dict(c) for c, _ in combos]
-        added: list[tuple[dict[str, Any], tuple[str | int, ...]]] = []
+        for combo in combos:
+            combo.original = dict(combo.values)
+        added: list[Combo] = []
         entry_keys = (*AXES, *ENTRY_ONLY_KEYS, *CASCADED_KEYS)
         for i, rule in enumerate(includes):
             path = ("include", i)
@@ -362,17 +385,18 @@ class _Loader:
             if not rule:
                 raise self.fail("an empty include adds nothing", path)
             matched = False
-            for orig, ext in zip(originals, extended, strict=True):
-                if all(orig[k] == str(v) for k, v in rule.items() if k in orig):
-                    ext.update(rule)
+            for combo in combos:
+                if all(combo.original[k] == str(v) for k, v in rule.items() if k in combo.original):
+                    combo.values.update(rule)
+                    combo.paths.update({k: (*path, k) for k in rule})
                     matched = True
             if not matched:
                 missing = [a for a in ("torch", "accelerator") if a not in rule]
                 if missing:
                     raise self.fail(
                         f"include matches no entry, and as a new entry it lacks {', '.join(missing)}", path)
-                added.append((dict(rule), path))
-        result = [(ext, origin) for ext, (_, origin) in zip(extended, combos, strict=True)] + added
+                added.append(Combo(dict(rule), path, {k: (*path, k) for k in rule}))
+        result = combos + added
         if not result:
             raise self.fail("the matrix has no entries left after exclude", ("exclude",))
         return result, excluded
@@ -382,20 +406,60 @@ class _Loader:
             raise self.fail(message.split(": ", 1)[-1] + " (an error under --strict)", path)
         self.warnings.append(message)
 
-    def cascaded(self, top: dict[str, Any], combo: dict[str, Any], key: str) -> tuple[Any, tuple[str | int, ...]]:
-        if key in combo:
-            return combo[key], ("matrix", key) if key in AXES else (key,)
+    def cascaded(self, top: dict[str, Any], combo: Combo, key: str) -> tuple[Any, tuple[str | int, ...]]:
+        """An entry key's value and where it was written: the entry's own (an axis value, an include's key),
+        else the top level's."""
+        if key in combo.values:
+            return combo.values[key], combo.paths.get(key, (*combo.origin, key))
         return top.get(key), (key,)
 
-    def entry(self, top: dict[str, Any], combo: dict[str, Any], origin: tuple[str | int, ...]) -> Entry:
-        where = self.doc.where(origin)
-        torch = self.scalar(combo.get("torch"), "torch", (*origin, "torch"))
-        acc = self.scalar(combo.get("accelerator"), "accelerator", (*origin, "accelerator"))
-        flavor = self.scalar(combo.get("flavor", "runtime"), "flavor", (*origin, "flavor"))
+    def merged(self, top: dict[str, Any], combo: Combo, name: str, allowed: tuple[str, ...]) -> Merged:
+        """A mapping key merged key by key: the entry's keys over the top level's."""
+        paths: dict[str, tuple[str | int, ...]] = {}
+        values: dict[str, Any] = {}
+        for level, base in ((top.get(name), (name,)), (combo.values.get(name), combo.paths.get(name))):
+            if level is None or base is None:
+                continue
+            for leaf, value in self.mapping(level, base, allowed).items():
+                values[leaf], paths[leaf] = value, (*base, leaf)
+        return Merged(name, values, paths)
+
+    def origins(self, top: dict[str, Any], combo: Combo) -> tuple[tuple[str, str], ...]:
+        """Where each key of the entry came from: `file:line`, or `default` (the schema's)."""
+        out = []
+        mappings: dict[str, Merged] = {}
+        for key in schema.KEYS:
+            if key.merge or key.level == schema.TOP or key.name == "matrix.base_image":  # (as `base_image`)
+                continue
+            parent = key.parent
+            if parent is None:
+                value, path = self.cascaded(top, combo, key.name)
+                found = value is not None
+            elif parent == "matrix":
+                found, path = key.leaf in combo.values, combo.paths.get(key.leaf, ())
+            else:
+                if parent not in mappings:
+                    mappings[parent] = self.merged(top, combo, parent, schema.names(under=parent))
+                found, path = key.leaf in mappings[parent].values, mappings[parent].path(key.leaf)
+            name = key.leaf if parent == "matrix" else key.name
+            where = self.doc.where(path)
+            if found:
+                out.append((name, f"{Path(where.file).name}:{where.line}"))
+            elif key.name == "build.ca_bundle" and any(self.env.get(v) for v in CA_ENV):
+                out.append((name, "$" + next(v for v in CA_ENV if self.env.get(v))))
+            elif key.level != schema.INCLUDE:
+                out.append((name, "default"))
+        return tuple(out)
+
+    def entry(self, top: dict[str, Any], combo: Combo) -> Entry:
+        where = self.doc.where(combo.origin)
+        torch = self.scalar(combo.values.get("torch"), "torch", combo.paths.get("torch", combo.origin))
+        acc = self.scalar(combo.values.get("accelerator"), "accelerator", combo.paths.get("accelerator", combo.origin))
+        flavor = self.scalar(combo.values.get("flavor", "runtime"), "flavor", combo.paths.get("flavor", combo.origin))
         base_raw, base_path = self.cascaded(top, combo, "base_image")
         base_image = self.scalar(base_raw, "image", base_path)
-        if "python" in combo:
-            python = self.scalar(combo["python"], "python", (*origin, "python"))
+        if "python" in combo.values:
+            python = self.scalar(combo.values["python"], "python", combo.paths["python"])
         else:
             found = self.base_python(base_image) if self.base_python else None
             if found is None:
@@ -440,7 +504,7 @@ class _Loader:
         }
         release = self.compat.release(torch)
         assert release is not None  # resolve() checked it
-        merged_vars = {**(top.get("vars") or {}), **(combo.get("vars") or {})}
+        merged_vars = {**(top.get("vars") or {}), **(combo.values.get("vars") or {})}
         var_pairs = []
         for k, v in sorted(self.mapping(merged_vars, ("vars",), tuple(merged_vars)).items()):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
@@ -456,9 +520,9 @@ class _Loader:
                 "(nvidia-cuda-nvcc-cu12 holds only ptxas); the pip toolkit needs CUDA 13 or newer",
                 where=where, hint="use a cu13x entry, or a base_image with nvcc (e.g. nvidia/cuda:"
                 f"{variant.cuda}.1-devel-ubuntu24.04) and `build: {{cuda_toolkit: image}}`")
-        entry_id = combo.get("name")
+        entry_id = combo.values.get("name")
         if entry_id is not None:
-            entry_id = self.scalar(entry_id, "name", (*origin, "name"))
+            entry_id = self.scalar(entry_id, "name", combo.paths["name"])
         else:
             entry_id = f"{torch}-{acc}-py{python}-{flavor}"
             if "base_image" in top.get("matrix", {}):
@@ -474,31 +538,30 @@ class _Loader:
             vars=tuple(var_pairs), where=where, overrides=overrides,
             driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
             user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
-            cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (),
+            cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (), origins=self.origins(top, combo),
         )
 
-    def user(self, top: dict[str, Any], combo: dict[str, Any]) -> UserSpec:
+    def user(self, top: dict[str, Any], combo: Combo) -> UserSpec:
         """`user: {name, uid, gid, workdir}` (entry keys override the top-level ones); never root."""
-        merged = {**self.mapping(top.get("user") or {}, ("user",), USER_KEYS),
-                  **self.mapping(combo.get("user") or {}, ("user",), USER_KEYS)}
+        merged = self.merged(top, combo, "user", USER_KEYS)
         name = self.setting(merged, "user.name")
         if name == "root":
-            raise self.fail("images run as a non-root user; `root` is not allowed here", ("user", "name"))
+            raise self.fail("images run as a non-root user; `root` is not allowed here", merged.path("name"))
         ids = {}
         for key in ("uid", "gid"):
-            raw = merged.get(key, schema.default(f"user.{key}"))
+            raw = merged.values.get(key, schema.default(f"user.{key}"))
             if raw == 0 or raw == "0":
-                raise self.fail(f"{key} 0 is root; images run as a non-root user", ("user", key),
+                raise self.fail(f"{key} 0 is root; images run as a non-root user", merged.path(key),
                                 hint="the default is 1000; use the UID your cluster or volumes expect")
-            ids[key] = int(self.scalar(raw, "id", ("user", key)))
+            ids[key] = int(self.scalar(raw, "id", merged.path(key)))
             if ids[key] > 2**31 - 1:
-                raise self.fail(f"{key} {ids[key]} is out of range", ("user", key))
+                raise self.fail(f"{key} {ids[key]} is out of range", merged.path(key))
         workdir = self.setting(merged, "user.workdir")
         if workdir.rstrip("/") in ("", "/usr", "/etc", "/bin", "/lib", "/opt", "/var", "/tmp"):
-            raise self.fail(f"workdir {workdir!r} is a system folder; it becomes the user's", ("user", "workdir"))
+            raise self.fail(f"workdir {workdir!r} is a system folder; it becomes the user's", merged.path("workdir"))
         return UserSpec(name, ids["uid"], ids["gid"], workdir)
 
-    def overrides(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant, label: str, where: Where,
+    def overrides(self, top: dict[str, Any], combo: Combo, variant: Variant, label: str, where: Where,
                   index_url: str) -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
         """`nccl:`/`cudnn:` on an entry install that version of the nvidia wheel instead of torch's pin."""
         allow_raw, allow_path = self.cascaded(top, combo, "allow_major_override")
@@ -602,14 +665,12 @@ class _Loader:
             out.append((name, tuple(self.scalar(g, "glob", (*path, name, i)) for i, g in enumerate(globs))))
         return tuple(sorted(out))
 
-    def build_settings(self, top: dict[str, Any], combo: dict[str, Any], variant: Variant) -> BuildSettings:
-        top_build = self.mapping(top.get("build") or {}, ("build",), BUILD_KEYS)
-        entry_build = self.mapping(combo.get("build") or {}, ("build",), BUILD_KEYS)
-        merged = {**top_build, **entry_build}
+    def build_settings(self, top: dict[str, Any], combo: Combo, variant: Variant) -> BuildSettings:
+        merged = self.merged(top, combo, "build", BUILD_KEYS)
         ca: Path | None = None
-        if merged.get("ca_bundle") is not None:
-            ca = self.path_value(merged["ca_bundle"], ("build", "ca_bundle"), want_dir=False)
-            self.ca_bundle(ca, f"CA bundle {merged['ca_bundle']!r}", ("build", "ca_bundle"))
+        if merged.values.get("ca_bundle") is not None:
+            ca = self.path_value(merged.values["ca_bundle"], merged.path("ca_bundle"), want_dir=False)
+            self.ca_bundle(ca, f"CA bundle {merged.values['ca_bundle']!r}", merged.path("ca_bundle"))
         else:
             for name in CA_ENV:
                 if self.env.get(name):
@@ -622,11 +683,11 @@ class _Loader:
                     self.ca_bundle(ca, f"CA bundle {candidate} from ${name}", ("build",))
                     break
         wheelhouse = None
-        if merged.get("wheelhouse") is not None:
-            wheelhouse = self.path_value(merged["wheelhouse"], ("build", "wheelhouse"), want_dir=True)
+        if merged.values.get("wheelhouse") is not None:
+            wheelhouse = self.path_value(merged.values["wheelhouse"], merged.path("wheelhouse"), want_dir=True)
         index_url = self.setting(merged, "build.index_url")
-        piu = merged.get("pip_index_url")
-        piu_path: tuple[str | int, ...] = ("build", "pip_index_url")
+        piu = merged.values.get("pip_index_url")
+        piu_path: tuple[str | int, ...] = merged.path("pip_index_url")
         if isinstance(piu, dict):
             piu = self.mapping(piu, piu_path, tuple(piu))
             piu_path = (*piu_path, variant.accelerator)
@@ -642,8 +703,8 @@ class _Loader:
                                 piu_path)
             torch_url = self.url(piu, piu_path, ("accelerator",)).replace("{accelerator}", variant.accelerator)
         network = self.setting(merged, "build.network")
-        toolkit = self.choice(merged.get("cuda_toolkit", schema.default("build.cuda_toolkit")), ("pip", "image"),
-                              ("build", "cuda_toolkit"))
+        toolkit = self.choice(merged.values.get("cuda_toolkit", schema.default("build.cuda_toolkit")), ("pip", "image"),
+                              merged.path("cuda_toolkit"))
         return BuildSettings(ca, wheelhouse, torch_url, index_url, network, toolkit)
 
     def ca_bundle(self, path: Path, what: str, key: tuple[str | int, ...]) -> None:
@@ -659,9 +720,8 @@ class _Loader:
                                  "/etc/ssl/certs/ca-certificates.crt") from None
         self.bundles.add(path)
 
-    def smoke_settings(self, top: dict[str, Any], combo: dict[str, Any]) -> SmokeSettings:
-        merged = {**self.mapping(top.get("smoke") or {}, ("smoke",), SMOKE_KEYS),
-                  **self.mapping(combo.get("smoke") or {}, ("smoke",), SMOKE_KEYS)}
+    def smoke_settings(self, top: dict[str, Any], combo: Combo) -> SmokeSettings:
+        merged = self.merged(top, combo, "smoke", SMOKE_KEYS)
         timeout = int(self.setting(merged, "smoke.timeout"))
         shm = self.setting(merged, "smoke.shm_size")
         gpus = self.setting(merged, "smoke.gpus")
@@ -670,36 +730,36 @@ class _Loader:
         if not FLOOR_RANGE[0] <= floor <= FLOOR_RANGE[1]:  # below it the throughput check would pass anything
             low, high = FLOOR_RANGE
             raise self.fail(f"throughput_floor {floor:g} is outside [{low:g}, {high:g}] (a fraction of the GPU "
-                            "model's dense bf16 peak)", ("smoke", "throughput_floor"),
+                            "model's dense bf16 peak)", merged.path("throughput_floor"),
                             hint="0.6 is the default; a slower GPU host still clears 0.3")
         cpu_floor = float(self.setting(merged, "smoke.cpu_gflops_floor"))
         if cpu_floor < CPU_FLOOR_MIN:  # below it a CPU matmul ten times slower than this CI machine's still passes
             raise self.fail(f"cpu_gflops_floor {cpu_floor:g} is below {CPU_FLOOR_MIN:g} GFLOP/s, where the check "
-                            "would pass a broken image", ("smoke", "cpu_gflops_floor"),
+                            "would pass a broken image", merged.path("cpu_gflops_floor"),
                             hint=f"{SmokeSettings.cpu_gflops_floor:g} is the default "
                                  "(benchmarks/results/cpu_floor.json)")
-        raw_env = merged.get("env") or {}
+        raw_env = merged.values.get("env") or {}
         if not isinstance(raw_env, dict):
-            raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", ("smoke", "env"))
+            raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", merged.path("env"))
         env = []
         for k, v in sorted(raw_env.items()):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k):
-                raise self.fail(f"invalid variable name {k!r}", ("smoke", "env", k))
-            self.not_a_secret(top, k, ("smoke", "env", k))
-            env.append((k, self.scalar(v, "var", ("smoke", "env", k))))
+                raise self.fail(f"invalid variable name {k!r}", (*merged.path("env"), k))
+            self.not_a_secret(top, k, (*merged.path("env"), k))
+            env.append((k, self.scalar(v, "var", (*merged.path("env"), k))))
         allow_skip = []
-        for i, name in enumerate(self.listof(merged.get("allow_skip") or [], ("smoke", "allow_skip"))):
+        for i, name in enumerate(self.listof(merged.values.get("allow_skip") or [], merged.path("allow_skip"))):
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]{1,128}", name):
                 raise self.fail(f"expected a check name such as 'throughput' or 'versions.driver', got "
-                                f"{_describe(name)}", ("smoke", "allow_skip", i))
+                                f"{_describe(name)}", (*merged.path("allow_skip"), i))
             allow_skip.append(name)
-        raw_floors = merged.get("gpu_floors") or {}
+        raw_floors = merged.values.get("gpu_floors") or {}
         if not isinstance(raw_floors, dict):
             raise self.fail(f"expected a mapping of GPU name to TFLOP/s, got {_describe(raw_floors)}",
-                            ("smoke", "gpu_floors"))
+                            merged.path("gpu_floors"))
         gpu_floors = []
         for name, value in raw_floors.items():
-            path = ("smoke", "gpu_floors", name)
+            path = (*merged.path("gpu_floors"), name)
             if not isinstance(name, str) or not name.strip():
                 raise self.fail(f"expected a GPU name, got {_describe(name)}", path)
             tflops = float(self.scalar(value, "float", path))

@@ -41,7 +41,7 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("version", "string", "The matrix format; this imagebuilder reads 1.", "1", TOP),
+    Key("version", "int", "The matrix format; this imagebuilder reads 1.", "1", TOP),
     Key("matrix", "mapping", "The axes crossed into entries (below).", None, TOP, required=True),
     Key("matrix.torch", "list", "torch releases (the compatibility table's).", None, AXIS, required=True,
         items="torch"),
