@@ -13,7 +13,9 @@ A corpus file says what it expects in its first comment lines:
 
 from __future__ import annotations
 
+import os
 import shlex
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,3 +111,29 @@ def test_a_broken_input_is_one_clear_error(path: Path, tmp_path: Path, monkeypat
     monkeypatch.chdir(ROOT)
     report = tmp_path / "r"
     check(path, run_case(path, report, capsys), report)
+
+
+def not_a_matrix(kind: str, tmp: Path) -> Path:
+    if kind == "device":
+        return Path("/dev/zero")  # read until the machine ran out of memory
+    path = tmp / f"{kind}.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it would wait for a writer
+    else:
+        path.write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize(("kind", "expect"), [("device", "not a regular file"), ("fifo", "not a regular file"),
+                                              ("large", "at most 1048576 are read")])
+def test_a_file_that_is_not_a_matrix_is_one_clear_error(kind: str, expect: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
+    monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
+    path, report = not_a_matrix(kind, tmp_path), tmp_path / "r"
+    started = time.monotonic()
+    code = cli.main(["build", "--matrix", str(path), "--report", str(report), "--no-push"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {path}: ") and expect in err and "Traceback" not in err, err
+    assert time.monotonic() - started < 5 and not report.exists()
