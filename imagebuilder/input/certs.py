@@ -3,8 +3,8 @@
 `build.ca_bundle` (or $PIP_CERT, $REQUESTS_CA_BUNDLE, $SSL_CERT_FILE) names a file that is copied into every
 image, so it could name anything readable: a private key, ~/.netrc, a Docker config. Only X.509 certificates
 in PEM blocks count; a bundle with none, with a block of another kind (a key), or with a certificate that does
-not parse is refused before anything builds, and what goes into an image is the certificate blocks alone (the
-text between them, such as the titles in curl's cacert.pem, stays behind). Pure; no I/O.
+not parse is refused before anything builds, and what goes into an image is each certificate written anew from
+what parsed (the text between and inside blocks, such as the titles in curl's cacert.pem, stays behind). Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 import warnings
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.utils import CryptographyDeprecationWarning
 
 MAX_BYTES = 4 << 20  # Debian's whole bundle is about 220 KB
@@ -35,11 +36,12 @@ def certificates(data: bytes) -> bytes:
         raise NotABundle(f"it holds a {other[0]} block; only certificates may go into an image")
     if not blocks:
         raise NotABundle("it holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    out = []
     for number, (_, block) in enumerate(blocks, 1):
         try:
             with warnings.catch_warnings():  # (old roots in Debian's bundle have serials RFC 5280 now disallows)
                 warnings.simplefilter("ignore", CryptographyDeprecationWarning)
-                x509.load_pem_x509_certificate(block)
+                out.append(x509.load_pem_x509_certificate(block).public_bytes(serialization.Encoding.PEM))
         except ValueError as exc:
             raise NotABundle(f"certificate {number} does not parse ({exc})") from None
-    return b"\n".join(block for _, block in blocks) + b"\n"
+    return b"".join(out)  # written anew from what parsed: nothing else of the block goes along

@@ -129,7 +129,7 @@ def requirement_problem(text: str) -> str | None:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        shown = mask_url(text) if has_user_info(text.split("@", 1)[-1].strip()) else text
+        shown = mask_url(text) if has_credentials(text.split("@", 1)[-1].strip()) else text
         return f"{shown!r} is not a pip requirement (PEP 508): {str(exc).splitlines()[0]}"
     if req.url is not None:
         if has_credentials(req.url):

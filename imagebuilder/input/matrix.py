@@ -8,6 +8,7 @@ compatibility table. Nothing here touches the engine or the network.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import fnmatch
 import itertools
@@ -341,21 +342,22 @@ class _Loader:
             items = self.listof(raw, ("matrix", axis))
             if not items:
                 raise self.fail("axis is empty: it would produce no entries", ("matrix", axis))
+            if len(items) > self.max_entries:
+                raise self.too_many(f"the axis has {len(items)} values", ("matrix", axis))
             kind = "image" if axis == "base_image" else axis
             values[axis] = [self.scalar(v, kind, ("matrix", axis, i)) for i, v in enumerate(items)]
-            dupes = {v for v in values[axis] if values[axis].count(v) > 1}
+            dupes = sorted(v for v, n in collections.Counter(values[axis]).items() if n > 1)
             if dupes:
-                raise self.fail(f"value {sorted(dupes)[0]!r} appears twice", ("matrix", axis))
+                raise self.fail(f"value {dupes[0]!r} appears twice", ("matrix", axis))
         names = list(values)
         includes = self.listof(top.get("include", []), ("include",))
         count = math.prod(len(v) for v in values.values())
-        if count + len(includes) > self.max_entries:
+        if count > self.max_entries:
             sizes = " × ".join(f"{len(v)} {axis}" for axis, v in values.items())
-            more = f" and {len(includes)} by include" if includes else ""
-            raise self.fail(f"the matrix would make {count} entries ({sizes}){more}; at most {self.max_entries} "
-                            "are planned", ("matrix",),
-                            hint="raise the cap (`imagebuilder --max-entries N ...`, or IMAGEBUILDER_MAX_ENTRIES) if "
-                                 "the matrix is meant to be this large, or split it into several files")
+            raise self.too_many(f"the matrix would make {count} entries ({sizes})", ("matrix",))
+        for key in ("include", "exclude"):  # each rule is checked against every entry
+            if len(top.get(key) or []) > self.max_entries:
+                raise self.too_many(f"{len(top[key])} {key} rules", (key,))
         combos = [Combo({name: values[name][i] for name, i in zip(names, prod, strict=True)}, ("matrix",),
                         {name: ("matrix", name, i) for name, i in zip(names, prod, strict=True)})
                   for prod in itertools.product(*(range(len(v)) for v in values.values()))]
@@ -399,7 +401,14 @@ class _Loader:
         result = combos + added
         if not result:
             raise self.fail("the matrix has no entries left after exclude", ("exclude",))
+        if len(result) > self.max_entries:
+            raise self.too_many(f"the matrix makes {len(result)} entries with its includes", ("include",))
         return result, excluded
+
+    def too_many(self, what: str, path: tuple[str | int, ...]) -> InputError:
+        return self.fail(f"{what}; at most {self.max_entries} entries are planned", path,
+                         hint="raise the cap (`imagebuilder --max-entries N ...`, or IMAGEBUILDER_MAX_ENTRIES) if "
+                              "the matrix is meant to be this large, or split it into several files")
 
     def note(self, message: str, path: tuple[str | int, ...]) -> None:
         if self.strict:
@@ -413,14 +422,16 @@ class _Loader:
             return combo.values[key], combo.paths.get(key, (*combo.origin, key))
         return top.get(key), (key,)
 
-    def merged(self, top: dict[str, Any], combo: Combo, name: str, allowed: tuple[str, ...]) -> Merged:
-        """A mapping key merged key by key: the entry's keys over the top level's."""
+    def merged(self, top: dict[str, Any], combo: Combo, name: str, allowed: tuple[str, ...] | None) -> Merged:
+        """A mapping key merged key by key: the entry's keys over the top level's (`allowed`: its keys; None:
+        any)."""
         paths: dict[str, tuple[str | int, ...]] = {}
         values: dict[str, Any] = {}
         for level, base in ((top.get(name), (name,)), (combo.values.get(name), combo.paths.get(name))):
             if level is None or base is None:
                 continue
-            for leaf, value in self.mapping(level, base, allowed).items():
+            own = allowed if allowed is not None else tuple(level) if isinstance(level, dict) else ()
+            for leaf, value in self.mapping(level, base, own).items():
                 values[leaf], paths[leaf] = value, (*base, leaf)
         return Merged(name, values, paths)
 
@@ -443,7 +454,9 @@ class _Loader:
                 found, path = key.leaf in mappings[parent].values, mappings[parent].path(key.leaf)
             name = key.leaf if parent == "matrix" else key.name
             where = self.doc.where(path)
-            if found:
+            if key.name == "registry" and self.registry_override:
+                out.append((name, "--registry"))
+            elif found:
                 out.append((name, f"{Path(where.file).name}:{where.line}"))
             elif key.name == "build.ca_bundle" and any(self.env.get(v) for v in CA_ENV):
                 out.append((name, "$" + next(v for v in CA_ENV if self.env.get(v))))
@@ -504,13 +517,13 @@ class _Loader:
         }
         release = self.compat.release(torch)
         assert release is not None  # resolve() checked it
-        merged_vars = {**(top.get("vars") or {}), **(combo.values.get("vars") or {})}
+        merged_vars = self.merged(top, combo, "vars", None)
         var_pairs = []
-        for k, v in sorted(self.mapping(merged_vars, ("vars",), tuple(merged_vars)).items()):
+        for k, v in sorted(merged_vars.values.items()):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
-                raise self.fail(f"invalid variable name {k!r}", ("vars", k))
-            self.not_a_secret(top, k, ("vars", k))
-            var_pairs.append((k, self.scalar(v, "var", ("vars", k))))
+                raise self.fail(f"invalid variable name {k!r}", merged_vars.path(k))
+            self.not_a_secret(top, k, merged_vars.path(k))
+            var_pairs.append((k, self.scalar(v, "var", merged_vars.path(k))))
         overrides, resolved = self.overrides(top, combo, variant, label, where, build.torch_index_url)
         user = self.user(top, combo)
         if flavor == "devel" and variant.cuda and int(variant.cuda.split(".")[0]) < 13 \

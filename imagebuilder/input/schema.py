@@ -5,7 +5,8 @@ table differs from `markdown()`.
 
 Levels: `top` (the file's top level only), `axis` (a `matrix:` axis: a list of values; an include may set
 one value), `entry` (the top level, overridden per entry by an `include` that matches it), `include` (an
-include only). A mapping key with `merge` merges level by level, key by key (`build`, `smoke`, `user`);
+include only). A mapping key with `merge` merges level by level, key by key (`build`, `smoke`, `user`,
+`vars`);
 any other key is replaced whole. Pure; no I/O.
 """
 
@@ -90,7 +91,8 @@ KEYS: tuple[Key, ...] = (
         '["{entry}-{layer}"]', items="string"),
     Key("torch_extras", "list", "Companions installed with torch: torchvision, torchaudio.",
         "[torchvision, torchaudio]", items="string"),
-    Key("vars", "mapping", "Free values for templates (names not like secrets; strict grammar).", "{}"),
+    Key("vars", "mapping", "Free values for templates (names not like secrets; strict grammar).", "{}",
+        merge=True),
     Key("nccl", "libversion", "Install this NCCL instead of torch's pin (same major, or allow_major_override).",
         None),
     Key("cudnn", "libversion", "Install this cuDNN instead of torch's pin.", None),

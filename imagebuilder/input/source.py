@@ -66,19 +66,24 @@ def dotted(path: Path_) -> str:
 def load(path: Path, limits: Limits = LIMITS) -> Document:
     where = Where(str(path))
     try:
-        info = os.stat(path)  # (not opened yet: opening a FIFO would wait for a writer)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError("not a regular file (a device, FIFO or folder cannot be a matrix or layer file)",
-                             where=where)
-        if info.st_size > limits.max_bytes:
-            raise InputError(f"the file is {info.st_size} bytes; at most {limits.max_bytes} are read", where=where)
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO opened without it would wait for a writer)
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError("not a regular file (a device, FIFO or folder cannot be a matrix or layer file)",
+                                 where=where)
+            if info.st_size > limits.max_bytes:
+                raise InputError(f"the file is {info.st_size} bytes; at most {limits.max_bytes} are read",
+                                 where=where)
             data = handle.read(limits.max_bytes + 1)
         if len(data) > limits.max_bytes:
             raise InputError(f"the file grew past {limits.max_bytes} bytes while it was read", where=where)
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise InputError("file not found", where=where) from None
+    except IsADirectoryError:
+        raise InputError("not a regular file (a device, FIFO or folder cannot be a matrix or layer file)",
+                         where=where) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", where=where) from None
     return parse(text, str(path), limits)
@@ -148,7 +153,7 @@ class _Converter:
 def _convert(node: yaml.Node, path: Path_, converter: _Converter) -> Any:
     converter.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.ScalarNode):
-        if node.tag == "tag:yaml.org,2002:str" and node.style is not None:
+        if node.tag == "tag:yaml.org,2002:str" and node.style not in (None, ""):  # ("": libyaml's plain)
             return node.value  # quoted: always a string
         if node.value in _BOOLS:
             return _BOOLS[node.value]

@@ -211,20 +211,25 @@ class Registry:
         distribution 1.1) that is one DELETE. A Distribution 2.x registry deletes only by digest, and deleting
         the image's digest would remove every tag of that image: so the tag is first pointed at a throwaway
         manifest of its own (an empty artifact, `REMOVED_TYPE`, that no engine runs) and that manifest is
-        deleted by digest, which takes exactly this tag with it. A registry that deletes nothing: False."""
+        deleted by digest, which takes exactly this tag with it. Where that DELETE is refused too (deletion
+        turned off), the tag is pointed back at what it named: False."""
         scope = f"repository:{repo}:pull,push,delete"
         resp = self._request("DELETE", f"{repo}/manifests/{tag}", scope=scope)
         if resp.status_code not in (200, 202):
+            named = self.manifest_digest(repo, tag)
             empty = self.put_blob(repo, b"{}")
             body = json.dumps({
                 "schemaVersion": 2, "mediaType": MANIFEST_TYPES[2], "artifactType": REMOVED_TYPE,
                 "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
                 "layers": [], "annotations": {"io.imagebuilder.removed": tag, "io.imagebuilder.nonce": os.urandom(
                     8).hex()}}).encode()
-            tombstone = self.put_manifest(repo, tag, body, MANIFEST_TYPES[2])
+            self.put_manifest(repo, tag, body, MANIFEST_TYPES[2])
+            tombstone = "sha256:" + hashlib.sha256(body).hexdigest()
             resp = self._request("DELETE", f"{repo}/manifests/{tombstone}", scope=scope)
             if resp.status_code not in (200, 202):
-                return False  # (the tag names the throwaway manifest now: nothing an engine would run)
+                if named is not None:
+                    self.copy(repo, named, repo, tag)  # as it was: this registry deletes nothing
+                return False
         return self.manifest_digest(repo, tag) is None
 
     def mount(self, source_repo: str, digest: str, target_repo: str) -> None:

@@ -49,8 +49,8 @@ def find_in_image(inspect: Mapping[str, Any], history: Iterable[Mapping[str, Any
     found = [f"{name} appears in the image's {where}" for name, value in secrets.items()
              for where, text in places if value in text]
     return found + [f"the image's {where.split(' (', 1)[0]} holds {what}" for where, text in places  # (no excerpt)
-                    for what, hints, pattern in TOKEN_PATTERNS
-                    if what.startswith("a URL") and any(h in text.encode() for h in hints)
+                    for what, hints, pattern in CONFIG_PATTERNS
+                    if any(h in text.encode() for h in hints)
                     and re.search(pattern, text.encode())]
 
 
@@ -72,17 +72,22 @@ def find_in_build_args(args: Mapping[str, str], secrets: Mapping[str, str]) -> l
     return found
 
 
-# A URL query parameter that carries a credential: `token`, `access_token`, `api_key`, `sig` (Azure SAS),
-# `X-Amz-Signature`, `X-Goog-Credential`, `password`, ... (the whole name, or its last `_`/`-`/`.` word).
-QUERY_SECRET = (r"(?:[A-Za-z0-9_.-]*[_.-])?"
-                r"(?:token|key|apikey|sig|signature|password|passwd|pwd|secret|auth|credential)s?")
+# A URL query parameter that carries a credential: `token`, `accessToken`, `api_key`, `sig` (Azure SAS),
+# `X-Amz-Signature`, `X-Goog-Credential`, `password`, ...: a strong word anywhere in the name, or a short
+# one as the whole name or its last `_`/`-`/`.` word.
+QUERY_SECRET = (r"(?:[A-Za-z0-9_.-]*(?:token|secret|passw|pwd|signature|credential|api_?key)[A-Za-z0-9_.-]*"
+                r"|(?:[A-Za-z0-9_.-]*[_.-])?(?:key|sig|auth)s?)")
 
 
 def query_credential(url: str) -> str | None:
     """The name of the first query parameter of `url` that carries a credential (with a value), or None."""
-    query = urllib.parse.urlsplit(url).query if "?" in url else ""
-    return next((name for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True)
-                 if value and re.fullmatch(QUERY_SECRET, name, re.IGNORECASE)), None)
+    query = url.partition("?")[2].partition("#")[0]
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        name = urllib.parse.unquote_plus(name).strip()
+        if value and re.fullmatch(QUERY_SECRET, name, re.IGNORECASE):
+            return name
+    return None
 
 
 # Credentials with a shape of their own: what a layer's files must never hold, whoever put them there. Each
@@ -98,8 +103,13 @@ TOKEN_PATTERNS: tuple[tuple[str, tuple[bytes, ...], bytes], ...] = (
     ("a URL with a password", (b"://",), rb"\b(?:https?|ftp)://[A-Za-z0-9._~%!$&()*+,;=-]+:"
                                           rb"(?!(?:pass|password|passwd|pwd|secret|xxx+)@)"
                                           rb"[A-Za-z0-9._~%!$&()*+,;=-]{3,}@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+)
+# Looked for in an image's configuration (history, environment, labels) only: package documentation in a layer's
+# files is full of example URLs such as `https://huggingface.co/...?token=...`.
+CONFIG_PATTERNS = (
     ("a URL with a credential in its query", (b"://",), rb"(?i)\b(?:https?|ftp)://[^\s'\"<>?]*\?(?:[^\s'\"<>#]*&)?"
                                                        + QUERY_SECRET.encode() + rb"=[^&\s'\"<>#]{6,}"),
+    *(pattern for pattern in TOKEN_PATTERNS if pattern[0] == "a URL with a password"),
 )
 # Variables whose value is a credential, set in a file (an .env, a profile, /etc/environment).
 SECRET_VARIABLES = (b"HF_TOKEN", b"HUGGING_FACE_HUB_TOKEN", b"GITHUB_TOKEN", b"GH_TOKEN", b"AWS_SECRET_ACCESS_KEY",

@@ -5,14 +5,18 @@ then refuses connections) once some megabytes have passed."""
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from imagebuilder.ports.engine import DockerEngine
+from imagebuilder.ports.registry import Registry
 
 from .conftest import REGISTRY, SESSION, CliRun, Processes, cpu_matrix, registry_tags, report
 
@@ -125,3 +129,39 @@ def test_ctrl_c_during_a_push_exits_130_and_applies_no_tag(
     # Straight to the registry: no tag of this repository but perhaps a key tag (content-addressed, never public).
     assert [t for t in registry_tags(REGISTRY, f"itest/{repository}", cache=True) if not t.startswith("cache-")] == []
     assert engine.managed_containers(SESSION) == []
+
+
+@pytest.fixture
+def undeleting_registry(tmp_path: Path) -> Iterator[str]:
+    """Debian's registry as Distribution 2.x ships by default: deletion turned off."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    config = tmp_path / "config.yml"
+    config.write_text(f"version: 0.1\nlog: {{level: error}}\n"
+                      f"storage: {{filesystem: {{rootdirectory: {tmp_path}/data}}}}\n"
+                      f"http: {{addr: 127.0.0.1:{port}}}\n", encoding="utf-8")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_registry_that_deletes_nothing_keeps_the_tag_as_it_was(undeleting_registry: str) -> None:
+    """Undoing a half-tagged entry where nothing can be deleted: the tag is not left on the throwaway manifest
+    (it would block every later publish of that immutable tag), it names what it named before."""
+    reg = Registry.for_host(undeleting_registry)
+    data = b'{"architecture": "amd64", "os": "linux"}'
+    config = reg.put_blob("itest/undeleting", data)
+    body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config,
+                                  "size": len(data)}, "layers": []}).encode()
+    digest = reg.put_manifest("itest/undeleting", "v1", body, "application/vnd.oci.image.manifest.v1+json")
+    assert reg.untag("itest/undeleting", "v1") is False
+    assert reg.manifest_digest("itest/undeleting", "v1") == digest

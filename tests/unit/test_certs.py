@@ -32,7 +32,7 @@ def private_key() -> bytes:
 def test_certificates_alone_are_kept_and_the_text_between_them_stays_behind() -> None:
     one, two = pem_certificate("one"), pem_certificate("two")
     curl_style = b"## Bundle of CA Root Certificates\n\nOne Root CA\n===========\n" + one + b"\nTwo\n===\n" + two
-    assert certificates(curl_style) == one.strip() + b"\n" + two.strip() + b"\n"
+    assert certificates(curl_style) == one + two
     assert b"Bundle" not in certificates(curl_style)
 
 

@@ -55,6 +55,17 @@ def test_a_url_with_credentials_is_found_in_history_and_labels_unknown_as_its_se
     assert redact.find_in_image({"Config": {}}, history[1:], {}) == []
 
 
+@pytest.mark.parametrize(("url", "name"), [
+    ("https://idx.example/simple?token=s3cr3t", "token"), ("https://idx.example/s?accessToken=s3cr3t", "accessToken"),
+    ("https://idx.example/s?apiToken=s3cr3t", "apiToken"), ("https://idx.example/simple?token+=s3cr3t", "token"),
+    ("https://idx.example/s?sv=2020&sig=abc", "sig"), ("https://idx.example/s?X-Amz-Signature=f00d", "X-Amz-Signature"),
+    ("https://idx.example/simple?page=2&monkey=1", None), ("https://[x/simple?a=1", None),
+    ("https://idx.example/simple?api_key=", None),  # (no value)
+])
+def test_a_query_credential_is_named_whatever_its_case(url: str, name: str | None) -> None:
+    assert redact.query_credential(url) == name
+
+
 def test_mask_replaces_every_value_longest_first() -> None:
     secrets = {"a": "pw-123456", "b": "pw-123456-long"}
     assert redact.mask("x pw-123456-long y pw-123456 z", secrets) == "x *** y *** z"

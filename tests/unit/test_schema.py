@@ -93,3 +93,38 @@ def test_schema_command_prints_the_table_and_the_json_schema(capsys: pytest.Capt
     assert json.loads(capsys.readouterr().out)["title"].startswith("imagebuilder matrix.yaml")
     assert cli.main(["schema", "--format", "markdown"]) == 0
     assert capsys.readouterr().out.strip() == schema.markdown().strip()
+
+
+def test_the_entry_cap_counts_entries_not_include_rules(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    head = "base_image: debian:bookworm\nregistry: r.example/ns\nrepository: x\nlayers: [base]\n"
+    path.write_text(head + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11', '3.12']}\n"
+                    "include:\n  - {python: '3.12', repository: y}\n", encoding="utf-8")
+    assert len(matrix.load(path, CompatTable.load(None), env={}, max_entries=2).entries) == 2
+    path.write_text(head + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11', '3.12']}\n"
+                    "include:\n  - {torch: 2.7.1, accelerator: cpu, python: '3.12'}\n", encoding="utf-8")
+    with pytest.raises(InputError, match="makes 3 entries with its includes; at most 2"):
+        matrix.load(path, CompatTable.load(None), env={}, max_entries=2)
+
+
+def test_a_long_axis_is_refused_before_its_values_are_compared(tmp_path: Path) -> None:
+    """An axis of 50 000 values (350 KB, inside the file limits) was compared with itself: ~10^9 steps."""
+    path = tmp_path / "m.yaml"
+    images = ", ".join(f"a{i}" for i in range(50_000))
+    path.write_text("base_image: debian:bookworm\nregistry: r.example/ns\nrepository: x\nlayers: [base]\n"
+                    f"matrix: {{torch: [2.6.0], accelerator: [cpu], base_image: [{images}]}}\n", encoding="utf-8")
+    with pytest.raises(InputError, match="the axis has 50000 values; at most 1000 entries"):
+        matrix.load(path, CompatTable.load(None), env={})
+
+
+def test_vars_merge_key_by_key_and_a_bad_one_is_named_at_its_include(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("base_image: debian:bookworm\nregistry: r.example/ns\nrepository: x\nlayers: [base]\n"
+                    "vars: {team: vision}\nmatrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n"
+                    "include:\n  - {python: '3.11', vars: {tier: gold}}\n", encoding="utf-8")
+    (e,) = matrix.load(path, CompatTable.load(None), env={}).entries
+    assert dict(e.vars) == {"team": "vision", "tier": "gold"}
+    path.write_text(path.read_text().replace("tier: gold", "tier: 'a b'"), encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        matrix.load(path, CompatTable.load(None), env={})
+    assert str(info.value.where).startswith(f"{path}:8:") and "include[0].vars.tier" in str(info.value.where)
