@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, Where, did_you_mean, unknown_key
+from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
 from . import certs, grammar, schema, source
@@ -331,6 +332,11 @@ class _Loader:
         combos, excluded = self.expand(top)
         entries = [self.entry(top, combo) for combo in combos]
         self.check_unique(entries)
+        for e in entries:  # the environment's index credentials must say which hosts they are for
+            problem = index_auth.scope_problem((e.build.index_url, e.build.torch_index_url), self.env)
+            if problem is not None:
+                raise InputError(problem, where=e.where, hint="credentials go only to the index hosts they are "
+                                 "for: name them, or give each host its own in ~/.netrc")
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings))
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:

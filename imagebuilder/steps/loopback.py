@@ -1,66 +1,35 @@
 """What a build reaches on 127.0.0.1 for the length of a run (builds use host networking): the wheelhouses,
 served as pip find-links, and a proxy for every package index that needs credentials.
 
-Index credentials come only from the environment (`IMAGEBUILDER_INDEX_USER` / `IMAGEBUILDER_INDEX_PASSWORD`,
-for every index host the matrix names except the public ones) or from `~/.netrc` (`$NETRC`), by host. They
-never enter a Dockerfile, a build arg, a layer, the history, a label or an ENV: pip is pointed at the proxy
-(`http://127.0.0.1:<port>/...`, through the build arg the text declares), and the proxy adds the
+Index credentials (`secrets/index_auth.py`: `~/.netrc` by host, or the environment's pair for the hosts
+`IMAGEBUILDER_INDEX_HOSTS` names) never enter a Dockerfile, a build arg, a layer, the history, a label or
+an ENV: pip is pointed at the proxy (`http://127.0.0.1:<port>/...`, through the build arg the text
+declares), and the proxy adds the
 `Authorization` header on its way to the index. Links in the index's pages that point back to the index are
 rewritten to the proxy; links to other hosts, and redirects to them, go there directly, without credentials.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import http.client
 import http.server
-import netrc
-import os
 import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..plan.render import stable_port, wheelhouse_port
+from ..secrets.index_auth import Credentials, index_credentials
 
-PUBLIC_INDEXES = frozenset({"pypi.org", "files.pythonhosted.org", "download.pytorch.org"})
-USER_ENV, PASSWORD_ENV = "IMAGEBUILDER_INDEX_USER", "IMAGEBUILDER_INDEX_PASSWORD"
+__all__ = ["Credentials", "index_credentials", "serve_indexes", "serve_wheelhouses"]
+
 _REWRITTEN = ("text/html", "application/vnd.pypi.simple", "application/json")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                           "proxy-authorization", "proxy-authenticate", "content-length", "content-encoding"})
-
-
-@dataclass(frozen=True)
-class Credentials:
-    user: str
-    password: str
-    source: str  # where they came from, for messages: never the values
-
-    def header(self) -> str:
-        return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-
-
-def index_credentials(url: str, env: Mapping[str, str]) -> Credentials | None:
-    """The credentials for an index URL: `~/.netrc` (`$NETRC`) for its host, else the environment's pair,
-    which applies to every host but the public indexes (PyPI, download.pytorch.org)."""
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if not host or url.startswith("file:"):
-        return None
-    path = env.get("NETRC") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".netrc")
-    try:
-        found = netrc.netrc(path).authenticators(host) if os.path.isfile(path) else None
-    except (OSError, netrc.NetrcParseError):
-        found = None
-    if found is not None and found[2] is not None:
-        return Credentials(found[0] or "", found[2], f"netrc ({path})")
-    if host not in PUBLIC_INDEXES and env.get(USER_ENV) and env.get(PASSWORD_ENV):
-        return Credentials(env[USER_ENV], env[PASSWORD_ENV], f"${USER_ENV}/${PASSWORD_ENV}")
-    return None
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import urllib.parse
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,7 +164,8 @@ def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
         assert denied.code == 1 and seen and not any(seen), denied.text[-2000:]
         seen.clear()
         run = cli(*args, "--report", str(tmp_path / "r"),
-                  env={"IMAGEBUILDER_INDEX_USER": user, "IMAGEBUILDER_INDEX_PASSWORD": password})
+                  env={"IMAGEBUILDER_INDEX_USER": user, "IMAGEBUILDER_INDEX_PASSWORD": password,
+                       "IMAGEBUILDER_INDEX_HOSTS": urllib.parse.urlsplit(url).netloc})
         assert run.code == 0, run.text[-3000:]
         assert seen and all(seen), seen  # pip came through the proxy, which added the credentials
     node = {n["layer"]: n for n in report(tmp_path / "r")["nodes"]}["private"]

@@ -9,6 +9,7 @@ A corpus file says what it expects in its first comment lines:
   # where: text naming the place (default: the file's own name)
   # hint: text the hint line must contain
   # args: extra command-line arguments
+  # env: environment variables for the run (NAME=value ...)
 """
 
 from __future__ import annotations
@@ -46,11 +47,21 @@ class CorpusRun:
 
 
 def run_case(path: Path, report: Path, capsys: pytest.CaptureFixture[str]) -> CorpusRun:
-    """One corpus file through the CLI's `main`, in this process."""
+    """One corpus file through the CLI's `main`, in this process (with its `env:` set for the call)."""
     args = ["build", "--matrix", str(path.relative_to(ROOT)), "--report", str(report), "--no-push",
             *shlex.split(header(path).get("args", ""))]
+    env = dict(item.split("=", 1) for item in shlex.split(header(path).get("env", "")))
+    saved = {name: os.environ.get(name) for name in env}
     capsys.readouterr()
-    code = cli.main(args)
+    os.environ.update(env)
+    try:
+        code = cli.main(args)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     captured = capsys.readouterr()
     return CorpusRun(code, captured.err, captured.out)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from imagebuilder.secrets.index_auth import scope_problem
 from imagebuilder.steps.loopback import Credentials, index_credentials, serve_indexes
 
 from ..auth_index import auth_index, basic
@@ -58,16 +59,30 @@ def test_the_proxy_adds_the_credentials_and_points_the_index_links_back_at_itsel
     assert seen[-2:] == [AUTH, AUTH]
 
 
+def test_the_environments_pair_needs_the_hosts_it_is_for() -> None:
+    env = {"IMAGEBUILDER_INDEX_USER": "bob", "IMAGEBUILDER_INDEX_PASSWORD": "from-env", "NETRC": "/nonexistent"}
+    urls = ["https://pypi.org/simple", "https://download.pytorch.org/whl/cpu", "https://mirror.example/simple"]
+    problem = scope_problem(urls, env)
+    assert problem is not None and "IMAGEBUILDER_INDEX_HOSTS=mirror.example" in problem and "from-env" not in problem
+    assert scope_problem(urls[:2], env) is None  # public indexes only: nothing to send
+    assert scope_problem(urls, {**env, "IMAGEBUILDER_INDEX_HOSTS": "mirror.example"}) is None
+    assert scope_problem(urls, {"NETRC": "/nonexistent"}) is None
+
+
 def test_credentials_come_from_netrc_by_host_or_from_the_environment_but_never_for_public_indexes(
         tmp_path: Path) -> None:
     netrc = tmp_path / "netrc"
     netrc.write_text("machine mirror.example login alice password from-netrc\n")
     netrc.chmod(0o600)
-    env = {"NETRC": str(netrc), "IMAGEBUILDER_INDEX_USER": "bob", "IMAGEBUILDER_INDEX_PASSWORD": "from-env"}
+    env = {"NETRC": str(netrc), "IMAGEBUILDER_INDEX_USER": "bob", "IMAGEBUILDER_INDEX_PASSWORD": "from-env",
+           "IMAGEBUILDER_INDEX_HOSTS": "other.example, ports.example:8443"}
     found = index_credentials("https://mirror.example/simple", env)
     assert found is not None and (found.user, found.password) == ("alice", "from-netrc") and "netrc" in found.source
     other = index_credentials("https://other.example/simple", env)
     assert other is not None and other.password == "from-env" and "from-env" not in other.source
+    assert index_credentials("https://ports.example:8443/simple", env) is not None
+    assert index_credentials("https://evil.example/simple", env) is None  # a host the pair is not for
+    assert index_credentials("https://other.example/simple", {**env, "IMAGEBUILDER_INDEX_HOSTS": ""}) is None
     assert index_credentials("https://pypi.org/simple", env) is None  # never sent to PyPI
     assert index_credentials("https://download.pytorch.org/whl/cpu", env) is None
     assert index_credentials("https://other.example/simple", {"NETRC": str(netrc)}) is None
