@@ -13,11 +13,11 @@ two layer trees (`--tree`):
   2.12.1, 2.13.0, 2.14.0) x {cpu, cu130} x 5 Pythons x {runtime, devel} with N/100 fake base images (1000
   entries: 10 base images, 10 000: 100); any other multiple of 20 uses torch 2.11.0 and N/20 base images.
 
-`base_python` is stubbed, so no engine, registry or network is touched. The measured step, in-process and
-after the imports:
+Every matrix names its Python, so the loader asks nothing of an engine, registry or network. The measured
+step, in-process and after the imports:
 
     table = compat.CompatTable.load(None)
-    m = matrix.load(path, table, base_python=lambda image: None)   # + max_entries=BIG where load has it
+    m = matrix.load(path, table)   # + max_entries=BIG where load has it
     p = plan.make(m, Renderer())
     p = keys.assign(p, {base image: "sha256:0..." for each base image of the plan})
 
@@ -155,7 +155,7 @@ def one(n: int, trace: bool, tree: str = "default", profile: bool = False) -> di
             profiler.enable()
         start = time.perf_counter()
         table = compat.CompatTable.load(None)
-        m = matrix_mod.load(path, table, base_python=lambda image: None, **load_kwargs)
+        m = matrix_mod.load(path, table, **load_kwargs)
         p = plan_mod.make(m, Renderer())
         if keys is not None:
             p = keys.assign(p, dict.fromkeys({x.base_image for x in p.nodes if x.base_image}, "sha256:" + "0" * 64))

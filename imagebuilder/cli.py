@@ -33,7 +33,7 @@ from .errors import (
 from .evidence import spec as spec_mod
 from .evidence.signing import Keys, Signer
 from .input import compat as compat_mod
-from .input import compat_refresh, grammar
+from .input import compat_refresh, grammar, lookups
 from .input import matrix as matrix_mod
 from .input import schema as schema_mod
 from .interrupts import Interrupts
@@ -120,9 +120,14 @@ class Context:
 
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
               only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
-    matrix = matrix_mod.load(matrix_file, ctx.table(), registry=registry, base_python=ctx.base_python, strict=strict,
-                             index_versions=ctx.index_versions if ctx.check_index else None,
-                             max_entries=ctx.max_entries)
+    def load(facts: lookups.Facts | None) -> matrix_mod.Matrix:
+        return matrix_mod.load(matrix_file, ctx.table(), registry=registry, strict=strict,
+                               max_entries=ctx.max_entries, facts=facts)
+
+    matrix = load(None)  # reads only
+    if matrix.questions:  # the engine and the indexes, asked what the file needs, then read again
+        matrix = load(lookups.answer(matrix.questions, base_python=ctx.base_python,
+                                     index_versions=ctx.index_versions if ctx.check_index else None))
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = plan_mod.make(matrix, renderer or Renderer()).only(only)

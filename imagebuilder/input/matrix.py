@@ -15,7 +15,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from . import certs, grammar, schema, source
+from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
@@ -177,6 +177,7 @@ class Matrix:
     entries: tuple[Entry, ...]
     excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
     warnings: tuple[str, ...] = field(default=())
+    questions: lookups.Questions = field(default_factory=lookups.Questions)  # what a first load needs answered
 
 
 @dataclass
@@ -202,45 +203,43 @@ class Merged:
         return self.paths.get(leaf, (self.name, leaf))
 
 
-BasePython = Callable[[str], "str | None"]
-IndexVersions = Callable[[str, str], "list[str] | None"]  # (index url, project) -> versions; None: no such project
-
-
 def load(
     path: Path,
     compat: CompatTable,
     *,
     env: Mapping[str, str] | None = None,
     registry: str | None = None,
-    base_python: BasePython | None = None,
     strict: bool = False,
-    index_versions: IndexVersions | None = None,
     max_entries: int = MAX_ENTRIES,
+    facts: lookups.Facts | None = None,
 ) -> Matrix:
-    """Read, expand, validate and resolve a matrix file. `index_versions`, when given, is asked whether
-    an overriding nccl/cudnn version exists on the entry's index. A matrix whose axes would make more than
+    """Read, expand, validate and resolve a matrix file; nothing here touches the engine or the network.
+    Without `facts`, what the file needs from outside (a base image's Python, an index's versions) is
+    collected on `Matrix.questions` and the entries that need it are left out: answer them
+    (`lookups.answer`) and load again with the facts. A matrix whose axes would make more than
     `max_entries` entries is refused before any is made."""
     doc = source.load(path)
     loader = _Loader(doc, path.resolve().parent, compat, dict(env if env is not None else os.environ),
-                     registry, base_python or os_python, strict, max_entries)
-    loader.index_versions = index_versions
+                     registry, strict, max_entries, facts)
     return loader.run()
 
 
 class _Loader:
     def __init__(self, doc: source.Document, root: Path, compat: CompatTable, env: dict[str, str],
-                 registry: str | None, base_python: BasePython | None, strict: bool,
-                 max_entries: int = MAX_ENTRIES) -> None:
+                 registry: str | None, strict: bool, max_entries: int = MAX_ENTRIES,
+                 facts: lookups.Facts | None = None) -> None:
         self.doc = doc
         self.max_entries = max_entries
         self.root = root
         self.compat = compat
         self.env = env
         self.registry_override = registry
-        self.base_python = base_python
+        self.facts = facts or lookups.Facts()
+        self.asking = facts is None  # a first load: questions are collected, not answered
+        self.base_images: set[str] = set()  # questions: base images whose Python is needed
+        self.index: set[tuple[str, str]] = set()  # questions: (index url, project)
         self.strict = strict
         self.warnings: list[str] = []
-        self.index_versions: IndexVersions | None = None
         self.bundles: set[Path] = set()  # CA bundles already checked
 
     # -- helpers ---------------------------------------------------------------------------
@@ -330,14 +329,15 @@ class _Loader:
         if "vars" in top:
             self.mapping(top["vars"] or {}, ("vars",), tuple(top["vars"] or {}))
         combos, excluded = self.expand(top)
-        entries = [self.entry(top, combo) for combo in combos]
+        entries = [e for combo in combos if (e := self.entry(top, combo)) is not None]
         self.check_unique(entries)
         for e in entries:  # the environment's index credentials must say which hosts they are for
             problem = index_auth.scope_problem((e.build.index_url, e.build.torch_index_url), self.env)
             if problem is not None:
                 raise InputError(problem, where=e.where, hint="credentials go only to the index hosts they are "
                                  "for: name them, or give each host its own in ~/.netrc")
-        return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings))
+        return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
+                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)))
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)
@@ -470,7 +470,8 @@ class _Loader:
                 out.append((name, "default"))
         return tuple(out)
 
-    def entry(self, top: dict[str, Any], combo: Combo) -> Entry:
+    def entry(self, top: dict[str, Any], combo: Combo) -> Entry | None:
+        """The combo resolved; None on a first load when it needs the engine's answer (its base image's Python)."""
         where = self.doc.where(combo.origin)
         torch = self.scalar(combo.values.get("torch"), "torch", combo.paths.get("torch", combo.origin))
         acc = self.scalar(combo.values.get("accelerator"), "accelerator", combo.paths.get("accelerator", combo.origin))
@@ -480,7 +481,10 @@ class _Loader:
         if "python" in combo.values:
             python = self.scalar(combo.values["python"], "python", combo.paths["python"])
         else:
-            found = self.base_python(base_image) if self.base_python else None
+            found = os_python(base_image) or self.facts.base_python.get(base_image)
+            if found is None and self.asking and base_image not in self.facts.base_python:
+                self.base_images.add(base_image)
+                return None  # (resolved when the engine has said)
             if found is None:
                 raise InputError(
                     f"no `python` given and the Python of base image {base_image!r} is unknown",
@@ -602,16 +606,18 @@ class _Loader:
                 raise InputError(
                     f"{label}: {key} {version} crosses a major version from torch's pin {package}=={pin}",
                     where=where, hint="set `allow_major_override: true` on the entry if you mean it")
-            if self.index_versions is not None:
-                try:
-                    known = self.index_versions(index_url, package)
-                except Exception as exc:  # noqa: BLE001 - an unreachable index only weakens the check
-                    self.warnings.append(f"{where}: could not check {package}=={version} on {index_url}: {exc}")
-                else:
-                    if known is None or version not in known:
-                        newest = ", ".join((known or [])[-4:]) or "none"
-                        raise InputError(f"{label}: {package}=={version} does not exist on {index_url}",
-                                         where=where, hint=f"newest there: {newest}")
+            asked = (index_url, package)
+            if asked in self.facts.index_errors:
+                self.warnings.append(f"{where}: could not check {package}=={version} on {index_url}: "
+                                     f"{self.facts.index_errors[asked]}")
+            elif asked in self.facts.index_versions:
+                known = self.facts.index_versions[asked]
+                if known is None or version not in known:
+                    newest = ", ".join((known or [])[-4:]) or "none"
+                    raise InputError(f"{label}: {package}=={version} does not exist on {index_url}",
+                                     where=where, hint=f"newest there: {newest}")
+            elif self.asking:
+                self.index.add(asked)
             out.append((package, version))
             resolved[key] = version
         return tuple(out), resolved

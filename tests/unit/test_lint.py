@@ -13,6 +13,7 @@ import pytest
 
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.input.lookups import Facts
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.render import Renderer
 
@@ -33,8 +34,7 @@ def test_hadolint_passes_on_every_rendered_dockerfile(matrix: str, tmp_path: Pat
     shutil.copytree(ROOT / "examples", copy / "examples")
     shutil.copy(ROOT / "matrix.yaml", copy / "matrix.yaml")
     (copy / ".wheelhouse").mkdir()
-    plan = plan_mod.make(matrix_mod.load(copy / matrix, CompatTable.load(None), env={},
-                                         base_python=lambda image: None), Renderer())
+    plan = plan_mod.make(matrix_mod.load(copy / matrix, CompatTable.load(None), env={}, facts=Facts()), Renderer())
     files = []
     for node in plan.nodes:
         path = tmp_path / node.id.replace("/", "__") / "Dockerfile"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.errors import InputError
-from imagebuilder.input import matrix
+from imagebuilder.input import lookups, matrix
 from imagebuilder.input.compat import CompatTable
 
 from ..conftest import MatrixWriter
@@ -148,12 +148,42 @@ def test_python_outside_release_range(write_matrix: MatrixWriter, header: str, t
         load(path, table)
 
 
+def load_with(path: Path, table: CompatTable, *, base_python: lookups.BasePython | None = None,
+              index_versions: lookups.IndexVersions | None = None) -> matrix.Matrix:
+    """As the CLI loads: read, answer what the file asked (`lookups`), read again with the answers."""
+    first = load(path, table)
+    facts = lookups.answer(first.questions, base_python=base_python or (lambda image: None),
+                           index_versions=index_versions)
+    return load(path, table, facts=facts)
+
+
+def test_the_loader_only_reads_and_says_what_it_needs(write_matrix: MatrixWriter, header: str,
+                                                      table: CompatTable) -> None:
+    """A first load asks (the base image's Python, an index's versions) and resolves what needs no answer."""
+    path = write_matrix(header.replace("debian:bookworm", "example/py:1") + CUDA.replace("python: ['3.11']}",
+                        "python: ['3.11']}") + "include: [{accelerator: cu124, nccl: 2.23.4}, "
+                        "{torch: 2.6.0, accelerator: cpu}]\n")
+    first = load(path, table)
+    assert first.questions.base_images == {"example/py:1"}  # the cpu include names no python
+    assert first.questions.index == {("https://pypi.org/simple", "nvidia-nccl-cu12")}
+    assert [e.accelerator for e in first.entries] == ["cu124"]  # the one that needs no answer
+    asked: list[str] = []
+    second = load_with(path, table, base_python=lambda image: asked.append(image) or "3.12",
+                       index_versions=_index({"nvidia-nccl-cu12": ["2.23.4"]}))
+    assert asked == ["example/py:1"] and [e.python for e in second.entries] == ["3.11", "3.12"]
+    assert not load(write_matrix(header + CUDA), table).questions  # names its Python, overrides nothing
+
+
 def test_python_defaults_to_the_base_images(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
     path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n")
-    (e,) = load(path, table, base_python=lambda image: "3.11" if image == "debian:bookworm" else None).entries
+    (e,) = load(path, table).entries  # (the OS table knows debian:bookworm's: nothing to ask)
     assert e.python == "3.11" and e.flavor == "runtime"
-    with pytest.raises(InputError, match="Python of base image 'debian:bookworm' is unknown"):
-        load(path, table, base_python=lambda image: None)
+    path = write_matrix(header.replace("debian:bookworm", "example/py:1")
+                        + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n")
+    (e,) = load_with(path, table, base_python=lambda image: "3.12" if image == "example/py:1" else None).entries
+    assert e.python == "3.12"
+    with pytest.raises(InputError, match="Python of base image 'example/py:1' is unknown"):
+        load_with(path, table, base_python=lambda image: None)
 
 
 def test_layer_tree_shares_parents(write_matrix: MatrixWriter, table: CompatTable) -> None:
@@ -294,7 +324,7 @@ def test_unsupported_version(write_matrix: MatrixWriter, header: str, table: Com
         load(path, table)
 
 
-def _index(versions: dict[str, list[str]]) -> matrix.IndexVersions:
+def _index(versions: dict[str, list[str]]) -> lookups.IndexVersions:
     def lookup(index_url: str, project: str) -> list[str] | None:
         assert index_url == "https://pypi.org/simple"
         return versions.get(project)
@@ -306,7 +336,7 @@ CUDA = "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11']}\n"
 
 def test_nccl_override_replaces_the_pin(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
     path = write_matrix(header + CUDA + "include: [{accelerator: cu124, nccl: 2.23.4}]\n")
-    (e,) = load(path, table, index_versions=_index({"nvidia-nccl-cu12": ["2.21.5", "2.23.4"]})).entries
+    (e,) = load_with(path, table, index_versions=_index({"nvidia-nccl-cu12": ["2.21.5", "2.23.4"]})).entries
     assert e.nccl == "2.23.4" and e.cudnn == "9.1.0.70"
     assert e.overrides == (("nvidia-nccl-cu12", "2.23.4"),)
     assert dict(e.pins)["nvidia-nccl-cu12"] == "2.21.5"  # torch's own pin still installs torch
@@ -322,13 +352,13 @@ def test_override_errors(write_matrix: MatrixWriter, header: str, table: CompatT
                          message: str) -> None:
     index = _index({"nvidia-nccl-cu12": ["2.21.5", "2.23.4"], "nvidia-cudnn-cu12": ["8.9.7.29", "9.1.0.70"]})
     with pytest.raises(InputError, match=message):
-        load(write_matrix(header + CUDA + extra), table, index_versions=index)
+        load_with(write_matrix(header + CUDA + extra), table, index_versions=index)
 
 
 def test_major_override_when_allowed(write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
     path = write_matrix(header + CUDA
                         + "include: [{accelerator: cu124, cudnn: 8.9.7.29, allow_major_override: true}]\n")
-    (e,) = load(path, table, index_versions=_index({"nvidia-cudnn-cu12": ["8.9.7.29"]})).entries
+    (e,) = load_with(path, table, index_versions=_index({"nvidia-cudnn-cu12": ["8.9.7.29"]})).entries
     assert e.cudnn == "8.9.7.29"
 
 
@@ -342,7 +372,7 @@ def test_unreachable_index_only_warns(write_matrix: MatrixWriter, header: str, t
     def down(index_url: str, project: str) -> list[str] | None:
         raise OSError("connection refused")
     path = write_matrix(header + CUDA + "include: [{accelerator: cu124, nccl: 2.23.4}]\n")
-    m = load(path, table, index_versions=down)
+    m = load_with(path, table, index_versions=down)
     assert m.entries[0].nccl == "2.23.4"
     assert "could not check nvidia-nccl-cu12==2.23.4" in m.warnings[0]
 
