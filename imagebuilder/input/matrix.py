@@ -266,8 +266,9 @@ class _Loader:
             return text
         if grammar.has_credentials(text):
             raise self.fail(problem, path, hint="give index credentials in IMAGEBUILDER_INDEX_USER and "
-                            "IMAGEBUILDER_INDEX_PASSWORD or in ~/.netrc: pip reaches the index through "
-                            "imagebuilder's loopback proxy, and nothing of them enters an image")
+                            "IMAGEBUILDER_INDEX_PASSWORD (for the hosts in IMAGEBUILDER_INDEX_HOSTS) or in ~/.netrc: "
+                            "pip reaches the index through imagebuilder's loopback proxy, and nothing of them enters "
+                            "an image")
         raise self.fail(problem, path, hint=grammar.hint("url"))
 
     def setting(self, merged: Merged, name: str) -> str:
@@ -331,11 +332,12 @@ class _Loader:
         combos, excluded = self.expand(top)
         entries = [e for combo in combos if (e := self.entry(top, combo)) is not None]
         self.check_unique(entries)
-        for e in entries:  # the environment's index credentials must say which hosts they are for
-            problem = index_auth.scope_problem((e.build.index_url, e.build.torch_index_url), self.env)
-            if problem is not None:
-                raise InputError(problem, where=e.where, hint="credentials go only to the index hosts they are "
-                                 "for: name them, or give each host its own in ~/.netrc")
+        urls = [(e, (e.build.index_url, e.build.torch_index_url)) for e in entries]
+        problem = index_auth.scope_problem({url for _, pair in urls for url in pair}, self.env)
+        if problem is not None:  # the environment's index credentials must say which hosts they are for
+            first = next(e for e, pair in urls if index_auth.scope_problem(pair, self.env) is not None)
+            raise InputError(problem, where=first.where, hint="credentials go only to the index hosts they are "
+                             "for: name them, or give each host its own in ~/.netrc")
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
                       lookups.Questions(frozenset(self.base_images), frozenset(self.index)))
 
@@ -441,10 +443,10 @@ class _Loader:
                 values[leaf], paths[leaf] = value, (*base, leaf)
         return Merged(name, values, paths)
 
-    def origins(self, top: dict[str, Any], combo: Combo) -> tuple[tuple[str, str], ...]:
-        """Where each key of the entry came from: `file:line`, or `default` (the schema's)."""
+    def origins(self, top: dict[str, Any], combo: Combo, mappings: Mapping[str, Merged]) -> tuple[tuple[str, str], ...]:
+        """Where each key of the entry came from: `file:line`, `$VARIABLE`, `--registry` or `default` (the schema's);
+        `mappings`: the entry's merged mapping keys."""
         out = []
-        mappings: dict[str, Merged] = {}
         for key in schema.KEYS:
             if key.merge or key.level == schema.TOP or key.name == "matrix.base_image":  # (as `base_image`)
                 continue
@@ -455,8 +457,6 @@ class _Loader:
             elif parent == "matrix":
                 found, path = key.leaf in combo.values, combo.paths.get(key.leaf, ())
             else:
-                if parent not in mappings:
-                    mappings[parent] = self.merged(top, combo, parent, schema.names(under=parent))
                 found, path = key.leaf in mappings[parent].values, mappings[parent].path(key.leaf)
             name = key.leaf if parent == "matrix" else key.name
             where = self.doc.where(path)
@@ -464,8 +464,8 @@ class _Loader:
                 out.append((name, "--registry"))
             elif found:
                 out.append((name, f"{Path(where.file).name}:{where.line}"))
-            elif key.name == "build.ca_bundle" and any(self.env.get(v) for v in CA_ENV):
-                out.append((name, "$" + next(v for v in CA_ENV if self.env.get(v))))
+            elif key.name == "build.ca_bundle" and self.ca_variable() is not None:
+                out.append((name, f"${self.ca_variable()}"))
             elif key.level != schema.INCLUDE:
                 out.append((name, "default"))
         return tuple(out)
@@ -511,8 +511,10 @@ class _Loader:
             self.path_value(p, (*lp_path, i), want_dir=True)
             for i, p in enumerate(self.listof(lp_raw or [], lp_path))
         )
-        build = self.build_settings(top, combo, variant)
-        smoke = self.smoke_settings(top, combo)
+        mappings = {name: self.merged(top, combo, name, schema.names(under=name)) for name in ("build", "smoke",
+                                                                                                "user")}
+        build = self.build_settings(mappings["build"], variant)
+        smoke = self.smoke_settings(top, mappings["smoke"])
         tags_raw, tags_path = self.cascaded(top, combo, "tags")
         tags = tuple(self.tag_template(t, (*tags_path, i))
                      for i, t in enumerate(self.listof(tags_raw, tags_path, nonempty=True))) \
@@ -535,7 +537,7 @@ class _Loader:
             self.not_a_secret(top, k, merged_vars.path(k))
             var_pairs.append((k, self.scalar(v, "var", merged_vars.path(k))))
         overrides, resolved = self.overrides(top, combo, variant, label, where, build.torch_index_url)
-        user = self.user(top, combo)
+        user = self.user(mappings["user"])
         if flavor == "devel" and variant.cuda and int(variant.cuda.split(".")[0]) < 13 \
                 and build.cuda_toolkit == "pip":
             raise InputError(
@@ -561,12 +563,11 @@ class _Loader:
             vars=tuple(var_pairs), where=where, overrides=overrides,
             driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
             user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
-            cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (), origins=self.origins(top, combo),
+            cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (), origins=self.origins(top, combo, mappings),
         )
 
-    def user(self, top: dict[str, Any], combo: Combo) -> UserSpec:
+    def user(self, merged: Merged) -> UserSpec:
         """`user: {name, uid, gid, workdir}` (entry keys override the top-level ones); never root."""
-        merged = self.merged(top, combo, "user", USER_KEYS)
         name = self.setting(merged, "user.name")
         if name == "root":
             raise self.fail("images run as a non-root user; `root` is not allowed here", merged.path("name"))
@@ -690,23 +691,21 @@ class _Loader:
             out.append((name, tuple(self.scalar(g, "glob", (*path, name, i)) for i, g in enumerate(globs))))
         return tuple(sorted(out))
 
-    def build_settings(self, top: dict[str, Any], combo: Combo, variant: Variant) -> BuildSettings:
-        merged = self.merged(top, combo, "build", BUILD_KEYS)
+    def ca_variable(self) -> str | None:
+        """The first of CA_ENV this environment sets: the CA bundle when the matrix names none."""
+        return next((name for name in CA_ENV if self.env.get(name)), None)
+
+    def build_settings(self, merged: Merged, variant: Variant) -> BuildSettings:
         ca: Path | None = None
         if merged.values.get("ca_bundle") is not None:
             ca = self.path_value(merged.values["ca_bundle"], merged.path("ca_bundle"), want_dir=False)
             self.ca_bundle(ca, f"CA bundle {merged.values['ca_bundle']!r}", merged.path("ca_bundle"))
-        else:
-            for name in CA_ENV:
-                if self.env.get(name):
-                    candidate = Path(self.env[name])
-                    if not (candidate.is_file() and os.access(candidate, os.R_OK)):
-                        raise InputError(f"CA bundle {candidate} from ${name} is not a readable file",
-                                         where=self.doc.where(("build",)),
-                                         hint="set build.ca_bundle, or unset the variable")
-                    ca = candidate
-                    self.ca_bundle(ca, f"CA bundle {candidate} from ${name}", ("build",))
-                    break
+        elif (name := self.ca_variable()) is not None:
+            ca = Path(self.env[name])
+            if not (ca.is_file() and os.access(ca, os.R_OK)):
+                raise InputError(f"CA bundle {ca} from ${name} is not a readable file",
+                                 where=self.doc.where(("build",)), hint="set build.ca_bundle, or unset the variable")
+            self.ca_bundle(ca, f"CA bundle {ca} from ${name}", ("build",))
         wheelhouse = None
         if merged.values.get("wheelhouse") is not None:
             wheelhouse = self.path_value(merged.values["wheelhouse"], merged.path("wheelhouse"), want_dir=True)
@@ -745,8 +744,7 @@ class _Loader:
                                  "/etc/ssl/certs/ca-certificates.crt") from None
         self.bundles.add(path)
 
-    def smoke_settings(self, top: dict[str, Any], combo: Combo) -> SmokeSettings:
-        merged = self.merged(top, combo, "smoke", SMOKE_KEYS)
+    def smoke_settings(self, top: dict[str, Any], merged: Merged) -> SmokeSettings:
         timeout = int(self.setting(merged, "smoke.timeout"))
         shm = self.setting(merged, "smoke.shm_size")
         gpus = self.setting(merged, "smoke.gpus")
