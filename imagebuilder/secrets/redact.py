@@ -49,9 +49,7 @@ def find_in_image(inspect: Mapping[str, Any], history: Iterable[Mapping[str, Any
     found = [f"{name} appears in the image's {where}" for name, value in secrets.items()
              for where, text in places if value in text]
     return found + [f"the image's {where.split(' (', 1)[0]} holds {what}" for where, text in places  # (no excerpt)
-                    for what, hints, pattern in CONFIG_PATTERNS
-                    if any(h in text.encode() for h in hints)
-                    and re.search(pattern, text.encode())]
+                    for what in shapes_in(text.encode(), CONFIG_PATTERNS)]
 
 
 def mask(text: str, secrets: Mapping[str, str]) -> str:
@@ -127,10 +125,15 @@ PACKAGE_TREES = re.compile(r"/(?:site|dist)-packages/(?![^/]+\.(?:dist|egg)-info
                            r"|^/usr/lib/python3[^/]*/")
 
 
+def shapes_in(data: bytes, patterns: Iterable[tuple[str, tuple[bytes, ...], bytes]]) -> list[str]:
+    """Which of these credential shapes the data holds (their names, no values): each pattern's literal hints
+    first, a fast substring search, then its regex."""
+    return [what for what, hints, pattern in patterns if any(h in data for h in hints) and re.search(pattern, data)]
+
+
 def tokens_in(data: bytes) -> list[str]:
     """Which kinds of credential-shaped text a file holds (no values)."""
-    found = [what for what, hints, pattern in TOKEN_PATTERNS
-             if any(h in data for h in hints) and re.search(pattern, data)]
+    found = shapes_in(data, TOKEN_PATTERNS)
     if any(name in data for name in SECRET_VARIABLES):
         match = re.search(SECRET_ASSIGNMENT, data)
         if match:
