@@ -29,7 +29,7 @@ from ..ports.registry import Registries
 from ..secrets import redact
 from ..secrets.scan import Findings
 from .context import RunContext, Served
-from .ledger import BuildStatus, PublishStatus
+from .ledger import BuildStatus, NodeRecord, PublishStatus
 from .loopback import Credentials, index_credentials
 from .schedule import Task
 
@@ -215,28 +215,26 @@ def found(run: RunContext, node: Node) -> bool | None:
 def mark_unpublished(run: RunContext, kind: str, task_ids: Collection[str] | None) -> None:
     """Interrupted (None), or not started under --fail-fast (the `<kind>:<entry>` task ids): what was built but
     not published (or staged) says so, and is held."""
-    for record in run.ledger.records():
-        if record.publish is not None or not record.built:
-            continue
-        if task_ids is None:
-            run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
-                            "was tagged", publish=PublishStatus.HELD)
-        elif f"{kind}:{record.entry}" in task_ids:
-            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure",
-                            publish=PublishStatus.HELD)
+    left = [(r, f"{kind}:{r.entry}") for r in run.ledger.records() if r.publish is None and r.built]
+    _mark_left(run, left, task_ids, {"publish": PublishStatus.HELD}, {"publish": PublishStatus.HELD})
 
 
 def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
     """Interrupted (None) or not started under --fail-fast (those task ids): what was not built says so."""
-    for record in run.ledger.records():
-        if record.build is not None:
-            continue
+    left = [(r, f"build:{r.node}") for r in run.ledger.records() if r.build is None]
+    _mark_left(run, left, task_ids, {"build": BuildStatus.INTERRUPTED}, {"build": BuildStatus.CANCELLED})
+
+
+def _mark_left(run: RunContext, left: list[tuple[NodeRecord, str]], task_ids: Collection[str] | None,
+               interrupted: Mapping[str, Any], cancelled: Mapping[str, Any]) -> None:
+    """Each node a step left (with the task that would have done it) says why: the run was interrupted
+    (`task_ids` None), or --fail-fast did not start its task."""
+    for record, task in left:
         if task_ids is None:
             run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
-                            "was tagged", build=BuildStatus.INTERRUPTED)
-        elif f"build:{record.node}" in task_ids:
-            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure",
-                            build=BuildStatus.CANCELLED)
+                            "was tagged", **interrupted)
+        elif task in task_ids:
+            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure", **cancelled)
 
 
 @dataclass(frozen=True)
