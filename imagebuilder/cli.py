@@ -31,6 +31,7 @@ from .errors import (
     did_you_mean,
 )
 from .evidence import spec as spec_mod
+from .evidence.history import point_of, series
 from .evidence.signing import Keys, Signer
 from .input import compat as compat_mod
 from .input import compat_refresh, grammar, lookups
@@ -210,6 +211,9 @@ expect_option = click.option("--expect", multiple=True, metavar="KEY=VALUE",
                                   "be raised, never lowered.")
 resmoke_option = click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by "
                               "ID or digest) has a pass record.")
+accept_regression_option = click.option(
+    "--accept-regression", is_flag=True, help="A leaf whose performance falls below its lineage's baseline passes, "
+    "its pass record saying `accepted` (the lineage's new normal); without it the regression fails it.")
 no_cache_option = click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 untested_gpu_option = click.option("--allow-untested-gpu", is_flag=True,
                                    help="Publish CUDA images even when no GPU was there to test them.")
@@ -629,16 +633,18 @@ def failed(records: list[NodeRecord]) -> None:
 @click.option("--fail-fast", is_flag=True, help="Start nothing new after the first failure (default: keep going; "
               "a failure blocks only what builds on it).")
 @resmoke_option
+@accept_regression_option
 @click.option("--logs", type=click.Choice(LOG_MODES), default="stream", show_default=True,
               help="stream: every build line, prefixed by node id; tail: only a progress row per running step "
               "with its latest line (full logs under the report folder, and on the terminal when a step fails).")
 @click.pass_obj
 def build(ctx: Context, /, push: bool, smoke: bool, expect: tuple[str, ...], no_cache: bool,
-          allow_untested_gpu: bool, allow_untested: bool, fail_fast: bool, resmoke: bool, logs: str,
-          **common: Any) -> int:
+          allow_untested_gpu: bool, allow_untested: bool, fail_fast: bool, resmoke: bool, accept_regression: bool,
+          logs: str, **common: Any) -> int:
     """Render, build what is not cached, smoke-test, tag and push the matrix: stage + verify + publish."""
     signing = Cosign.from_env(push, os.environ)
-    steps = (Stage(no_cache=no_cache), Verify(run_suite=smoke, resmoke=resmoke, host=GpuHost.probe()),
+    steps = (Stage(no_cache=no_cache), Verify(run_suite=smoke, resmoke=resmoke, host=GpuHost.probe(),
+                                              accept_regression=accept_regression),
              Publish(push=push, allow_untested=allow_untested, allow_untested_gpu=allow_untested_gpu, signing=signing))
     failed(run_steps(ctx, Common(**common), steps, expect=parse_expect(expect), no_cache=no_cache,
                      fail_fast=fail_fast, logs=logs, meta={"allow_untested": allow_untested, "smoke": smoke,
@@ -662,13 +668,15 @@ def stage(ctx: Context, /, no_cache: bool, **common: Any) -> int:
 @options(*RUN_OPTIONS)
 @expect_option
 @resmoke_option
+@accept_regression_option
 @click.pass_obj
-def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, **common: Any) -> int:
+def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, accept_regression: bool, **common: Any) -> int:
     """On a GPU host: pull each staged leaf by digest, run the smoke suite, and write its pass record beside the
     digest. Builds nothing. A leaf whose digest has a pass of this suite on this host's GPU model is skipped
     (and said); an unstaged node is an input error naming its key tag."""
     staged = Staged("verify")
-    steps = (staged, Verify(resmoke=resmoke, same_gpu_model=True, record=True, host=GpuHost.probe()))
+    steps = (staged, Verify(resmoke=resmoke, same_gpu_model=True, record=True, host=GpuHost.probe(),
+                            accept_regression=accept_regression))
     failed(run_steps(ctx, Common(**common), steps, expect=parse_expect(expect), require=staged,
                      meta={"signing": Cosign.from_env(True, os.environ).meta()}))
     return 0
@@ -755,6 +763,74 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     untested = f", {len(refused)} UNTESTED (--allow-untested)" if refused else ""
     ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}{untested}",
                   highlight=False)
+    return 0
+
+
+@cli.command()
+@options(*PLAN_OPTIONS)
+@click.option("--json", "as_json", is_flag=True, help="Print every lineage, its points and the gate's finding "
+              "for each, as JSON.")
+@click.pass_obj
+def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
+            as_json: bool) -> int:
+    """The performance history of each leaf of the matrix, read from the signed pass records in its registry:
+    one lineage per leaf and runner (GPU model, count and driver; or CPU), oldest first, each image with its
+    metrics, its change against the baseline the gate used (the median of the passes before it) and the pins
+    that changed. Builds and runs nothing."""
+    from .evidence.history import History
+    from .evidence.passes import RegistryPasses
+    from .evidence.regression import Thresholds, replay
+    from .ports.reference import parse
+    from .ports.registry import Registry
+
+    _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    insecure: tuple[str, ...] = ()
+    with contextlib.suppress(EngineUnavailable):
+        insecure = ctx.engine().insecure_registries()
+    trust, thresholds, stores = ctx.keys().trust, Thresholds.measured(), {}
+    lineages = []
+    for node in (n for n in the_plan.nodes if n.leaf):
+        ref = parse(f"{node.entry.registry}/{node.entry.repository}:latest")
+        if ref.host not in stores:
+            stores[ref.host] = History(RegistryPasses(Registry.for_host(ref.host, insecure), trust))
+        found = stores[ref.host].records(ref.repository)
+        runners = sorted({p.runner for p in (point_of(f) for f in found) if p is not None and p.node == node.id},
+                         key=lambda r: r.label())
+        for runner in runners:
+            points = series(found, node.id, runner)
+            lineages.append((node, ref, runner, points, replay(points, thresholds, node.entry.smoke.history_window)))
+    if as_json:
+        click.echo(json.dumps([{"node": node.id, "repository": f"{ref.host}/{ref.repository}",
+                                "runner": runner.to_json(),
+                                "points": [{**p.to_json(), "judged": j.to_json()}
+                                           for p, j in zip(points, judged, strict=True)]}
+                               for node, ref, runner, points, judged in lineages], indent=2))
+        return 0
+    if not lineages:
+        ctx.out.print("no performance history: no signed pass record with metrics beside these leaves' images",
+                      highlight=False)
+        return 0
+    for node, ref, runner, points, judged in lineages:
+        names = sorted({name for p in points for name in p.metrics})
+        table = Table(title=f"{node.id} · {runner.label()} · {ref.host}/{ref.repository}", box=None, pad_edge=False,
+                      title_justify="left")
+        for col in ("date", "image", "gate", *names, "pins changed"):
+            table.add_column(col, overflow="fold")
+        for point, finding in zip(points, judged, strict=True):
+            rows = {r.metric: r for r in finding.rows}
+            cells = []
+            for name in names:
+                metric, row = point.metrics.get(name), rows.get(name)
+                text = f"{metric.value:.4g}" if metric else "-"
+                if row is not None and row.change is not None:
+                    text += f" ({row.change:+.1%})"
+                cells.append(f"[bold red]{text}[/]" if row is not None and row.regressed else text)
+            style = {"regressed": "bold red", "accepted": "yellow", "first": "cyan"}.get(finding.verdict, "green")
+            table.add_row(point.date[:16], point.manifest[7:19], f"[{style}]{finding.verdict}[/]", *cells,
+                          escape(", ".join(finding.pins_changed)) or "-")
+        ctx.out.print(table)
+    ctx.out.print(f"thresholds: {thresholds.source} (a metric's threshold is in report.json's `performance`); the "
+                  "baseline is the median of the last smoke.history_window passes before each image", highlight=False)
     return 0
 
 

@@ -30,6 +30,7 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
         "secret_scan": r.secret_scan,
         "pass_record": r.pass_record, "untested": r.untested, "allowed_skips": list(r.allowed_skips),
         "smoke_report": dict(r.smoke_report) if r.smoke_report is not None else None,
+        "performance": dict(r.performance) if r.performance is not None else None,
     }
 
 
@@ -96,6 +97,12 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
     if published:
         lines += ["", "### Published", "", "| tag | digest |", "|---|---|"]
         lines += [f"| `{tag}` | `{digest}` |" for tag, digest in published]
+    measured = [r for r in results if r.performance]
+    if measured:
+        lines += ["", "### Performance", "", "| node | runner | verdict | metric | value | baseline | change | "
+                  "threshold |", "|---|---|---|---|---|---|---|---|"]
+        for r in measured:
+            lines += _performance_rows(r)
     gaps = [r for r in results if r.untested or r.allowed_skips or r.publish == PublishStatus.STAGED]
     if gaps:
         lines += ["", "### Not fully tested", ""]
@@ -112,6 +119,25 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
                 lines += ["", "  <details><summary>log tail</summary>", "", "  ```",
                           *(f"  {line}" for line in r.log_tail.splitlines()[-30:]), "  ```", "  </details>", ""]
     return "\n".join(lines) + "\n"
+
+
+def _performance_rows(r: NodeRecord) -> list[str]:
+    """The node's metrics against its baseline (the first of its lineage: its values only)."""
+    perf = r.performance or {}
+    runner = perf.get("runner") or {}
+    where = _md(f"{runner.get('count')}x {' + '.join(runner.get('models') or []) or runner.get('kind')}")
+    rows = perf.get("rows") or [{"metric": m.get("name"), "unit": m.get("unit"), "value": m.get("value")}
+                                for m in perf.get("metrics") or []]
+    out = []
+    for row in rows:
+        change, limit = row.get("change"), row.get("threshold")
+        mark = " **regressed**" if row.get("regressed") else ""
+        out.append(f"| `{r.node}` | {where} | {perf.get('verdict')} | {_md(str(row.get('metric')))} | "
+                   f"{row.get('value'):.4g} {_md(str(row.get('unit') or ''))} | "
+                   + (f"{row['baseline']:.4g}" if row.get("baseline") is not None else "-") + " | "
+                   + (f"{change:+.1%}{mark}" if change is not None else "-") + " | "
+                   + (f"{limit:.0%}" if limit is not None else "not gated") + " |")
+    return out
 
 
 def _md(text: str) -> str:

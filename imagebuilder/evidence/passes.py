@@ -100,6 +100,7 @@ class PassRecord:
     report: Mapping[str, Any] | None = None  # the smoke report (leaves)
     via: Mapping[str, Any] | None = None  # ancestors: the leaf whose suite ran on an image built on this one
     allowed_by: str | None = None  # UNTESTED: the flag that allowed it
+    performance: Mapping[str, Any] | None = None  # the runner, the metrics and the gate's finding (`regression`)
     tool: str = f"imagebuilder {__version__}"
     format: str = FORMAT
 
@@ -301,6 +302,16 @@ class RegistryPasses:
                  if t.startswith(prefix) and t.endswith("-" + spec[:16])]
         return [f for f in found if f is not None and f.record.verdict == FAILED and f.record.spec == spec
                 and f.record.manifest == manifest]
+
+    def tags_of(self, repo: str) -> list[str]:
+        return self.registry.tags(repo)
+
+    def read_found(self, repo: str, tag: str) -> Signed | None:
+        """The record under a record tag when it counts (`read`); None otherwise."""
+        try:
+            return self.read(repo, tag).found
+        except EngineError:
+            return None
 
     def all_for(self, repo: str, manifest: str, tags: list[str]) -> list[Lookup]:
         """Every record (any spec, any verdict) beside this manifest, given the repository's tags."""

@@ -121,6 +121,7 @@ class SmokeSettings:
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the smoke container
     allow_skip: tuple[str, ...] = ()  # checks (names or globs) whose skip does not block publishing on a GPU run
     gpu_floors: tuple[tuple[str, float], ...] = ()  # GPU name (substring) -> bf16 TFLOP/s floor, for unlisted GPUs
+    history_window: int = 5  # the passes of a lineage whose median is the performance baseline (regression.WINDOW)
 
 
 # The resolved versions of an entry (Entry.versions): labels, expectations, and what a template may depend on.
@@ -796,8 +797,12 @@ class _Loader:
                                 f"{low:g} to {high:g} of its dense bf16 peak ({peak:g}), the bounds of "
                                 "throughput_floor", path)
             gpu_floors.append((name, tflops))
+        window = int(self.setting(merged, "smoke.history_window"))
+        if not 1 <= window <= 50:
+            raise self.fail(f"history_window {window} is outside [1, 50] (the passes whose median is an image's "
+                            "performance baseline)", merged.path("history_window"), hint="5 is the default")
         return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env), tuple(allow_skip),
-                             tuple(gpu_floors))
+                             tuple(gpu_floors), window)
 
     def not_a_secret(self, top: dict[str, Any], name: str, path: tuple[str | int, ...]) -> None:
         """Values of `vars` reach Dockerfiles (and so the image history), `smoke.env` the report: a name that

@@ -110,6 +110,8 @@ KEYS: tuple[Key, ...] = (
     Key("smoke.allow_skip", "list", "Checks (names or globs) whose skip on a GPU run does not block publishing.",
         "[]", items="string"),
     Key("smoke.gpu_floors", "mapping", "bf16 TFLOP/s floors for GPUs missing from the suite's table.", "{}"),
+    Key("smoke.history_window", "int", "The last N passes of an image's lineage whose median is its performance "
+        "baseline (1 to 50).", "5"),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 

@@ -114,12 +114,23 @@ class GpuHost:
     devices: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     driver: str | None = None  # the driver version, as nvidia-smi says
+    cpu: str = ""  # the CPU model, as /proc/cpuinfo says (a CPU run's history is this CPU's)
+    cpus: int = 0
 
     @classmethod
     def probe(cls) -> GpuHost:
         gpus = _nvidia_smi()
         return cls(tuple(nvidia_devices()), tuple(sorted({name for name, _ in gpus})),
-                   gpus[0][1] if gpus else None)
+                   gpus[0][1] if gpus else None, cpu_model(), os.cpu_count() or 0)
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name; '' where the system does not say."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")

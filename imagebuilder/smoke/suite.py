@@ -48,6 +48,7 @@ Statuses: pass, fail, skip (with a reason), warn (never fails the run). Exit cod
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -90,6 +91,13 @@ def record(name: str, status: str, *, value: Any = None, expected: Any = None, r
            duration: float = 0.0, **extra: Any) -> Record:
     return {"name": name, "status": status, "value": value, "expected": expected, "reason": reason,
             "duration": round(duration, 3), **extra}
+
+
+def metric(name: str, unit: str, reps: list[float], *, better: str = "higher", stat: str = "median") -> Record:
+    """A measurement for the performance history: every repetition, the unit, which way is better, and the
+    statistic of the repetitions that stands for the run (`median`, or `max`: the best of a rate, where a
+    shared machine's neighbours only ever slow a repetition down). The host computes the statistic itself."""
+    return {"name": name, "unit": unit, "better": better, "stat": stat, "reps": [round(float(r), 6) for r in reps]}
 
 
 def base_version(text: str | None) -> str | None:
@@ -903,6 +911,11 @@ def _collectives_worker(rank: int, world: int, port: int, results: Any, backend:
             out["reduce_scatter"] = dst.tolist()
         except (RuntimeError, NotImplementedError) as exc:
             out["reduce_scatter_unsupported"] = str(exc).splitlines()[0][:200]
+        if backend == "nccl" and world > 1:
+            try:
+                out["busbw"] = _busbw(dist, world, dev)
+            except Exception:  # noqa: BLE001 - a measurement: the stages above judge the collectives
+                out["busbw_error"] = _error_line()
         out["stage"] = "barrier_destroy"
         dist.barrier()
         dist.destroy_process_group()
@@ -911,6 +924,35 @@ def _collectives_worker(rank: int, world: int, port: int, results: Any, backend:
     except Exception:  # noqa: BLE001 - reported to the parent
         out["error"] = _error_line()
     results.put(out)
+
+
+ALL_REDUCE_SIZES = (1 << 20, 1 << 25, 1 << 28)  # bytes of fp32 all-reduced: 1 MiB, 32 MiB, 256 MiB
+ALL_REDUCE_REPS = (3, 10)  # warm-ups, timed repetitions per size
+
+
+def _busbw(dist: Any, world: int, dev: Any) -> dict[str, list[float]]:
+    """all_reduce bus bandwidth in GB/s per repetition and size, as nccl-tests computes it: the bytes over the
+    time (the slowest rank's, through a barrier-free max), times 2(n-1)/n."""
+    import torch
+
+    warmup, reps = ALL_REDUCE_REPS
+    out = {}
+    for size in ALL_REDUCE_SIZES:
+        t = torch.ones(size // 4, device=dev)
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        torch.cuda.synchronize(dev)
+        rates = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            torch.cuda.synchronize(dev)
+            took = torch.tensor([time.perf_counter() - t0], device=dev)
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            rates.append(size / float(took) / 1e9 * 2 * (world - 1) / world)
+        out[f"{size >> 20}MiB"] = [round(r, 2) for r in rates]
+        del t
+    return out
 
 
 def _error_line() -> str:
@@ -945,8 +987,14 @@ def _stage_record(stage: str, got: list[dict[str, Any]], backend: str, world: in
     if stage in ("all_reduce", "all_gather"):
         values = [g[stage] for g in got]
         ok = all(v == want[stage] for v in values)
+        extra: dict[str, Any] = {}
+        if stage == "all_reduce" and got[0].get("busbw"):
+            extra["metrics"] = [metric(f"all_reduce.busbw.{size}", "GB/s", reps)
+                                for size, reps in got[0]["busbw"].items()]
+        if stage == "all_reduce" and got[0].get("busbw_error"):
+            extra["busbw_error"] = got[0]["busbw_error"]
         return record(name, "pass" if ok else "fail", value=values[0], expected=want[stage],
-                      reason="" if ok else f"{stage} gave {values}")
+                      reason="" if ok else f"{stage} gave {values}", **extra)
     if stage == "reduce_scatter" and any("reduce_scatter_unsupported" in g for g in got):
         return record(name, "skip", reason=f"{backend} has no reduce_scatter_tensor: "
                                            f"{got[0].get('reduce_scatter_unsupported')}")
@@ -1108,14 +1156,48 @@ def _norms(sharded: list[Any], ref: list[Any], base: list[Any] | None) -> list[t
 
 def _compile_counters() -> dict[str, Any]:
     """What torch.compile did in this process: frames it converted (of those it tried), graphs it captured,
-    graphs AOTAutograd compiled (through Inductor), graph breaks and their reasons, recompilations."""
+    graphs AOTAutograd compiled, graphs Inductor compiled or loaded from its cache (its FX graph cache's misses
+    and hits: none when another backend ran the graphs), the backends Dynamo was given (by name), graph breaks
+    and their reasons, recompilations."""
     from torch._dynamo.utils import counters
 
     breaks = counters["graph_break"]
+    inductor = counters["inductor"]
     return {"frames": int(counters["frames"]["ok"]), "frames_tried": int(counters["frames"]["total"]),
             "graphs": int(counters["stats"]["unique_graphs"]), "aot_graphs": int(counters["aot_autograd"]["ok"]),
+            "inductor_graphs": int(inductor["fxgraph_cache_miss"] + inductor["fxgraph_cache_hit"]),
+            "backends": _backend_names(),
             "graph_breaks": int(sum(breaks.values())), "break_reasons": [str(k)[:200] for k in list(breaks)[:5]],
             "recompiles": int(sum(counters["recompiles"].values()))}
+
+
+def _backend_names() -> list[str]:
+    """The names of the backends torch.compile was given in this process (`inductor`, `aot_eager`, ...), as
+    Dynamo keeps them; empty where this torch keeps none."""
+    try:
+        from torch._dynamo import eval_frame
+
+        found = getattr(eval_frame, "cached_backends", {}) or {}
+        return sorted({str(getattr(b, "compiler_name", None) or getattr(b, "__name__", None) or type(b).__name__)
+                       for b in found.values() if b is not None})
+    except Exception:  # noqa: BLE001 - a name for the message only
+        return []
+
+
+INDUCTOR_CALL = "## Call CompiledFxGraph"  # the profiler's event around every call of a graph Inductor compiled
+
+
+def _inductor_calls(step: Callable[[], Any]) -> int:
+    """How many times a graph compiled by Inductor ran during `step`, counted by the profiler (the event Inductor
+    records around each call of its compiled graph); -1 where the profiler could not run."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        return sum(1 for e in prof.events() if str(e.name).startswith(INDUCTOR_CALL))
+    except Exception:  # noqa: BLE001 - said in the record: the counters still speak
+        return -1
 
 
 def _sharded_pair(cfg: dict[str, Any], mixed: bool, device: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
@@ -1151,7 +1233,11 @@ def _train_side_by_side(model: Any, reference: Any, cfg: dict[str, Any], data: t
     ref_opt = torch.optim.SGD(reference.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
     out: dict[str, Any] = {"losses": [], "ref_losses": []}
     for iteration in range(cfg["steps"]):
+        t0 = time.perf_counter()
         loss = _train_step(model, x[mine], y[mine], autocast=False)  # FSDP's MixedPrecisionPolicy casts itself
+        if iteration == 0:  # compiling the forward and backward graphs, and running them once
+            _sync(x.device)
+            out["first_step_s"] = round(time.perf_counter() - t0, 4)
         out["ref_losses"].append(float(_train_step(reference, x, y, autocast=ref_bf16)))
         dist.all_reduce(loss)  # the mean over the ranks' equal slices: the loss on the whole batch
         out["losses"].append(float(loss) / world)
@@ -1162,6 +1248,47 @@ def _train_side_by_side(model: Any, reference: Any, cfg: dict[str, Any], data: t
             optim.step()
             optim.zero_grad()
     return out
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# The speed of the compiled FSDP model, after the check above: warm-up steps, then timed steps of it alone (the
+# reference does not run), each a forward, backward and optimizer step on this rank's slice, timed on the wall
+# clock up to the device's synchronisation (the host's time between kernels counts: it is the step's).
+FSDP_PERF = {"cpu": (2, 10), "cuda": (5, 30)}  # warm-up steps, timed steps
+
+
+def _timed_steps(model: Any, cfg: dict[str, Any], data: tuple[Any, Any], rank: int, kind: str) -> dict[str, Any]:
+    """Seconds per step of the compiled, sharded model (after its warm-up steps), and how many times a graph
+    Inductor compiled ran in one profiled step."""
+    import torch
+
+    x, y = data
+    mine = slice(rank * cfg["batch"], (rank + 1) * cfg["batch"])
+    opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"] * 0.01)  # (small: the weights hardly move)
+
+    def step() -> None:
+        _train_step(model, x[mine], y[mine], autocast=False)
+        opt.step()
+        opt.zero_grad()
+
+    warmup, reps = FSDP_PERF[kind]
+    for _ in range(warmup):
+        step()
+    _sync(x.device)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        _sync(x.device)
+        times.append(round(time.perf_counter() - t0, 6))
+    calls = _inductor_calls(step)
+    return {"step_times_s": times, "warmup_steps": warmup, "inductor_calls": calls}
 
 
 def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, seed: int = FSDP_SEED,
@@ -1189,7 +1316,9 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
                                        ref_bf16))
         out["step_s"] = round(time.monotonic() - t0, 3)
         out["param_norms"] = _norms(list(model.parameters()), list(reference.parameters()), initial)
-        out.update(names=[name for name, _ in reference.named_parameters()], compile=_compile_counters(),
+        perf = _timed_steps(model, cfg, _fsdp_data(cfg, world, seed, device), rank, kind)
+        counters = {**_compile_counters(), "inductor_calls": perf.pop("inductor_calls")}
+        out.update(names=[name for name, _ in reference.named_parameters()], compile=counters, perf=perf,
                    reference_autocast=ref_bf16, run_kind=kind, seed=seed)
         dist.barrier()
         dist.destroy_process_group()
@@ -1250,10 +1379,24 @@ def fsdp_verdict(losses: list[float], ref_losses: list[float], grad_gaps: dict[s
     return ("fail" if reasons else "pass"), "; ".join(reasons)
 
 
+def _not_inductor(c: dict[str, Any]) -> str:
+    """'' if Inductor compiled the graphs and its compiled code ran; else what ran instead."""
+    calls, graphs = int(c.get("inductor_calls", -1)), int(c.get("inductor_graphs", 0))
+    if calls > 0 or (calls < 0 and graphs > 0):  # (-1: no profiler here; Inductor's own counters speak)
+        return ""
+    others = [b for b in c.get("backends") or [] if b != "inductor"]
+    backend = f"the backend was {', '.join(others)}" if others else "no Inductor graph ran"
+    return (f"AOTAutograd compiled {c['aot_graphs']} graph(s) but Inductor compiled {graphs} and none of its code "
+            f"ran in a profiled step: {backend} (a fallback, not Inductor)")
+
+
 def compile_verdict(per_rank: list[dict[str, Any]]) -> tuple[str, str]:
-    """torch.compile really compiled on every rank: at least one frame converted and one graph captured and
-    compiled through AOTAutograd, and no frame it tried fell back to eager (as it does, silently, with
-    TORCHDYNAMO_DISABLE=1, a torch.compile that does nothing, or suppress_errors after a failed compile)."""
+    """torch.compile really compiled on every rank, through Inductor: at least one frame converted and one graph
+    captured and compiled through AOTAutograd; no frame it tried fell back to eager (as it does, silently, with
+    TORCHDYNAMO_DISABLE=1, a torch.compile that does nothing, or suppress_errors after a failed compile); and
+    Inductor compiled the graphs (or loaded them from its cache) and its compiled code ran, counted by the
+    profiler in one step after the warm-up (a backend such as `aot_eager` captures and runs the same graphs
+    without generating a kernel: it fails, named)."""
     reasons = []
     for rank, c in enumerate(per_rank):
         if min(c["frames"], c["graphs"], c["aot_graphs"]) < 1:
@@ -1263,7 +1406,26 @@ def compile_verdict(per_rank: list[dict[str, Any]]) -> tuple[str, str]:
         elif c["frames"] < c["frames_tried"]:
             reasons.append(f"rank {rank}: {c['frames_tried'] - c['frames']} of {c['frames_tried']} frames "
                            "failed to compile and ran eagerly")
+        elif why := _not_inductor(c):
+            reasons.append(f"rank {rank}: {why}")
     return ("fail" if reasons else "pass"), "; ".join(reasons)
+
+
+def fsdp_perf(got: list[dict[str, Any]], batch: int) -> dict[str, Any]:
+    """The compiled model's speed from the ranks' timings: each step as long as its slowest rank, the samples
+    every step trains (all ranks'), and the first step's time (compiling and running it) on the slowest rank."""
+    import statistics
+
+    perfs = [g.get("perf") or {} for g in got]
+    per_step = [max(times) for times in zip(*(p.get("step_times_s") or [] for p in perfs))]
+    first = max((float(g.get("first_step_s") or 0.0) for g in got), default=0.0)
+    out: dict[str, Any] = {"step_times_s": per_step, "samples_per_step": batch * len(got),
+                           "warmup_steps": perfs[0].get("warmup_steps") if perfs else None, "first_step_s": first}
+    if per_step:
+        median = statistics.median(per_step)
+        out.update(median_step_s=round(median, 6), samples_per_s=round(batch * len(got) / median, 1),
+                   compile_s=round(max(first - median, 0.0), 3))
+    return out
 
 
 def fsdp_known_incompatibility(version: str, backend: str, error: str) -> bool:
@@ -1292,14 +1454,20 @@ def fsdp_records(got: list[dict[str, Any]], backend: str, world: int, duration: 
                   run={**cfg, "seed": g.get("seed"), "optimizer": "SGD", "data": "one fixed batch, reused every step",
                        "reference": "unsharded, eager, fp32" + (" under bf16 autocast" if g["reference_autocast"]
                                                                 else ""),
-                       "mixed_precision": "bf16 params, fp32 reduce" if kind == "cuda" else None})
+                       "mixed_precision": "bf16 params, fp32 reduce" if kind == "cuda" else None},
+                  perf=(perf := fsdp_perf(got, cfg["batch"])),
+                  metrics=[metric("fsdp.samples_per_s", "samples/s",
+                                  [perf["samples_per_step"] / t for t in perf["step_times_s"] if t > 0]),
+                           metric("fsdp.compile_s", "s", [perf.get("compile_s", 0.0)], better="lower")]
+                  if perf.get("step_times_s") else [])
     counts = [r["compile"] for r in got]
     c_status, c_reason = compile_verdict(counts)
-    total = {k: sum(c[k] for c in counts) for k in ("frames", "frames_tried", "graphs", "aot_graphs",
-                                                    "graph_breaks", "recompiles")}
+    total = {k: sum(int(c.get(k, 0)) for c in counts)
+             for k in ("frames", "frames_tried", "graphs", "aot_graphs", "inductor_graphs", "inductor_calls",
+                       "graph_breaks", "recompiles")}
     compiled = record(f"fsdp.compiled_graphs_{dev}", c_status, value=total, reason=c_reason,
-                      expected="every rank: >= 1 frame, graph and AOT graph compiled; no frame fell back to eager",
-                      per_rank=counts, duration=0.0)
+                      expected="every rank: >= 1 frame, graph and AOT graph compiled, by Inductor, whose code ran; "
+                               "no frame fell back to eager", per_rank=counts, duration=0.0)
     return [step, compiled]
 
 
@@ -1329,7 +1497,16 @@ CPU_MATMUL = (1024, 2, 10)  # n, warm-ups, timed repetitions: fp32 n^3 matmuls o
 # so the floor can sit far from both a loaded healthy machine and a 10x slower matmul. It measures the BLAS
 # per core, which is what a broken or slowed matmul changes.
 CPU_MATMUL_THREADS = 1
+# The history's CPU matmul (no floor): 256^3 on one thread, best of 100. Its three matrices (768 KiB) stay in the
+# core's own cache, so a busy neighbour hardly touches it: on the 2-core CI machine, with a memory-bound and a
+# CPU-bound process beside it, the best of 1024^3 fell from ~97 to 44..48 GFLOP/s and this one stayed at 99..103
+# (benchmarks/results/perf_noise_cpu.json measures its noise, from which its threshold comes).
+CPU_MATMUL_SMALL = (256, 5, 100)
+CPU_MATMUL_SMALL_PAUSE = 0.02  # seconds after every 10th repetition: the 100 spread over ~0.25 s, not one burst
 GPU_MATMUL = (8192, 5, 20)  # bf16 n^3 matmuls of 1.1 TFLOP each
+GPU_MATMUL_SMALL = 4096  # the second size (history only, no floor): 0.14 TFLOP, where launch and tiling show
+GPU_COPY = (1 << 28, 3, 20)  # bf16 elements copied device to device (512 MiB read + 512 MiB written), warm-ups,
+# repetitions: the device memory bandwidth (history only)
 # The fp32 GFLOP/s (best repetition, one thread) a CPU image's matmul must reach: `smoke.cpu_gflops_floor`,
 # whose default (matrix.SmokeSettings) is this number. Set by benchmarks/cpu_floor.py (results/cpu_floor.json:
 # this check, 10 runs a condition, 3 sessions over an hour, on the 2-core AMD EPYC CI-class machine): healthy
@@ -1382,6 +1559,7 @@ def cpu_throughput_verdict(times: list[float], n: int, floor: float, problems: l
     return record("throughput.cpu", "fail" if reasons else "pass", value=round(best, 1),
                   expected=f">= {floor:g} (best repetition)", reason="; ".join(reasons), unit="GFLOP/s", size=n,
                   median_gflops=round(2 * n**3 / statistics.median(times) / 1e9, 1),
+                  metrics=[metric(f"matmul.fp32.{n}", "GFLOP/s", [2 * n**3 / t / 1e9 for t in times], stat="max")],
                   **rep_summary(times, 2 * n**3, 1e9))
 
 
@@ -1409,9 +1587,9 @@ def _matmul_inputs(n: int, **kwargs: Any) -> tuple[Any, Any, list[str]]:
     return a, b, [data_problem(_data_stats(a)), data_problem(_data_stats(b))]
 
 
-def _cpu_matmul_times(n: int, warmup: int, reps: int) -> tuple[list[float], list[str]]:
-    """Seconds per `a @ b` (timed repetitions, after warm-ups) on one thread, and what is wrong with the
-    inputs or the product."""
+def _cpu_matmul_times(n: int, warmup: int, reps: int, pause: float = 0.0) -> tuple[list[float], list[str]]:
+    """Seconds per `a @ b` (timed repetitions, after warm-ups, a `pause` after every 10th) on one thread, and
+    what is wrong with the inputs or the product."""
     import torch
 
     threads = torch.get_num_threads()
@@ -1421,10 +1599,12 @@ def _cpu_matmul_times(n: int, warmup: int, reps: int) -> tuple[list[float], list
         for _ in range(warmup):
             a @ b
         times = []
-        for _ in range(reps):
+        for i in range(reps):
             t0 = time.perf_counter()
             c = a @ b
             times.append(time.perf_counter() - t0)
+            if pause and i % 10 == 9:
+                time.sleep(pause)
     finally:
         torch.set_num_threads(threads)
     return times, [*problems, product_problem(_product_error(a, b, c), "cpu")]
@@ -1434,8 +1614,49 @@ def check_cpu_throughput(expect: dict[str, Any]) -> Record:
     times, problems = _cpu_matmul_times(*CPU_MATMUL)
     floor = float(expect.get("cpu_gflops_floor") or CPU_GFLOPS_FLOOR)
     rec = cpu_throughput_verdict(times, CPU_MATMUL[0], floor, problems)
+    n = CPU_MATMUL_SMALL[0]
+    small, small_problems = _cpu_matmul_times(*CPU_MATMUL_SMALL, pause=CPU_MATMUL_SMALL_PAUSE)
+    if any(small_problems):
+        rec.update(status="fail", reason="; ".join(p for p in [rec["reason"], *small_problems] if p))
     rec["threads"] = CPU_MATMUL_THREADS
+    rec["metrics"].append(metric(f"matmul.fp32.{n}", "GFLOP/s", [2 * n**3 / t / 1e9 for t in small], stat="max"))
     return rec
+
+
+def _cuda_times(fn: Callable[[], Any], warmup: int, reps: int) -> list[float]:
+    """Seconds of each call of `fn`, by CUDA events around it, after warm-ups (see check_gpu_throughput)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return times
+
+
+def _gpu_history_metrics(index: int) -> list[Record]:
+    """The bf16 matmul at the second size and the device memory bandwidth of one GPU (no floor: the history's)."""
+    import torch
+
+    n, (elems, warmup, reps) = GPU_MATMUL_SMALL, GPU_COPY
+    with torch.cuda.device(index):
+        a, b, _ = _matmul_inputs(n, device="cuda", dtype=torch.bfloat16)
+        small = _cuda_times(functools.partial(torch.matmul, a, b), GPU_MATMUL[1], GPU_MATMUL[2])
+        del a, b
+        src = torch.randn(elems, device="cuda", dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        copy = _cuda_times(functools.partial(dst.copy_, src), warmup, reps)
+        moved = 2 * src.numel() * src.element_size()
+        del src, dst
+    return [metric(f"matmul.bf16.{n}", "TFLOP/s", [2 * n**3 / t / 1e12 for t in small]),
+            metric("memory.copy", "GB/s", [moved / t / 1e9 for t in copy])]
 
 
 def check_gpu_throughput(expect: dict[str, Any], index: int) -> Record:
@@ -1451,17 +1672,8 @@ def check_gpu_throughput(expect: dict[str, Any], index: int) -> Record:
     fraction = float(expect.get("throughput_floor") or 0.6)
     with torch.cuda.device(index):
         a, b, problems = _matmul_inputs(n, device="cuda", dtype=torch.bfloat16)
-        for _ in range(warmup):
-            a @ b
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            c = a @ b
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1000)
+        times = _cuda_times(functools.partial(torch.matmul, a, b), warmup, reps)
+        c = a @ b
         problems.append(product_problem(_product_error(a, b, c), "cuda"))
         tflops = 2 * n**3 / statistics.median(times) / 1e12
         rec = throughput_verdict(torch.cuda.get_device_name(index), tflops, fraction, expect.get("gpu_floors"))
@@ -1469,7 +1681,9 @@ def check_gpu_throughput(expect: dict[str, Any], index: int) -> Record:
     bad = [p for p in problems if p]
     if bad:
         rec.update(status="fail", reason="; ".join([*bad, rec["reason"]]).strip("; "))
-    rec.update(name=f"throughput.cuda:{index}", unit="TFLOP/s", size=n, **rep_summary(times, 2 * n**3, 1e12))
+    rec.update(name=f"throughput.cuda:{index}", unit="TFLOP/s", size=n, **rep_summary(times, 2 * n**3, 1e12),
+               metrics=[metric(f"matmul.bf16.{n}", "TFLOP/s", [2 * n**3 / t / 1e12 for t in times]),
+                        *_gpu_history_metrics(index)])
     return rec
 
 

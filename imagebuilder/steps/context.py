@@ -12,6 +12,7 @@ from typing import Protocol
 
 from rich.markup import escape
 
+from ..evidence.history import History
 from ..evidence.passes import LocalPasses, RegistryPasses
 from ..evidence.signing import Keys
 from ..evidence.spec import Specs
@@ -85,10 +86,19 @@ class RunContext:
     cache_dir: Path  # the local mirror of pass records
     served: Served = Served()
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
+    _histories: dict[str, History] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def passes(self, host: str) -> RegistryPasses:
         """The pass records of one registry, read with this run's trust and written with its signer."""
         return RegistryPasses(self.registries(host), self.keys.trust, self.keys.signer)
+
+    def history(self, host: str) -> History:
+        """The performance history in one registry (its records read once per repository and run)."""
+        with self._lock:
+            if host not in self._histories:
+                self._histories[host] = History(self.passes(host))
+            return self._histories[host]
 
     def mirror(self) -> LocalPasses:
         return LocalPasses(self.cache_dir, self.keys.trust, self.keys.signer)

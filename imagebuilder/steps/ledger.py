@@ -78,6 +78,7 @@ class NodeRecord:
     log_tail: str = ""
     durations: Mapping[str, float] = field(default_factory=dict)
     smoke_report: Mapping[str, Any] | None = None
+    performance: Mapping[str, Any] | None = None  # the regression gate's finding (`evidence.regression`)
     gpu_verified: bool | None = None  # False: a CUDA image smoke-tested without a GPU
     base: Mapping[str, Any] | None = None  # root nodes: the base image's name, image ID and registry digests
     signed: str | None = None  # the signature's outcome (cosign), when signing was on

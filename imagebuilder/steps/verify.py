@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
-from ..evidence import passes
+from ..evidence import passes, regression
+from ..evidence.history import Runner, pins_of
 from ..evidence.lineage import blob_configs, built_on
+from ..evidence.metrics import metrics_of
 from ..evidence.passes import PassRecord
 from ..plan.keys import cache_ref
 from ..plan.plan import Node
@@ -68,6 +71,8 @@ class Verify:
     same_gpu_model: bool = False  # verify on a GPU runner: a pass of other GPU models does not stand in
     record: bool = False  # verify: write each leaf's pass beside the digest its key tag names
     host: GpuHost = field(default_factory=GpuHost)  # the CLI passes `GpuHost.probe()`: no GPU unless it does
+    accept_regression: bool = False  # a performance regression is recorded as accepted, and the image passes
+    thresholds: regression.Thresholds = field(default_factory=regression.Thresholds.measured)
 
     def start(self, run: RunContext) -> None:
         pass
@@ -105,6 +110,7 @@ class Verify:
             record, where = found
             run.ledger.update(node.id, verify=VerifyStatus.FOUND, record=record, pass_record=where,
                               smoke_report=dict(record.report) if record.report else None,
+                              performance=dict(record.performance) if record.performance else None,
                               gpu_verified=bool(record.gpu.get("verified")) if node.entry.cuda else None)
             run.logs.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(record.date)} ({escape(where)}); "
                          "--resmoke runs it again[/]")
@@ -136,7 +142,8 @@ class Verify:
                                  node=node.id, entry=node.entry.id, expect=run.specs.told(node)["expect"],
                                  gpu={"kind": "gpu", "verified": bool(record.gpu_verified), "count": report.get("gpus"),
                                       "models": list(self.host.models), "driver": self.host.driver},
-                                 date=passes.now(), suite=passes.suite_hash(), report=report)
+                                 date=passes.now(), suite=passes.suite_hash(), report=report,
+                                 performance=record.performance)
             tag = run.passes(host).put(repo, verdict.at(digest, f"{host}/{repo}"), per_model=True)
         except ImageBuilderError as exc:
             run.logs.say(f"[yellow]  {escape(node.id)}: the verdict of {escape(', '.join(self.host.models))} was "
@@ -227,13 +234,61 @@ class Verify:
             return False
         if node.entry.cuda and not verdict.gpu_verified:
             run.logs.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
+        performance = self.performance(run, node, image, smoke_report, spec["expect"])
+        if performance is not None and performance.regressed:
+            if not self.accept_regression:
+                run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=performance.why(),
+                                  performance=performance.to_json(), log_tail=report.log_tail)
+                run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(performance.why())}[/] [dim](--accept-"
+                             "regression records it as accepted: the lineage's new normal)[/]")
+                return False
+            performance = performance.accepted()
+            run.logs.say(f"[yellow]  {escape(node.id)}: accepted (--accept-regression): "
+                         f"{escape(performance.why())}[/]")
+        perf = performance.to_json() if performance is not None else None
         record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
                             expect=spec["expect"], gpu=passes.gpu_facts(smoke_report, bool(node.entry.cuda)),
-                            date=passes.now(), suite=passes.suite_hash(), report=smoke_report)
+                            date=passes.now(), suite=passes.suite_hash(), report=smoke_report, performance=perf)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
+                          performance=perf,
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
+
+    def runner(self, report: dict[str, Any]) -> Runner:
+        """What the suite ran on, as the host knows it: its GPUs (the models the report names, which the judge
+        held against this host's), or this host's CPU."""
+        if report.get("gpu_verified") and int(report.get("gpus") or 0) > 0:
+            facts = passes.gpu_facts(report, True)
+            return Runner("gpu", tuple(facts["models"]), int(report["gpus"]), self.host.driver or facts["driver"])
+        return Runner("cpu", (self.host.cpu,) if self.host.cpu else (), self.host.cpus)
+
+    def performance(self, run: RunContext, node: Node, image: str, report: dict[str, Any],
+                    expect: Mapping[str, Any]) -> regression.Performance | None:
+        """The regression gate's finding for the image just tested: its metrics against its lineage's history
+        in the registry. None when the report measured nothing."""
+        metrics = metrics_of(report.get("checks") or [])
+        if not metrics:
+            return None
+        runner = self.runner(report)
+        host, repo, _ = run.key_tag(node)
+        history = []
+        try:
+            if run.registries.answers(host):
+                history = run.history(host).lineage(repo, node.id, runner, image=image)
+            else:
+                run.logs.say(f"[yellow]  {escape(node.id)}: the registry {escape(host)} does not answer: no "
+                             "performance history, only the floors judge this image[/]")
+        except ImageBuilderError as exc:
+            run.logs.say(f"[yellow]  {escape(node.id)}: the performance history is unreadable ({escape(exc.message)}); "
+                         "only the floors judge this image[/]")
+        found = regression.judge(metrics, runner, history, pins_of(expect), self.thresholds,
+                                 node.entry.smoke.history_window)
+        deltas = ", ".join(f"{r.metric} {r.change:+.1%}" for r in found.rows if r.change is not None)
+        run.logs.say(f"[dim]  {escape(node.id)} performance on {escape(runner.label())}: {found.verdict}"
+                     + (f" against {len(found.baseline_of)} earlier pass(es): {escape(deltas)}" if deltas else
+                        " (the first of its lineage: the floors judge it)") + "[/]")
+        return found
 
     def bind(self, run: RunContext, node: Node) -> bool:
         """The leaf's pass beside the digest its key tag names, once the image tested is shown to be that

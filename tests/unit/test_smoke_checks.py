@@ -20,8 +20,8 @@ NAMES = ["blocks.0.up.weight", "blocks.0.up.bias", "blocks.0.norm.weight", "head
 LOSSES = [0.7697, 0.7206, 0.6404, 0.5436, 0.4481]  # a clean CPU run: -42 %
 CLEAN = dict.fromkeys(NAMES, 3e-7)  # a clean CPU run's gaps are 1e-7..5e-6
 MOVES = dict.fromkeys(NAMES, 0.1)
-COUNTS = {"frames": 4, "frames_tried": 4, "graphs": 2, "aot_graphs": 2, "graph_breaks": 0, "break_reasons": [],
-          "recompiles": 0}
+COUNTS = {"frames": 4, "frames_tried": 4, "graphs": 2, "aot_graphs": 2, "inductor_graphs": 4, "inductor_calls": 4,
+          "backends": ["inductor"], "graph_breaks": 0, "break_reasons": [], "recompiles": 0}
 
 
 def test_relative_gaps_are_the_update_error_per_tensor() -> None:
@@ -91,13 +91,36 @@ def test_fsdp_records_carry_the_gaps_and_the_tolerance() -> None:
     assert step["grad_gap"]["over_tolerance"] == 4
 
 
+def test_fsdp_records_time_the_compiled_model_alone() -> None:
+    ranks = fake_ranks()
+    ranks[0].update(perf={"step_times_s": [0.010, 0.020, 0.012], "warmup_steps": 2}, first_step_s=2.5)
+    ranks[1].update(perf={"step_times_s": [0.011, 0.010, 0.030], "warmup_steps": 2}, first_step_s=3.0)
+    step, _ = suite.fsdp_records(ranks, "gloo", 2, 3.0)
+    perf = step["perf"]
+    assert perf["step_times_s"] == [0.011, 0.020, 0.030]  # each step as long as its slowest rank
+    assert perf["samples_per_step"] == 32 and perf["median_step_s"] == 0.02 and perf["samples_per_s"] == 1600.0
+    assert perf["compile_s"] == 2.98 and perf["warmup_steps"] == 2  # the slowest first step, less a steady one
+    samples, compile_s = step["metrics"]
+    assert samples["name"] == "fsdp.samples_per_s" and samples["reps"] == pytest.approx([32 / 0.011, 1600, 32 / 0.03])
+    assert (compile_s["name"], compile_s["better"], compile_s["reps"]) == ("fsdp.compile_s", "lower", [2.98])
+
+
 @pytest.mark.parametrize(("counts", "why"), [
     ({**COUNTS, "frames": 0, "frames_tried": 0, "graphs": 0, "aot_graphs": 0}, "compiled nothing"),  # no-op / disabled
+    # aot_eager (the compile_aot_eager mutant, counted on torch 2.13): graphs captured and compiled by AOTAutograd,
+    # none by Inductor, none of its code ran
+    ({**COUNTS, "inductor_graphs": 0, "inductor_calls": 0, "backends": ["aot_eager"]},
+     "AOTAutograd compiled 2 graph(s) but Inductor compiled 0 and none of its code ran in a profiled step: the "
+     "backend was aot_eager (a fallback, not Inductor)"),
+    ({**COUNTS, "inductor_graphs": 2, "inductor_calls": 0}, "Inductor compiled 2 and none of its code ran"),
+    ({**COUNTS, "inductor_graphs": 0, "inductor_calls": -1, "backends": []}, "no Inductor graph ran"),
     ({**COUNTS, "frames": 2, "frames_tried": 3, "graphs": 0, "aot_graphs": 0}, "compiled nothing"),  # suppressed errors
     ({**COUNTS, "frames_tried": 5}, "1 of 5 frames failed to compile"),
 ])
 def test_compile_that_did_not_compile_fails(counts: dict[str, Any], why: str) -> None:
     assert suite.compile_verdict([COUNTS, COUNTS]) == ("pass", "")
+    # without a profiler (-1), Inductor's own counters speak; a graph loaded from its cache counts as compiled
+    assert suite.compile_verdict([{**COUNTS, "inductor_calls": -1}, COUNTS]) == ("pass", "")
     status, reason = suite.compile_verdict([COUNTS, counts])
     assert status == "fail" and reason.startswith("rank 1: ") and why in reason
 

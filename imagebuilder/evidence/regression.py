@@ -1,0 +1,171 @@
+"""The regression gate: an image's metrics against its lineage's history (`history`), judged by the host.
+
+Rule: for each metric, the baseline is the median of the last `window` passes of the lineage (same node, same
+runner; regressed images never count, accepted ones do). A metric worse than the baseline by more than its
+threshold is a regression; one regression fails the image (unless the run accepts it: then its pass says
+`accepted`, and it is the new normal). The first image of a lineage has no baseline: the suite's absolute floors
+are all that judge it. The finding names the metric, the baseline and the images it came from, and the pins that
+changed since the newest of them (`nccl 2.27.5 -> 2.28.9`).
+
+Thresholds come from measured noise, never a guess: `data/perf_noise.json` holds, per runner kind, each
+metric's values over repeated clean runs of one image (written by `benchmarks/perf_noise.py`). A metric's
+threshold is twice the worst shortfall of a clean run from the median of those runs, at least `MIN_THRESHOLD`,
+rounded up to a percent; a metric whose threshold comes out above `MAX_THRESHOLD` is too noisy to gate: it is
+recorded and shown, never judged. A metric with no measured noise is not judged either. Pure."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .history import Point, Runner
+from .metrics import Metric
+
+MIN_THRESHOLD = 0.05  # PyTorch's dashboards alert at 0.95x of a baseline
+MAX_THRESHOLD = 0.40  # above it a metric's noise hides any regression worth the name: recorded, not gated
+NOISE_FACTOR = 2.0
+WINDOW = 5  # the passes a baseline is the median of (smoke.history_window)
+FIRST, OK, REGRESSED, ACCEPTED = "first", "ok", "regressed", "accepted"
+
+
+def threshold_from(values: Sequence[float], better: str) -> float:
+    """The rule: NOISE_FACTOR x the worst shortfall of a clean run from their median, at least MIN_THRESHOLD,
+    rounded up to 0.01."""
+    median = statistics.median(values)
+    worst = max(((median - v) / median if better == "higher" else (v - median) / median) for v in values)
+    return max(MIN_THRESHOLD, math.ceil(round(NOISE_FACTOR * max(worst, 0.0), 6) * 100) / 100)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per runner kind (gpu, cpu), per metric: the threshold, from measured noise."""
+
+    table: Mapping[str, Mapping[str, float]]
+    source: str = ""
+
+    @classmethod
+    def from_noise(cls, doc: Mapping[str, Any], source: str = "") -> Thresholds:
+        table: dict[str, dict[str, float]] = {}
+        for kind, measured in (doc.get("kinds") or {}).items():
+            for name, m in (measured.get("metrics") or {}).items():
+                values = [float(v) for v in m.get("values") or []]
+                if len(values) >= 3:
+                    table.setdefault(kind, {})[name] = threshold_from(values, str(m.get("better") or "higher"))
+        return cls(table, source)
+
+    @classmethod
+    def measured(cls) -> Thresholds:
+        """The thresholds of the noise measured by benchmarks/perf_noise.py, shipped with the package."""
+        path = resources.files("imagebuilder") / "data" / "perf_noise.json"
+        return cls.from_noise(json.loads(path.read_text(encoding="utf-8")), "imagebuilder/data/perf_noise.json")
+
+    def of(self, kind: str, metric: str) -> float | None:
+        """The metric's threshold on this kind of runner; None: not gated (no noise measured, or too noisy)."""
+        value = (self.table.get(kind) or {}).get(metric)
+        return value if value is not None and value <= MAX_THRESHOLD else None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric of the judged image against its baseline."""
+
+    metric: str
+    unit: str
+    better: str
+    value: float
+    baseline: float | None
+    change: float | None  # relative to the baseline, signed so that negative is worse
+    threshold: float | None  # None: recorded, not gated
+    regressed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "unit": self.unit, "better": self.better, "value": round(self.value, 4),
+                "baseline": None if self.baseline is None else round(self.baseline, 4),
+                "change": None if self.change is None else round(self.change, 4), "threshold": self.threshold,
+                "regressed": self.regressed}
+
+    def text(self) -> str:
+        if self.baseline is None or self.change is None:
+            return f"{self.metric} {self.value:.4g} {self.unit} (no baseline)"
+        gate = f"threshold {self.threshold:.0%}" if self.threshold is not None else "not gated"
+        return (f"{self.metric} {self.value:.4g} {self.unit} against a baseline of {self.baseline:.4g} "
+                f"({self.change:+.1%}; {gate})")
+
+
+@dataclass(frozen=True)
+class Performance:
+    """The gate's finding for one image on one runner."""
+
+    verdict: str  # first | ok | regressed | accepted
+    runner: Runner
+    metrics: Mapping[str, Metric]
+    rows: tuple[Row, ...] = ()
+    baseline_of: tuple[str, ...] = ()  # the manifests (or image IDs) of the passes the baseline is the median of
+    previous: str | None = None  # the newest of them
+    pins_changed: tuple[str, ...] = ()  # since `previous`
+    window: int = WINDOW
+    thresholds: str = ""  # where the thresholds come from
+
+    @property
+    def regressed(self) -> bool:
+        return any(r.regressed for r in self.rows)
+
+    def why(self) -> str:
+        """The regression in one message: the metrics, the baseline, the images, the pins that changed."""
+        bad = [r for r in self.rows if r.regressed]
+        if not bad:
+            return ""
+        pins = "; pins changed since " + (self.previous or "?")[:19] + ": " + ", ".join(self.pins_changed) \
+            if self.pins_changed else f"; no pin changed since {(self.previous or '?')[:19]}"
+        return (f"performance regressed on {self.runner.label()}: " + "; ".join(r.text() for r in bad)
+                + f" (baseline: the median of {len(self.baseline_of)} earlier pass(es) of this lineage: "
+                + ", ".join(m[:19] for m in self.baseline_of) + ")" + pins)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "runner": self.runner.to_json(),
+                "metrics": [m.to_json() for m in self.metrics.values()], "rows": [r.to_json() for r in self.rows],
+                "baseline_of": list(self.baseline_of), "previous": self.previous,
+                "pins_changed": list(self.pins_changed), "window": self.window, "thresholds": self.thresholds}
+
+    def accepted(self) -> Performance:
+        """The same finding, accepted by the run (`--accept-regression`): a pass, and the lineage's new normal."""
+        return Performance(ACCEPTED, self.runner, self.metrics, self.rows, self.baseline_of, self.previous,
+                           self.pins_changed, self.window, self.thresholds)
+
+
+def pins_changed(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """`name old -> new` for every pin that differs (`none` where one side has none)."""
+    return [f"{k} {before.get(k) or 'none'} -> {after.get(k) or 'none'}"
+            for k in sorted({*before, *after}) if before.get(k) != after.get(k)]
+
+
+def judge(metrics: Mapping[str, Metric], runner: Runner, history: Sequence[Point], pins: Mapping[str, str],
+          thresholds: Thresholds, window: int = WINDOW) -> Performance:
+    """The finding for an image with these `metrics` and `pins`, measured on `runner`, after its lineage's
+    `history` (oldest first, the image itself left out)."""
+    usable = [p for p in history if p.baseline and p.runner == runner][-window:]
+    if not usable:
+        return Performance(FIRST, runner, metrics, window=window, thresholds=thresholds.source)
+    rows = []
+    for name, metric in metrics.items():
+        earlier = [p.metrics[name].value for p in usable if name in p.metrics and p.metrics[name].unit == metric.unit]
+        baseline = statistics.median(earlier) if earlier else None
+        limit = thresholds.of(runner.kind, name)
+        change = -metric.worse(baseline) if baseline else None
+        regressed = change is not None and limit is not None and -change > limit
+        rows.append(Row(name, metric.unit, metric.better, metric.value, baseline, change, limit, regressed))
+    previous = usable[-1]
+    return Performance(REGRESSED if any(r.regressed for r in rows) else OK, runner, metrics, tuple(rows),
+                       tuple(p.manifest for p in usable), previous.manifest,
+                       tuple(pins_changed(previous.pins, pins)), window, thresholds.source)
+
+
+def replay(points: Sequence[Point], thresholds: Thresholds, window: int = WINDOW) -> list[Performance]:
+    """Each point of a lineage judged against the points before it, by today's thresholds (`imagebuilder
+    history`): what the gate says of the series as it stands."""
+    return [judge(p.metrics, p.runner, points[:i], p.pins, thresholds, window) for i, p in enumerate(points)]
