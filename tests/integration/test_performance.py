@@ -29,7 +29,9 @@ def test_a_slower_image_fails_on_its_history_not_on_the_floor(
     run = cli("build", "--matrix", str(first), "--report", str(tmp_path / "r1"))
     assert run.code == 0, run.text[-3000:]
     task = {n["layer"]: n for n in report(tmp_path / "r1")["nodes"]}["task"]
-    assert task["smoke"] == "cached" and task["performance"]["verdict"] == "first"
+    # (what the gate said of it when the chain was verified depends on what other tests of the session put in the
+    # chain's repository: `first` or `ok`; in this repository it is the only point)
+    assert task["smoke"] == "cached" and task["performance"]["verdict"] in ("first", "ok")
     history = cli("history", "--matrix", str(first), "--json")
     assert history.code == 0, history.text[-2000:]
     (lineage,) = json.loads(history.out)
@@ -37,6 +39,7 @@ def test_a_slower_image_fails_on_its_history_not_on_the_floor(
     assert lineage["runner"]["kind"] == "cpu" and "matmul.fp32.256" in lineage["points"][0]["metrics"]
     table = cli("history", "--matrix", str(first))
     assert table.code == 0 and "2.13.0-cpu-py3.11-runtime/task" in table.out and "first" in table.out, table.text
+    # (`history` judges the series as it stands: here the image is its lineage's first)
 
     # 2. The same node, its task layer given a sitecustomize that doubles every matmul's work: a new image of the
     # lineage (the chain's layers below it are the same images).
