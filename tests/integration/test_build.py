@@ -235,12 +235,12 @@ def test_a_hanging_smoke_is_killed_and_counts_as_a_failure(
         cli: Callable[..., CliRun]) -> None:
     hang_layer(tmp_path)
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, hang]",
-                        extra="layers_path: [layers]\nsmoke: {timeout: 20}\n")
+                        extra="layers_path: [layers]\nsmoke: {timeout: 8}\n")
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 1, run.text[-2000:]
     node = next(n for n in report(tmp_path / "r")["nodes"] if n["layer"] == "hang")
     assert node["smoke"] == "failed"
-    assert "timed out after 20 s; the container was killed" in node["error"]
+    assert "timed out after 8 s; the container was killed" in node["error"]
     assert node["durations"]["smoke"] < 80
     assert engine.managed_containers(SESSION) == []  # killed and removed
 
