@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from imagebuilder.evidence.history import Point, Runner  # noqa: E402
 from imagebuilder.evidence.metrics import Metric, metrics_of  # noqa: E402
-from imagebuilder.evidence.regression import Thresholds, judge  # noqa: E402
+from imagebuilder.evidence.regression import Thresholds, judge, worst_shortfall  # noqa: E402
 from imagebuilder.smoke.runner import cpu_model  # noqa: E402
 
 DATA = ROOT / "imagebuilder" / "data" / "perf_noise.json"
@@ -87,11 +87,10 @@ def summarise(runs: list[dict[str, Any]], kind: str, command: str, *, image: str
     for name in names:
         docs = [r["metrics"][name] for r in clean if name in r["metrics"]]
         values = [d["value"] for d in docs] + list((extra or {}).get(name) or [])
-        median = statistics.median(values)
         better = docs[0]["better"]
-        worst = max(((median - v) if better == "higher" else (v - median)) / median for v in values)
-        measured[name] = {"unit": docs[0]["unit"], "better": better, "values": values, "median": median,
-                          "worst_shortfall": round(worst, 4)}
+        measured[name] = {"unit": docs[0]["unit"], "better": better, "values": values,
+                          "median": statistics.median(values),
+                          "worst_shortfall": round(worst_shortfall(values, better), 4)}
     thresholds = Thresholds.from_noise({"kinds": {kind: {"metrics": measured}}})
     for name, m in measured.items():
         m["threshold"] = (thresholds.table.get(kind) or {}).get(name)

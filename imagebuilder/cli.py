@@ -45,7 +45,7 @@ from .plan import tags as tagging
 from .plan import waves as waves_mod
 from .plan.render import Renderer
 from .ports.engine import DockerEngine
-from .ports.registry import Registries
+from .ports.registry import Registries, Registry
 from .smoke.judge import judge
 from .smoke.runner import CHECK_KINDS, GpuHost, run_smoke
 from .steps import lock
@@ -95,6 +95,14 @@ class Context:
     def keys(self) -> Keys:
         """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
         return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys)
+
+    def registry(self, host: str) -> Registry:
+        """A registry outside a run (promote, history): plain HTTP where the engine is told to trust it; without
+        an engine, loopback registries are plain HTTP anyway."""
+        insecure: tuple[str, ...] = ()
+        with contextlib.suppress(EngineUnavailable):
+            insecure = self.engine().insecure_registries()
+        return Registry.for_host(host, insecure)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
@@ -722,14 +730,10 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     Only digests with a trusted pass record of the spec the current matrix expects of them move, unless
     --allow-untested."""
     from .ports.reference import parse
-    from .ports.registry import Registry
 
     source = parse(pattern)
     host, source_repo = source.host, source.repository
-    insecure: tuple[str, ...] = ()
-    with contextlib.suppress(EngineUnavailable):  # without an engine: loopback registries are plain HTTP anyway
-        insecure = ctx.engine().insecure_registries()
-    registry = Registry.for_host(host, insecure)
+    registry = ctx.registry(host)
     moves = promote_mod.plan_moves(registry, pattern, template)
     if not moves:
         raise InputError(f"--from {pattern!r} matches no tag")
@@ -781,18 +785,14 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
     from .evidence.passes import RegistryPasses
     from .evidence.regression import Thresholds, replay
     from .ports.reference import parse
-    from .ports.registry import Registry
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
-    insecure: tuple[str, ...] = ()
-    with contextlib.suppress(EngineUnavailable):
-        insecure = ctx.engine().insecure_registries()
     trust, thresholds, stores = ctx.keys().trust, Thresholds.measured(), {}
     lineages = []
     for node in (n for n in the_plan.nodes if n.leaf):
         ref = parse(f"{node.entry.registry}/{node.entry.repository}:latest")
         if ref.host not in stores:
-            stores[ref.host] = History(RegistryPasses(Registry.for_host(ref.host, insecure), trust))
+            stores[ref.host] = History(RegistryPasses(ctx.registry(ref.host), trust))
         found = stores[ref.host].records(ref.repository)
         runners = sorted({p.runner for p in (point_of(f) for f in found) if p is not None and p.node == node.id},
                          key=lambda r: r.label())

@@ -33,11 +33,16 @@ WINDOW = 5  # the passes a baseline is the median of (smoke.history_window)
 FIRST, OK, REGRESSED, ACCEPTED = "first", "ok", "regressed", "accepted"
 
 
+def worst_shortfall(values: Sequence[float], better: str) -> float:
+    """How far the worst of some clean runs falls short of their median, as a fraction of it."""
+    median = statistics.median(values)
+    return max(((median - v) / median if better == "higher" else (v - median) / median) for v in values)
+
+
 def threshold_from(values: Sequence[float], better: str) -> float:
     """The rule: NOISE_FACTOR x the worst shortfall of a clean run from their median, at least MIN_THRESHOLD,
     rounded up to 0.01."""
-    median = statistics.median(values)
-    worst = max(((median - v) / median if better == "higher" else (v - median) / median) for v in values)
+    worst = worst_shortfall(values, better)
     return max(MIN_THRESHOLD, math.ceil(round(NOISE_FACTOR * max(worst, 0.0), 6) * 100) / 100)
 
 

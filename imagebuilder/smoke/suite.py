@@ -1311,12 +1311,12 @@ def _fsdp_worker(rank: int, world: int, port: int, results: Any, backend: str, s
         device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
         model, reference = _sharded_pair(cfg, kind == "cuda", device, init_device_mesh(device.type, (world,)), seed)
         initial = [p.detach().clone() for p in reference.parameters()]
+        data = _fsdp_data(cfg, world, seed, device)
         t0 = time.monotonic()
-        out.update(_train_side_by_side(model, reference, cfg, _fsdp_data(cfg, world, seed, device), rank, world,
-                                       ref_bf16))
+        out.update(_train_side_by_side(model, reference, cfg, data, rank, world, ref_bf16))
         out["step_s"] = round(time.monotonic() - t0, 3)
         out["param_norms"] = _norms(list(model.parameters()), list(reference.parameters()), initial)
-        perf = _timed_steps(model, cfg, _fsdp_data(cfg, world, seed, device), rank, kind)
+        perf = _timed_steps(model, cfg, data, rank, kind)
         counters = {**_compile_counters(), "inductor_calls": perf.pop("inductor_calls")}
         out.update(names=[name for name, _ in reference.named_parameters()], compile=counters, perf=perf,
                    reference_autocast=ref_bf16, run_kind=kind, seed=seed)
