@@ -127,6 +127,12 @@ def test_unknown_keys_suggest(write_matrix: MatrixWriter, header: str, table: Co
      "floor 10 TFLOP/s for 'H100' is outside .296.82, 989.4.: 0.3 to 1 of its dense bf16 peak"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {cpu_gflops_floor: 0}\n",
      "cpu_gflops_floor 0 is below 10 GFLOP/s"),
+    # a baseline of no passes, or of a year of nightlies, is no baseline
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {history_window: 0}\n",
+     r"history_window 0 is outside \[1, 50\]"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {history_window: 51}\n",
+     r"history_window 51 is outside \[1, 50\]"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {history_window: five}\n", "invalid int"),
 ])
 def test_bad_values(write_matrix: MatrixWriter, header: str, table: CompatTable, body: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
