@@ -46,6 +46,8 @@ from .plan import waves as waves_mod
 from .plan.render import Renderer
 from .ports.engine import DockerEngine
 from .ports.registry import Registries, Registry
+from .report import document as report_document
+from .report import html as report_html
 from .smoke.judge import judge
 from .smoke.runner import CHECK_KINDS, GpuHost, run_smoke
 from .steps import lock
@@ -618,8 +620,10 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
                           "cached", highlight=False)
         options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
                              fail_fast=fail_fast, logs="none" if common.quiet else logs,
-                             meta={"tool": "imagebuilder", "version": __version__, "matrix": str(common.matrix_file),
-                                   "allow_untested": False, "smoke": True, **(meta or {})})
+                             meta={"tool": "imagebuilder", "version": __version__,
+                                   "command": click.get_current_context().info_name, "matrix": str(common.matrix_file),
+                                   "registry": common.registry, "only": common.only, "allow_untested": False,
+                                   "smoke": True, **(meta or {})})
         return execute(engine, the_plan, registries, specs, keys, steps, ctx.out, options)
 
 
@@ -893,6 +897,22 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
                            "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}, indent=2))
     if not verdict.passed:
         raise RunFailed("smoke failed: " + verdict.why().replace("smoke.allow_skip", "--allow-skip"))
+    return 0
+
+
+@cli.command("report")
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+@click.pass_obj
+def report_command(ctx: Context, folder: Path) -> int:
+    """Remake FOLDER/report.html from FOLDER/report.json (a report folder a run wrote, e.g. one downloaded from
+    a nightly's artifacts): one self-contained page, nothing fetched when it opens."""
+    doc = report_document.load(folder)
+    out = folder / "report.html"
+    try:
+        out.write_text(report_html.render(doc, folder), encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{out}: cannot be written ({exc.strerror})") from None
+    ctx.out.print(f"{out}: {len(doc['nodes'])} nodes", highlight=False)
     return 0
 
 

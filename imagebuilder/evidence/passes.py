@@ -30,7 +30,7 @@ from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
 from ..smoke.judge import RULES
-from .signing import ENVELOPE_TYPE, Rejected, Signer, Trust, predicate_of, statement
+from .signing import ENVELOPE_TYPE, Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
 PREDICATE_TYPE = "https://imagebuilder.dev/pass/v2"  # the in-toto predicate: a PassRecord
@@ -171,7 +171,7 @@ class Signed:
     source: str  # where that key is trusted from
 
     def signer(self) -> str:
-        return f"{self.keyid[:16]} ({self.source})"
+        return key_label(self.keyid, self.source)
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,11 @@ class LocalPasses:
         return self.folder / "passes" / f"{config.replace(':', '-')}.{spec[:32]}.json"
 
     def get(self, config: str, spec: str) -> PassRecord | None:
+        found = self.found(config, spec)
+        return found.record if found is not None else None
+
+    def found(self, config: str, spec: str) -> Signed | None:
+        """The mirrored pass of this image and spec, with who signed it; None when there is none that counts."""
         try:
             found = opened(self.trust, json.loads(self._path(config, spec).read_text(encoding="utf-8")), config)
         except (OSError, ValueError, Rejected):
@@ -339,7 +344,7 @@ class LocalPasses:
         record = found.record
         if not record.passed or record.config != config or record.spec != spec:
             return None
-        return record
+        return found
 
     def put(self, record: PassRecord) -> None:
         if self.signer is None:

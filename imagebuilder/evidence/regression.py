@@ -15,6 +15,7 @@ recorded and shown, never judged. A metric with no measured noise is not judged 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -30,6 +31,7 @@ MIN_THRESHOLD = 0.05  # PyTorch's dashboards alert at 0.95x of a baseline
 MAX_THRESHOLD = 0.40  # above it a metric's noise hides any regression worth the name: recorded, not gated
 NOISE_FACTOR = 2.0
 WINDOW = 5  # the passes a baseline is the median of (smoke.history_window)
+HISTORY_SHOWN = 30  # the points of a lineage a report plots
 FIRST, OK, REGRESSED, ACCEPTED = "first", "ok", "regressed", "accepted"
 
 
@@ -115,6 +117,7 @@ class Performance:
     pins_changed: tuple[str, ...] = ()  # since `previous`
     window: int = WINDOW
     thresholds: str = ""  # where the thresholds come from
+    history: tuple[Point, ...] = ()  # the lineage before this image, oldest first (the report's plots; not signed)
 
     @property
     def regressed(self) -> bool:
@@ -137,10 +140,17 @@ class Performance:
                 "baseline_of": list(self.baseline_of), "previous": self.previous,
                 "pins_changed": list(self.pins_changed), "window": self.window, "thresholds": self.thresholds}
 
+    def report_json(self) -> dict[str, Any]:
+        """What the run's report says: the finding, and the newest `HISTORY_SHOWN` points of the lineage before
+        this image (date, image, verdict, each metric's value), which its plots draw."""
+        return {**self.to_json(), "history": [
+            {"manifest": p.manifest, "date": p.date, "verdict": p.verdict,
+             "values": {name: round(m.value, 4) for name, m in p.metrics.items()}}
+            for p in self.history[-HISTORY_SHOWN:]]}
+
     def accepted(self) -> Performance:
         """The same finding, accepted by the run (`--accept-regression`): a pass, and the lineage's new normal."""
-        return Performance(ACCEPTED, self.runner, self.metrics, self.rows, self.baseline_of, self.previous,
-                           self.pins_changed, self.window, self.thresholds)
+        return dataclasses.replace(self, verdict=ACCEPTED)
 
 
 def pins_changed(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
@@ -155,7 +165,8 @@ def judge(metrics: Mapping[str, Metric], runner: Runner, history: Sequence[Point
     `history` (oldest first, the image itself left out)."""
     usable = [p for p in history if p.baseline and p.runner == runner][-window:]
     if not usable:
-        return Performance(FIRST, runner, metrics, window=window, thresholds=thresholds.source)
+        return Performance(FIRST, runner, metrics, window=window, thresholds=thresholds.source,
+                           history=tuple(history))
     rows = []
     for name, metric in metrics.items():
         earlier = [p.metrics[name].value for p in usable if name in p.metrics and p.metrics[name].unit == metric.unit]
@@ -167,7 +178,7 @@ def judge(metrics: Mapping[str, Metric], runner: Runner, history: Sequence[Point
     previous = usable[-1]
     return Performance(REGRESSED if any(r.regressed for r in rows) else OK, runner, metrics, tuple(rows),
                        tuple(p.manifest for p in usable), previous.manifest,
-                       tuple(pins_changed(previous.pins, pins)), window, thresholds.source)
+                       tuple(pins_changed(previous.pins, pins)), window, thresholds.source, tuple(history))
 
 
 def replay(points: Sequence[Point], thresholds: Thresholds, window: int = WINDOW) -> list[Performance]:

@@ -46,6 +46,10 @@ def key_id(public: Ed25519PublicKey) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def key_label(keyid: str, source: str) -> str:
+    return f"{keyid[:16]} ({source})"
+
+
 @dataclass(frozen=True)
 class PublicKey:
     key: Ed25519PublicKey
@@ -54,6 +58,10 @@ class PublicKey:
     @property
     def keyid(self) -> str:
         return key_id(self.key)
+
+    def label(self) -> str:
+        """Who a signature is from, as reports say it: the key's id (16 hex digits) and where it is trusted from."""
+        return key_label(self.keyid, self.source)
 
     @property
     def raw(self) -> str:

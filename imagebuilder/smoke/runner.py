@@ -19,6 +19,14 @@ CHECK_KINDS = ("versions", "health", "distributed", "fsdp", "throughput", "toolc
 REPORT_PATH = "/opt/imagebuilder-smoke/report.json"  # not under /tmp: that is a tmpfs, gone when the container stops
 
 
+def check_kind(name: str) -> str | None:
+    """The kind (`CHECK_KINDS`, what `smoke --only` takes) a check of the suite's report belongs to, by its name:
+    `versions.torch` is a `versions` check, `layer.task.0` a `layers` one."""
+    prefix = name.split(".", 1)[0]
+    prefix = "layers" if prefix == "layer" else prefix
+    return prefix if prefix in CHECK_KINDS else None
+
+
 @dataclass(frozen=True)
 class SmokeReport:
     passed: bool

@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from ..evidence.passes import PassRecord
+from ..plan import tags as tagging
 from ..plan.plan import Node, Plan
 
 
@@ -60,6 +61,9 @@ class NodeRecord:
     leaf: bool
     key: str | None = None
     reason: str = ""  # why it was built (or is cached)
+    same_as: str | None = None  # an earlier node of the run that is the same image (built once, shown once)
+    versions: Mapping[str, str | None] = field(default_factory=dict)  # its entry's resolved versions
+    repository: str | None = None  # registry/repository its images go to
     build: BuildStatus | None = None
     verify: VerifyStatus | None = None
     publish: PublishStatus | None = None
@@ -70,6 +74,7 @@ class NodeRecord:
     spec: str | None = None  # the spec key its pass is (to be) a pass of
     record: PassRecord | None = None  # the pass this run holds for its image (run here, or found), not yet bound
     pass_record: str | None = None  # where its pass is recorded (registry tag, local mirror, this run)
+    signer: str | None = None  # the key that signed that pass (its id and where it is trusted from)
     tags: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # aliases moved to its image
     aliases_held: tuple[str, ...] = ()  # aliases not moved (something they cover failed)
@@ -88,7 +93,9 @@ class NodeRecord:
 
     @classmethod
     def of(cls, node: Node) -> NodeRecord:
-        return cls(node.id, node.entry.id, node.layer.name, node.leaf, key=node.key or None, reason=node.reason)
+        return cls(node.id, node.entry.id, node.layer.name, node.leaf, key=node.key or None, reason=node.reason,
+                   same_as=node.decision.same_as, versions=node.entry.versions(),
+                   repository=tagging.repository_ref(node.entry.registry, node.entry.repository))
 
     @property
     def built(self) -> bool:

@@ -20,7 +20,7 @@ from ..evidence import passes, regression
 from ..evidence.history import Runner, pins_of
 from ..evidence.lineage import blob_configs, built_on
 from ..evidence.metrics import metrics_of
-from ..evidence.passes import PassRecord
+from ..evidence.passes import PassRecord, Signed
 from ..plan.keys import cache_ref
 from ..plan.plan import Node
 from ..smoke.judge import judge
@@ -101,14 +101,16 @@ class Verify:
         run.ledger.update(node.id, spec=key)
         found = None if self.resmoke else self.find(run, node, key)
         if found is not None:
-            why = refusal(found[0], found[1], gpus_here=self.gpus_here(run, node),
+            why = refusal(found[0].record, found[1], gpus_here=self.gpus_here(run, node),
                           models_here=self.host.models if self.same_gpu_model and node.entry.cuda else ())
             if why is not None:
                 run.logs.say(f"[yellow]  {escape(node.id)}: {escape(why)}[/]")
                 found = None
         if found is not None:
-            record, where = found
+            signed, where = found
+            record = signed.record
             run.ledger.update(node.id, verify=VerifyStatus.FOUND, record=record, pass_record=where,
+                              signer=signed.signer(),
                               smoke_report=dict(record.report) if record.report else None,
                               performance=dict(record.performance) if record.performance else None,
                               gpu_verified=bool(record.gpu.get("verified")) if node.entry.cuda else None)
@@ -152,13 +154,13 @@ class Verify:
         run.logs.say(f"[dim]  {escape(node.id)}: {'passed' if passed else 'FAILED'} on "
                      f"{escape(', '.join(self.host.models))}, recorded beside {digest} ({tag})[/]")
 
-    def find(self, run: RunContext, node: Node, key: str) -> tuple[PassRecord, str] | None:
+    def find(self, run: RunContext, node: Node, key: str) -> tuple[Signed, str] | None:
         """A pass of this spec for the node's very image: in the local mirror by image ID, else in the
         registry beside the image its key tag names (when that is this image, or the image is not here:
         then it is what this run would publish, and is never pulled)."""
         image = run.ledger[node.id].image
         if image is not None:
-            local = run.mirror().get(image, key)
+            local = run.mirror().found(image, key)
             if local is not None:
                 return local, f"local mirror {run.cache_dir}"
         host, repo, _ = run.key_tag(node)
@@ -178,11 +180,10 @@ class Verify:
         if got.rejected is not None:  # named, never counted: the reason stays on the node
             run.ledger.fail(node.id, f"no pass record that counts beside {manifest}: {got.rejected}")
             run.logs.say(f"[yellow]  {escape(node.id)}: {escape(got.rejected)}[/]")
-        record = got.record
-        if record is None:
+        if got.found is None:
             return None
         run.ledger.update(node.id, digest=manifest)
-        return record, f"registry {host}/{repo}:{passes.record_tag(manifest, key)}"
+        return got.found, f"registry {host}/{repo}:{passes.record_tag(manifest, key)}"
 
     def gpus_here(self, run: RunContext, node: Node) -> bool:
         """Whether the suite would reach GPUs on this host for this node (its `smoke.gpus` setting)."""
@@ -238,7 +239,7 @@ class Verify:
         if performance is not None and performance.regressed:
             if not self.accept_regression:
                 run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=performance.why(),
-                                  performance=performance.to_json(), log_tail=report.log_tail)
+                                  performance=performance.report_json(), log_tail=report.log_tail)
                 run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(performance.why())}[/] [dim](--accept-"
                              "regression records it as accepted: the lineage's new normal)[/]")
                 return False
@@ -251,7 +252,8 @@ class Verify:
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report, performance=perf)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
-                          performance=perf,
+                          signer=run.keys.signer.public.label(), performance=performance.report_json()
+                          if performance is not None else None,
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
 

@@ -34,7 +34,7 @@ def results(folder: Path) -> list[NodeRecord]:
 
 def test_every_report_is_written(tmp_path: Path) -> None:
     written = write_reports(results(tmp_path), tmp_path, {"tool": "imagebuilder"})
-    assert [p.name for p in written] == ["report.json", "summary.md", "junit.xml"]
+    assert [p.name for p in written] == ["report.json", "report.html", "summary.md", "junit.xml"]
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["ok"] is False
     task = next(n for n in doc["nodes"] if n["node"] == "e1/task")

@@ -1,0 +1,98 @@
+"""summary.md (for $GITHUB_STEP_SUMMARY): entries x layers, what was published, performance, gaps and failures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..steps.ledger import BuildStatus, NodeRecord, PublishStatus
+
+_MARK = {"staged": "📦 staged (untested: no tag)",
+         "pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
+         "cached": "♻️ cached", "failed": "❌ failed", "smoke failed": "❌ smoke failed", "blocked": "⛔ blocked",
+         "held": "⏸️ held", "cancelled": "⏹️ cancelled", "interrupted": "⏹️ interrupted",
+         "smoke interrupted": "⏹️ smoke interrupted", "pending": "…"}
+
+
+def _cell(r: NodeRecord, folder: Path) -> str:
+    build = "♻️" if r.build == BuildStatus.CACHED else "🔨" if r.build == BuildStatus.BUILT else ""
+    text = f"{build} {_MARK.get(r.outcome(), r.outcome())}".strip()
+    if r.verify is not None and r.leaf:
+        text += f" · smoke {r.verify.value}"
+    if r.log:
+        text += f" ([log]({_relative(Path(r.log), folder)}))"
+    return text
+
+
+def _relative(path: Path, folder: Path) -> str:
+    try:
+        return os.path.relpath(path, folder)
+    except ValueError:
+        return str(path)
+
+
+def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
+    """A matrix of entries x layers (build / publish / smoke, cached or built, links to logs), then the
+    failures with their errors and log tails."""
+    layers = list(dict.fromkeys(r.node.split("/", 1)[1] for r in results))
+    entries = list(dict.fromkeys(r.entry for r in results))
+    cells = {(r.entry, r.node.split("/", 1)[1]): r for r in results}
+    failed = [r for r in results if not r.ok]
+    built = sum(r.build == BuildStatus.BUILT for r in results)
+    cached = sum(r.build == BuildStatus.CACHED for r in results)
+    lines = ["## imagebuilder", "",
+             f"**{len(results) - len(failed)}/{len(results)} nodes ok** · {built} built · {cached} cached"
+             + (f" · **{len(failed)} not ok**" if failed else ""), "",
+             "| entry | " + " | ".join(layers) + " |", "|---" * (len(layers) + 1) + "|"]
+    for entry in entries:
+        row = [_cell(cells[(entry, layer)], folder) if (entry, layer) in cells else "" for layer in layers]
+        lines.append(f"| `{entry}` | " + " | ".join(row) + " |")
+    published = [(r.tags[0], r.digest) for r in results if r.tags and r.digest]
+    if published:
+        lines += ["", "### Published", "", "| tag | digest |", "|---|---|"]
+        lines += [f"| `{tag}` | `{digest}` |" for tag, digest in published]
+    measured = [r for r in results if r.performance]
+    if measured:
+        lines += ["", "### Performance", "", "| node | runner | verdict | metric | value | baseline | change | "
+                  "threshold |", "|---|---|---|---|---|---|---|---|"]
+        for r in measured:
+            lines += _performance_rows(r)
+    gaps = [r for r in results if r.untested or r.allowed_skips or r.publish == PublishStatus.STAGED]
+    if gaps:
+        lines += ["", "### Not fully tested", ""]
+        for r in gaps:
+            why = ("published UNTESTED (--allow-untested)" if r.untested else "staged: untested, no public tag"
+                   if r.publish == PublishStatus.STAGED else "")
+            skips = f"skips accepted by smoke.allow_skip: {'; '.join(r.allowed_skips)}" if r.allowed_skips else ""
+            lines.append(f"- **`{r.node}`**: " + _md(" · ".join(x for x in (why, skips) if x)))
+    if failed:
+        lines += ["", "### Not ok", ""]
+        for r in failed:
+            lines.append(f"- **`{r.node}`**: {r.outcome()}" + (f": {_md(r.error)}" if r.error else ""))
+            if r.log_tail:
+                lines += ["", "  <details><summary>log tail</summary>", "", "  ```",
+                          *(f"  {line}" for line in r.log_tail.splitlines()[-30:]), "  ```", "  </details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _performance_rows(r: NodeRecord) -> list[str]:
+    """The node's metrics against its baseline (the first of its lineage: its values only)."""
+    perf = r.performance or {}
+    runner = perf.get("runner") or {}
+    where = _md(f"{runner.get('count')}x {' + '.join(runner.get('models') or []) or runner.get('kind')}")
+    rows = perf.get("rows") or [{"metric": m.get("name"), "unit": m.get("unit"), "value": m.get("value")}
+                                for m in perf.get("metrics") or []]
+    out = []
+    for row in rows:
+        change, limit = row.get("change"), row.get("threshold")
+        mark = " **regressed**" if row.get("regressed") else ""
+        out.append(f"| `{r.node}` | {where} | {perf.get('verdict')} | {_md(str(row.get('metric')))} | "
+                   f"{row.get('value'):.4g} {_md(str(row.get('unit') or ''))} | "
+                   + (f"{row['baseline']:.4g}" if row.get("baseline") is not None else "-") + " | "
+                   + (f"{change:+.1%}{mark}" if change is not None else "-") + " | "
+                   + (f"{limit:.0%}" if limit is not None else "not gated") + " |")
+    return out
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
