@@ -71,7 +71,7 @@ test: cuda-wheels env lint
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv
-	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py -q --update-golden
+	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py tests/unit/test_plan_view.py -q --update-golden
 
 clean:
 	rm -rf $(VENV) reports imagebuilder-report .pytest_cache .mypy_cache .ruff_cache

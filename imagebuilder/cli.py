@@ -42,6 +42,7 @@ from .plan import cache as cache_mod
 from .plan import keys
 from .plan import plan as plan_mod
 from .plan import tags as tagging
+from .plan import view as plan_view
 from .plan import waves as waves_mod
 from .plan.render import Renderer
 from .ports.engine import DockerEngine
@@ -285,8 +286,9 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
 @cli.command()
 @options(*PLAN_OPTIONS)
 @click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "github-matrix"]), default="table",
-              show_default=True, help="github-matrix: a GitHub Actions strategy matrix, one job per entry (JSON).")
+@click.option("--format", "fmt", type=click.Choice(["tree", "table", "json", "github-matrix"]), default="tree",
+              show_default=True, help="tree: each image once, as the layers stack (fits the terminal's width); "
+              "table: a row per node; github-matrix: a GitHub Actions strategy matrix, one job per entry (JSON).")
 @click.option("--gpu-runner", default="self-hosted,linux,x64,gpu", show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
 @click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
@@ -315,7 +317,7 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
             unknown, same_as=None if first[n.id] == n.id else first[n.id])) for n in the_plan.nodes])
     fmt = "json" if as_json else fmt
     if explain:
-        explain_plan(ctx.err if fmt != "table" else ctx.out, matrix, ctx.table())
+        explain_plan(ctx.err if fmt in ("json", "github-matrix") else ctx.out, matrix, ctx.table())
     if fmt == "json":
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
         return 0
@@ -325,24 +327,13 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
         click.echo(json.dumps(waves_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
                                                      wave=wave)))
         return 0
-    table = Table(box=None, pad_edge=False)
-    for col in ("status", "node", "key", "from", "versions", "tags", "why"):
-        table.add_column(col, overflow="fold")
-    style = {"cached": "cyan", "build": "bold", "unknown": "yellow"}
-    for n in the_plan.nodes:
-        e = n.entry
-        versions = f"cuda {e.cuda} · cudnn {e.cudnn} · nccl {e.nccl}" if e.cuda else "cpu"
-        status = "same" if n.decision.same_as else n.status.value
-        table.add_row(f"[{style[n.status.value]}]{status}[/]", escape(n.id), keys.short(n.key) or "-",
-                      escape(n.parent or n.base_image or ""), versions,
-                      "\n".join(escape(t.rsplit("/", 1)[-1]) for t in n.tags), escape(n.reason))
-    ctx.out.print(table)
-    counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
-    shared = sum(1 for n in the_plan.nodes if n.decision.same_as)
-    ctx.out.print(f"{len(the_plan.nodes)} nodes, {len(the_plan.entries())} entries: "
-                  + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-                  + (f"; {len(the_plan.nodes) - shared} distinct images ({shared} nodes are the same image as an "
-                     "earlier one: built once)" if shared else ""), highlight=False)
+    if fmt == "table":
+        ctx.out.print(plan_view.table(the_plan))
+    else:
+        width = shutil.get_terminal_size((ctx.out.width, 24)).columns  # COLUMNS, else the terminal's, else 160
+        for line in plan_view.tree(the_plan, width):
+            ctx.out.print(line.rich(), soft_wrap=True, highlight=False)
+    ctx.out.print(plan_view.summary(the_plan), highlight=False)
     return 0
 
 

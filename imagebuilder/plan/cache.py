@@ -40,7 +40,8 @@ class Cache:
                                 key=lambda i: i.get("Created", 0)):
                 labels = {str(k): str(v) for k, v in (image.get("Labels") or {}).items()}
                 found[labels[keys.KEY_LABEL]] = (str(image["Id"]), labels)
-                self._by_node[_lineage(keys.lineage_name(labels), _inputs(labels))] = labels
+                self._by_node[_lineage(keys.lineage_name(labels), _inputs(labels))] = \
+                    {**labels, keys.PREVIOUS_FROM: f"image {str(image['Id'])[7:19]} on this engine"}
             self._local = found
         return self._local
 
@@ -75,12 +76,14 @@ class Cache:
         if labels is None and self.registries.answers(ref.host):
             try:
                 labels = self.registries(ref.host).labels(ref.repository, ref.reference)
+                labels = {**labels, keys.PREVIOUS_FROM: f"{ref}"} if labels else labels
             except EngineError:
                 self.registries.down(ref.host)
                 labels = None
         if not labels or keys.INPUTS_LABEL not in labels:
             return None
-        return _inputs(labels) or None
+        inputs = _inputs(labels)
+        return {**inputs, keys.PREVIOUS_FROM: labels[keys.PREVIOUS_FROM]} if inputs else None
 
 
 def node_images(images: list[dict[str, Any]]) -> list[dict[str, Any]]:

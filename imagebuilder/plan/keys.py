@@ -213,6 +213,9 @@ _SPECIAL_FILES = {f"{CONTEXT_DIR}/constraints.txt": "pins (constraints.txt)",
                   f"{CONTEXT_DIR}/ca-bundle.pem": "CA bundle"}
 
 
+PREVIOUS_FROM = "previous:from"  # in a node's previous inputs: which image they were read from
+
+
 def changes(old: Mapping[str, str], new: Mapping[str, str], layer_dir: str) -> list[str]:
     """What differs between two nodes' inputs, in words, most telling first."""
     said: list[str] = []
@@ -230,20 +233,24 @@ def changes(old: Mapping[str, str], new: Mapping[str, str], layer_dir: str) -> l
     return said
 
 
+NEVER_BUILT = "never built"  # no earlier image of the node, on this engine or in the registry
+
+
 def reason(node: Node, previous: Mapping[str, str] | None, parent_status: str | None) -> str:
-    """Why a node that has no image for its key must build."""
-    if parent_status == "build":
-        own = changes(previous, dict(node.inputs), _layer_dir(node)) if previous else []
-        return "; ".join(["parent rebuilt", *own])
+    """Why a node that has no image for its key must build, against `previous`, the inputs of the node's newest
+    earlier image (`cache.previous_inputs`; its `PREVIOUS_FROM` says which image that is), or None: never built."""
     if previous is None:
-        return "no image with this key yet (first build of this node, or its earlier images are gone)"
+        return NEVER_BUILT
+    since = f" (since {previous[PREVIOUS_FROM]})" if previous.get(PREVIOUS_FROM) else ""
     new = dict(node.inputs)
     said = changes(previous, new, _layer_dir(node))
+    if parent_status == "build":
+        return "; ".join(["parent rebuilt", *said]) + (since if said else "")
     if previous.get("parent") != new.get("parent"):
         said.append(f"base image {node.base_image} changed" if node.parent is None else "parent changed")
     if not said:
         return "no image with this key locally or in the registry"
-    return "; ".join(said)
+    return "; ".join(said) + since
 
 
 def _layer_dir(node: Node) -> str:

@@ -121,8 +121,9 @@ def test_a_jinja_comment_changes_no_key_but_a_context_file_does(write_matrix: Ma
 def test_reasons(write_matrix: MatrixWriter, table: CompatTable) -> None:
     nodes = keyed(write_matrix(matrix_text()), table)
     business = nodes["2.6.0-cpu-py3.11-runtime/business"]
-    assert keys.reason(business, None, "build") == "parent rebuilt"
-    assert keys.reason(business, None, None).startswith("no image with this key yet")
+    assert keys.reason(business, None, "build") == keys.NEVER_BUILT
+    assert keys.reason(business, None, None) == "never built"
+    assert keys.reason(business, dict(business.inputs), "build") == "parent rebuilt"
     assert keys.reason(business, dict(business.inputs), None) == "no image with this key locally or in the registry"
     base = nodes["2.6.0-cpu-py3.11-runtime/base"]  # the node that copies the pins in (business has them below)
     assert "file:_imagebuilder/constraints.txt" not in dict(business.inputs)
