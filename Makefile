@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry base-image wheelhouse cuda-wheels env demo test unit integration lint golden clean
+.PHONY: help venv engine registry base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -51,6 +51,10 @@ cuda-wheels:
 
 env: venv engine registry wheelhouse base-image
 
+# Debian's chromium, for the tests that open report.html (tests/browser and the real reports of tests/integration).
+browser:
+	bash .ci/browser.sh
+
 demo: env
 	$(BIN)/imagebuilder build --matrix $(MATRIX) --report $(REPORT)
 
@@ -58,16 +62,16 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Everything but the integration tests: no engine, no registry, no wheelhouse needed.
+# Everything but the integration and browser tests: no engine, no registry, no wheelhouse, no browser needed.
 unit: venv
-	$(BIN)/python -m pytest tests -m "not integration" -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m "not integration and not browser" -q $(PYTEST_ARGS)
 
-integration: cuda-wheels env
+integration: cuda-wheels env browser
 	$(BIN)/python -m pytest tests -m integration -v --durations=20 $(PYTEST_ARGS)
 
 # Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
 # other integration tests (tests/conftest.py: WORK_UNITS).
-test: cuda-wheels env lint
+test: cuda-wheels env browser lint
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv

@@ -16,9 +16,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden from the current templates")
 
 
-# Each folder's tests carry its marker, so `-m integration` (or `-m "not integration"`, `-m gpu`) selects
+# Each folder's tests carry its marker, so `-m integration` (or `-m "not integration"`, `-m gpu`, `-m browser`) selects
 # exactly them: a `pytestmark` in a conftest.py marks nothing.
-FOLDER_MARKERS = {"integration": "integration", "gpu": "gpu"}
+FOLDER_MARKERS = {"integration": "integration", "gpu": "gpu", "browser": "browser"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,6 +52,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return next((unit for prefix, unit in WORK_UNITS if nodeid.startswith(prefix)), nodeid)
 
     return ByWorkUnit(config, log)
+
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's (.ci/browser.sh installs it); playwright never downloads one
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Any:
+    """Headless Chromium through playwright, one per worker. Missing is a failure, not a skip: `make test`
+    installs it."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: `bash .ci/browser.sh` installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture

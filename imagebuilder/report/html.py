@@ -27,6 +27,8 @@ from markupsafe import Markup, escape
 from ..smoke.runner import check_kind
 
 BAD = ("failed", "smoke failed")
+VERDICTS = {"first": "perf: first of its lineage", "ok": "perf ok", "regressed": "perf REGRESSED",
+            "accepted": "perf regression accepted"}
 OK_WORDS = ("pushed", "current", "tagged", "built", "cached", "passed")
 
 
@@ -106,7 +108,7 @@ class Card:
     log: str = ""
     failed_checks: tuple[tuple[str, str, str], ...] = ()  # name, reason, log
     repro: tuple[str, ...] = ()
-    verdict: str = ""  # the regression gate's
+    verdict: str = ""  # the regression gate's, in words
     runner: str = ""
     metrics: tuple[Metric, ...] = ()
 
@@ -122,6 +124,7 @@ class Cell:
     accelerator: str
     search: str
     perf: str = ""
+    own_status: bool = False  # a shared cell whose status differs from its image's (held for its own entry)
 
 
 @dataclass(frozen=True)
@@ -191,11 +194,9 @@ def repro(node: Mapping[str, Any], meta: Mapping[str, Any]) -> tuple[str, ...]:
             if digest and repo:
                 out.append(shlex.join(["docker", "pull", ref]))
             out.append(shlex.join(["imagebuilder", "smoke", ref, "--only", ",".join(kinds)]))
-        performance = node.get("performance") or {}
-        extra = ["--resmoke", *(["--no-push"] if command == "build" else [])] if command in ("build", "verify") else []
-        if performance.get("verdict") == "regressed" or not out:
-            out.append(shlex.join([*run, *extra]))
-        return tuple(out)
+        again = ["imagebuilder", "build" if command != "verify" else "verify", *run[2:], "--resmoke",
+                 *(["--no-push"] if command != "verify" else [])]
+        return (*out, shlex.join(again))  # the same from the matrix: the suite and the performance gate
     if status in ("failed", "interrupted", "cancelled"):
         return (shlex.join([*run, *(["--no-push"] if command == "build" else [])]),)
     if status in ("held",) or node.get("publish") == "failed":
@@ -293,7 +294,7 @@ def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mappin
                 accelerator(node), tuple(facts), text.lower(), tuple(also), str(node.get("error") or ""),
                 "\n".join(str(node.get("log_tail") or "").splitlines()[-60:]),
                 _relative(str(node["log"]), folder) if node.get("log") else "", checks,
-                repro(node, meta) if tone(node) != "ok" else (), verdict, runner, rows)
+                repro(node, meta) if tone(node) != "ok" else (), VERDICTS.get(verdict, verdict), runner, rows)
 
 
 def page(doc: Mapping[str, Any], folder: Path) -> Page:
@@ -329,7 +330,8 @@ def page(doc: Mapping[str, Any], folder: Path) -> Page:
             worst = f"{min(changes):+.1%}" if changes else ""
             cells.append(Cell(shown.anchor, str(n["status"]), tone(n), short(n.get("digest")), same, layer,
                               accelerator(n), (shown.search + " " + str(n["node"])).lower(),
-                              f"{perf.get('verdict')} {worst}".strip() if perf else ""))
+                              f"{VERDICTS.get(str(perf.get('verdict')), perf.get('verdict'))} {worst}".strip()
+                              if perf else "", str(n["status"]) != shown.status))
         rows.append(Row(entry, accelerator(first), _versions(first.get("versions") or {}), tuple(cells)))
     counts: dict[str, int] = {}
     for n in nodes:

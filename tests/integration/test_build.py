@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagebuilder.evidence import passes
 from imagebuilder.ports.engine import DockerEngine
 
+from ..report_page import ReportPage
 from .conftest import (
     REGISTRY,
     SESSION,
@@ -184,7 +187,7 @@ def test_build_error_fails_that_node_with_its_log(
 
 def test_a_failing_entry_does_not_stop_an_independent_one(
         engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
-        cli: Callable[..., CliRun]) -> None:
+        cli: Callable[..., CliRun], chromium: Any) -> None:
     # Two entries that differ only by base image name (the same image under a second name, so the
     # engine's cache is shared): the second one's first layer fails to build.
     twin = f"itest/{repository}-debian:bookworm"
@@ -217,6 +220,20 @@ def test_a_failing_entry_does_not_stop_an_independent_one(
         f"{ok['key'][:12]}"]
     assert ok["aliases_held"] == [f"{REGISTRY}/itest/{repository}:shared-base"]
     assert "alias 127.0.0.1:5000/itest/" in run.out and "shared-base not moved" in run.out
+    # The run's report.html, in a browser: every node, the failed one's log tail and the command that builds it
+    # again, and nothing fetched.
+    page = ReportPage(chromium, tmp_path / "r" / "report.html")
+    try:
+        text = page.text()
+        assert all(node in text for node in nodes)
+        bad = next(k for k, n in nodes.items() if n["status"] == "failed")
+        card = page.open_from_grid(bad)
+        assert "step fails" in card.locator("pre.log.tail").inner_text()
+        assert card.locator(".repro pre").inner_text() == shlex.join(
+            ["imagebuilder", "build", "--matrix", str(matrix), "--only", bad, "--no-push"])
+        assert page.foreign_requests() == []
+    finally:
+        page.close()
 
 
 def hang_layer(tmp_path: Path) -> None:
