@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
-from imagebuilder.report import write_reports
+import pytest
+
+from imagebuilder import cli
+from imagebuilder.report import html, write_reports
+from imagebuilder.report.document import write_json
 from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 
 
@@ -121,3 +127,69 @@ def test_allowed_skips_of_a_gpu_run_are_split_from_blocking_ones() -> None:
     assert gpu_skips(checks, gpu_run=True, allow=("throughput",)) == (["versions.driver: no floor"],
                                                                       ["throughput.cuda:0: unknown GPU"])
     assert gpu_skips(checks, gpu_run=False, allow=()) == ([], [])
+
+
+# ------------------------------------------------------------------------------------------- report.html
+
+
+def test_report_html_is_one_file_that_fetches_nothing_and_escapes_everything(tmp_path: Path) -> None:
+    hostile = NodeRecord("e4/task", "e4", "task", True, build=BuildStatus.FAILED,
+                         error="<script>alert(1)</script>", log_tail="</pre><img src=x onerror=alert(2)>")
+    write_reports([*results(tmp_path), hostile], tmp_path, {"tool": "imagebuilder", "matrix": "m.yaml"})
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x" not in page and "&lt;/pre&gt;&lt;img src=x onerror=alert(2)&gt;" in page
+    assert re.findall(r"""(?:src|href)=["']?(?:https?:)?//""", page) == []  # nothing from elsewhere
+    assert "default-src 'none'" in page  # and the browser is told so
+    assert page.count("<script>") == 1 and page.count("<style>") == 1  # both inline
+
+
+def test_the_page_shows_a_shared_node_once_and_its_other_cells_link_to_it(tmp_path: Path) -> None:
+    first = NodeRecord("a/os", "a", "os", False, build=BuildStatus.BUILT, publish=PublishStatus.PUSHED)
+    twin = NodeRecord("b/os", "b", "os", False, build=BuildStatus.CACHED, publish=PublishStatus.PUSHED,
+                      same_as="a/os")
+    doc = write_json([first, twin], tmp_path / "report.json", {})
+    view = html.page(doc, tmp_path)
+    assert [c.node for c in view.cards] == ["a/os"] and view.cards[0].also == ("b/os",)
+    cell = view.rows[1].cells[0]
+    assert cell is not None and cell.same_as == "a/os" and cell.anchor == view.cards[0].anchor
+
+
+@pytest.mark.parametrize(("node", "meta", "expected"), [
+    ({"node": "e/base", "status": "failed"}, {"matrix": "my matrix.yaml", "command": "build"},
+     ["imagebuilder build --matrix 'my matrix.yaml' --only e/base --no-push"]),
+    ({"node": "e/base", "status": "failed"}, {"matrix": "m.yaml", "command": "stage", "registry": "r:5000/x"},
+     ["imagebuilder stage --matrix m.yaml --registry r:5000/x --only e/base"]),
+    ({"node": "e/task;rm -rf /", "status": "smoke failed", "digest": "sha256:" + "d" * 64, "repository": "r/x",
+      "smoke_report": {"checks": [{"name": "layer.task.0", "status": "fail"}, {"name": "fsdp.compiled_step_cpu",
+                                                                                "status": "fail"}]}},
+     {"matrix": "m.yaml", "command": "verify"},
+     ["docker pull r/x@sha256:" + "d" * 64, "imagebuilder smoke r/x@sha256:" + "d" * 64 + " --only fsdp,layers",
+      "imagebuilder verify --matrix m.yaml --only 'e/task;rm -rf /' --resmoke"]),
+    ({"node": "e/task", "status": "pushed"}, {}, []),
+])
+def test_repro_commands_are_quoted_and_name_the_failed_checks(node: dict[str, Any], meta: dict[str, Any],
+                                                               expected: list[str]) -> None:
+    assert list(html.repro(node, meta)) == expected
+
+
+def test_report_command_remakes_the_page_from_report_json(tmp_path: Path) -> None:
+    write_reports(results(tmp_path), tmp_path, {"tool": "imagebuilder"})
+    (tmp_path / "report.html").unlink()
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert "e2/base" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "report.json: no such file"),
+    ("{not json", "report.json: not a JSON report"),
+    ('{"nodes": {}}', "not an imagebuilder report (no `nodes` list)"),
+    ('{"nodes": [{"node": "a/b", "entry": "a", "layer": 3, "status": "ok"}]}', "nodes[0] has no 'layer'"),
+])
+def test_report_command_refuses_what_is_not_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     content: str | None, says: str) -> None:
+    if content is not None:
+        (tmp_path / "report.json").write_text(content)
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not (tmp_path / "report.html").exists()
