@@ -143,14 +143,17 @@ class Performance:
     def report_json(self) -> dict[str, Any]:
         """What the run's report says: the finding, and the newest `HISTORY_SHOWN` points of the lineage before
         this image (date, image, verdict, each metric's value), which its plots draw."""
-        return {**self.to_json(), "history": [
-            {"manifest": p.manifest, "date": p.date, "verdict": p.verdict,
-             "values": {name: round(m.value, 4) for name, m in p.metrics.items()}}
-            for p in self.history[-HISTORY_SHOWN:]]}
+        return {**self.to_json(), "history": history_json(self.history)}
 
     def accepted(self) -> Performance:
         """The same finding, accepted by the run (`--accept-regression`): a pass, and the lineage's new normal."""
         return dataclasses.replace(self, verdict=ACCEPTED)
+
+
+def history_json(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """The newest `HISTORY_SHOWN` points of a lineage as a report plots them: date, image, verdict, values."""
+    return [{"manifest": p.manifest, "date": p.date, "verdict": p.verdict,
+             "values": {name: round(m.value, 4) for name, m in p.metrics.items()}} for p in points[-HISTORY_SHOWN:]]
 
 
 def pins_changed(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:

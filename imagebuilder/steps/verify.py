@@ -112,7 +112,7 @@ class Verify:
             run.ledger.update(node.id, verify=VerifyStatus.FOUND, record=record, pass_record=where,
                               signer=signed.signer(),
                               smoke_report=dict(record.report) if record.report else None,
-                              performance=dict(record.performance) if record.performance else None,
+                              performance=self.shown(run, node, record),
                               gpu_verified=bool(record.gpu.get("verified")) if node.entry.cuda else None)
             run.logs.say(f"[cyan]● smoke {escape(node.id)}: passed on {escape(record.date)} ({escape(where)}); "
                          "--resmoke runs it again[/]")
@@ -264,6 +264,23 @@ class Verify:
             facts = passes.gpu_facts(report, True)
             return Runner("gpu", tuple(facts["models"]), int(report["gpus"]), self.host.driver or facts["driver"])
         return Runner("cpu", (self.host.cpu,) if self.host.cpu else (), self.host.cpus)
+
+    @staticmethod
+    def shown(run: RunContext, node: Node, record: PassRecord) -> dict[str, Any] | None:
+        """A found pass's performance as the run's report shows it: the gate's finding when it was verified, and
+        the lineage before it in the registry (for the report's plots; none when the registry does not answer)."""
+        if not isinstance(record.performance, Mapping):
+            return None
+        runner = Runner.from_json(record.performance.get("runner"))
+        host, repo, _ = run.key_tag(node)
+        points = []
+        if runner is not None and run.registries.answers(host):
+            try:
+                points = [p for p in run.history(host).lineage(repo, node.id, runner, image=record.config)
+                          if p.date < record.date]
+            except ImageBuilderError:
+                points = []
+        return {**record.performance, "history": regression.history_json(points)}
 
     def performance(self, run: RunContext, node: Node, image: str, report: dict[str, Any],
                     expect: Mapping[str, Any]) -> regression.Performance | None:

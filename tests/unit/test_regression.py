@@ -187,6 +187,11 @@ def test_verify_fails_an_image_slower_than_its_lineage(write_matrix: MatrixWrite
         shown = dict(record.performance)
         assert [h["values"]["matmul.fp32.256"] for h in shown.pop("history")] == [100.0, 104.0, 98.0]
         assert record.record is not None and record.record.performance == shown
+        # found again by a later run's verify (publish's): the same finding, the lineage read from the registry
+        assert Verify(thresholds=limits).leaf(run, leaf)
+        found = run.ledger[leaf.id]
+        assert found.verify == VerifyStatus.FOUND and found.performance is not None and found.signer
+        assert [h["values"]["matmul.fp32.256"] for h in found.performance["history"]] == [100.0, 104.0, 98.0]
 
 
 def test_the_shipped_thresholds_are_the_measured_ones() -> None:
