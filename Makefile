@@ -67,7 +67,7 @@ unit: venv
 	$(BIN)/python -m pytest tests -m "not integration and not browser" -q $(PYTEST_ARGS)
 
 integration: cuda-wheels env browser
-	$(BIN)/python -m pytest tests -m integration -v --durations=20 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
 # Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
 # other integration tests (tests/conftest.py: WORK_UNITS).
