@@ -150,10 +150,12 @@ def test_failing_smoke_check_pushes_nothing_for_that_entry(
 
 def test_smoke_command_reports_json(engine: DockerEngine, cpu_chain: Chain, cli: Callable[..., CliRun]) -> None:
     node = {"image": cpu_chain.image(engine, "base")}
+    # (the whole suite passed in this image when the chain was built; here the command: its labels and --expect,
+    # the host's verdict, the JSON it prints)
     ok = cli("smoke", node["image"], "--expect", "torch=2.13.0", "--expect", "accelerator=cpu",
-             "--expect", "cuda=none")
+             "--expect", "cuda=none", "--only", "versions,health")
     assert ok.code == 0, ok.text
-    assert '"passed": true' in ok.out
+    assert '"passed": true' in ok.out and json.loads(ok.out)["expect"]["torch"] == "2.13.0"
     bad = cli("smoke", node["image"], "--expect", "python=3.12", "--only", "versions")  # a diagnostic run
     assert bad.code == 1
     assert "versions.python: got '3.11', expected '3.12'" in bad.text
