@@ -33,15 +33,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import save
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS, save
 from imagebuilder.report import html
 
 LAYERS = ("os", "cuda", "torch", "business", "task")
 SHARED = ("os", "cuda", "torch")
 METRICS = (("matmul.bf16.8192", "TFLOP/s", "higher", 620.0), ("matmul.bf16.4096", "TFLOP/s", "higher", 540.0),
            ("fsdp.samples_per_s", "samples/s", "higher", 1800.0), ("fsdp.compile_s", "s", "lower", 21.0))
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 
 
 def synthetic(nodes: int) -> dict[str, Any]:
@@ -120,14 +118,14 @@ def measure(sizes: list[int], repeat: int, keep: Path | None) -> list[dict[str, 
     folder.mkdir(parents=True, exist_ok=True)
     results = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for size in sizes:
             doc = synthetic(size)
             renders, loads, filters = [], [], []
             page_path = folder / f"report-{size}.html"
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                text = html.render(doc, folder)
+                text = html.render(doc)
                 renders.append(time.perf_counter() - t0)
             page_path.write_text(text, encoding="utf-8")
             for _ in range(repeat):
@@ -143,7 +141,7 @@ def measure(sizes: list[int], repeat: int, keep: Path | None) -> list[dict[str, 
                     document.body.offsetHeight;  // layout
                     return performance.now() - t0; }"""))
                 page.close()
-            results.append({"nodes": len(doc["nodes"]), "cards": html.page(doc, folder).cards.__len__(),
+            results.append({"nodes": len(doc["nodes"]), "cards": html.page(doc).cards.__len__(),
                             "bytes": len(text.encode()), "render_s": round(statistics.median(renders), 4),
                             "load_ms": round(statistics.median(loads), 1), "load_ms_all": [round(x, 1) for x in loads],
                             "filter_ms": round(statistics.median(filters), 1)})

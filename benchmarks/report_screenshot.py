@@ -25,8 +25,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
 TWIN = "screenshot/debian:bookworm"
 
 
@@ -94,7 +96,7 @@ def main() -> int:
     requests: list[str] = []
     args.out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for name, scheme, size, script in (
                 ("report-light.png", "light", {"width": 1280, "height": 860}, ""),
                 ("report-dark.png", "dark", {"width": 1280, "height": 860},

@@ -499,7 +499,7 @@ def keys_public(ctx: Context, out_file: Path | None) -> int:
         click.echo(pem.decode(), nl=False)
     else:
         out_file.write_bytes(pem)
-        ctx.err.print(f"wrote {out_file}: {signer.public.keyid[:16]} ({escape(signer.source)})", highlight=False)
+        ctx.err.print(f"wrote {out_file}: {escape(signer.public.label())}", highlight=False)
     return 0
 
 
@@ -900,7 +900,7 @@ def report_command(ctx: Context, folder: Path) -> int:
     doc = report_document.load(folder)
     out = folder / "report.html"
     try:
-        out.write_text(report_html.render(doc, folder), encoding="utf-8")
+        out.write_text(report_html.render(doc), encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{out}: cannot be written ({exc.strerror})") from None
     ctx.out.print(f"{out}: {len(doc['nodes'])} nodes", highlight=False)

@@ -125,6 +125,15 @@ class SmokeSettings:
 
 
 # The resolved versions of an entry (Entry.versions): labels, expectations, and what a template may depend on.
+SHOWN_VERSIONS = ("torch", "cuda", "cudnn", "nccl", "python", "triton")  # what a report or the plan says of an entry
+
+
+def versions_line(versions: Mapping[str, Any]) -> str:
+    """An entry's versions in one line (`torch 2.11.0 · cuda 13.0 · ...`), the ones it has, from `Entry.versions()`
+    or a report's copy of it."""
+    return " · ".join(f"{name} {versions[name]}" for name in SHOWN_VERSIONS if versions.get(name))
+
+
 VERSION_FIELDS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "nccl", "triton", "torchvision",
                   "torchaudio")
 

@@ -86,6 +86,11 @@ class Cache:
         return {**inputs, keys.PREVIOUS_FROM: labels[keys.PREVIOUS_FROM]} if inputs else None
 
 
+    def registry_asked(self, node: Node) -> bool:
+        """Whether `previous_inputs` could ask the registry of the node's newest tag (it answers)."""
+        return self.registries.answers(parse(node.aliases[0] if node.aliases else node.tags[0]).host)
+
+
 def node_images(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The images that are a node's image, out of every local image carrying a key label. A node's image
     ends with the LABEL step that sets its key; the steps of a child built on it inherit that label until
@@ -141,8 +146,10 @@ def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> Plan:
         elif rebuild:
             decision = Decision(State.BUILD, "--no-cache: everything builds")
         elif parent is not None and parent.status != State.CACHED:
-            decision = Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), parent.status))
+            decision = Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), parent.status,
+                                                         asked=cache.registry_asked(node)))
         else:
-            decision = cache.lookup(node) or Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), None))
+            decision = cache.lookup(node) or Decision(State.BUILD, keys.reason(
+                node, cache.previous_inputs(node), None, asked=cache.registry_asked(node)))
         decided[node.id] = dataclasses.replace(node, decision=decision)
     return plan.with_nodes([decided[n.id] for n in plan.nodes])

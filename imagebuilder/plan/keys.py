@@ -236,11 +236,15 @@ def changes(old: Mapping[str, str], new: Mapping[str, str], layer_dir: str) -> l
 NEVER_BUILT = "never built"  # no earlier image of the node, on this engine or in the registry
 
 
-def reason(node: Node, previous: Mapping[str, str] | None, parent_status: str | None) -> str:
+NOT_HERE = "no earlier image of this node on this engine (its registry does not answer: not asked)"
+
+
+def reason(node: Node, previous: Mapping[str, str] | None, parent_status: str | None, *, asked: bool = True) -> str:
     """Why a node that has no image for its key must build, against `previous`, the inputs of the node's newest
-    earlier image (`cache.previous_inputs`; its `PREVIOUS_FROM` says which image that is), or None: never built."""
+    earlier image (`cache.previous_inputs`; its `PREVIOUS_FROM` says which image that is), or None: never built,
+    as far as the engine and, when it was `asked`, the registry know."""
     if previous is None:
-        return NEVER_BUILT
+        return NEVER_BUILT if asked else NOT_HERE
     since = f" (since {previous[PREVIOUS_FROM]})" if previous.get(PREVIOUS_FROM) else ""
     new = dict(node.inputs)
     said = changes(previous, new, _layer_dir(node))

@@ -18,8 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..input.matrix import versions_line
 from . import keys
-from .plan import Node, Plan, State
+from .plan import Plan, State
 from .tags import KEY_PENDING
 
 STYLE = {"cached": "cyan", "build": "bold", "unknown": "yellow"}
@@ -54,13 +55,11 @@ def _tag(ref: str) -> str:
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, max(width, 12), break_on_hyphens=True, break_long_words=True) or [""]
+    return textwrap.wrap(text, max(width, 1), break_on_hyphens=True, break_long_words=True) or [""]
 
 
-def versions(node: Node) -> str:
-    e = node.entry
-    names = ("torch", "cuda", "cudnn", "nccl", "python", "triton")
-    return " · ".join(f"{n} {getattr(e, n)}" for n in names if getattr(e, n, None))
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def tree(plan: Plan, width: int) -> list[Line]:
@@ -82,8 +81,8 @@ def tree(plan: Plan, width: int) -> list[Line]:
     lines.append(Line("", f"{len(entries)} entries"))
     name_width = min(max(len(e) for e in entries), width // 2)
     for entry_id, node in entries.items():
-        head = f"  {entry_id:<{name_width}}  "
-        body = _wrap(versions(node) or node.entry.accelerator, width - len(head))
+        head = f"  {_cut(entry_id, name_width):<{name_width}}  "
+        body = _wrap(versions_line(node.entry.versions()) or node.entry.accelerator, width - len(head))
         lines.append(Line("", head + body[0]))
         lines += [Line("", " " * len(head) + more, dim=True) for more in body[1:]]
     roots = children.get(None, [])
@@ -129,11 +128,11 @@ def _branch(plan: Plan, node_id: str, guide: str, last: bool, shape: Shape, line
     name = f"{node.layer.name}  "
     rest = f"  {key}" + (f"  {label}" if label else "")
     room = width - len(head) - len(name) - len(status)
-    if len(rest) > room:
-        rest = rest[: max(room - 1, 0)] + "…"
-    lines.append(Line(head, rest, name, status))
+    if room < 0:  # a tree deeper than the screen is wide: the layer and status first, cut
+        name, status, rest = _cut(name, max(width - len(head), 0)), "", ""
+    lines.append(Line(head, _cut(rest, max(room, 0)), name, status))
     tags = shape.tags[node_id]
-    shown = f"tag {tags[0]}" + (f" (+{len(tags) - 1} more, one per entry)" if len(tags) > 1 else "") if tags else ""
+    shown = f"tag {tags[0]}" + (f" (+{len(tags) - 1} more)" if len(tags) > 1 else "") if tags else ""
     room = width - len(detail_guide)
     joined = " · ".join(x for x in (node.reason, shown) if x)
     for detail in [joined] if len(joined) <= room else (node.reason, shown):

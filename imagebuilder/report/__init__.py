@@ -1,6 +1,6 @@
-"""The reports of a run, views of its ledger. report.json (`document`) is the one every other view is made
-from: summary.md (`markdown`), junit.xml (`junit`), report.html (`html`, also remade from a report.json alone by
-`imagebuilder report DIR`) and the summary table on the terminal (`terminal`)."""
+"""The reports of a run, views of its ledger: report.json (`document`), report.html (`html`: made from
+report.json alone, so `imagebuilder report DIR` remakes it anywhere), summary.md (`markdown`), junit.xml
+(`junit`) and the summary table on the terminal (`terminal`), these three from the ledger's records."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def write_reports(results: list[NodeRecord], folder: Path, meta: dict[str, Any])
     """Every report a run writes: report.json, report.html, summary.md (for $GITHUB_STEP_SUMMARY) and junit.xml."""
     folder.mkdir(parents=True, exist_ok=True)
     doc = write_json(results, folder / "report.json", meta)
-    (folder / "report.html").write_text(html.render(doc, folder), encoding="utf-8")
     (folder / "summary.md").write_text(summary_markdown(results, folder), encoding="utf-8")
     (folder / "junit.xml").write_bytes(junit_xml(results))
+    (folder / "report.html").write_text(html.render(doc), encoding="utf-8")  # the newest view: the others first
     return [folder / name for name in ("report.json", "report.html", "summary.md", "junit.xml")]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 from ..errors import InputError
 from ..steps.ledger import NodeRecord
@@ -30,6 +32,16 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
         "smoke_report": dict(r.smoke_report) if r.smoke_report is not None else None,
         "performance": dict(r.performance) if r.performance is not None else None,
     }
+
+
+def log_link(log: Any) -> str | None:
+    """The link from a report folder's pages to a node's log: `logs/<file>` (quoted), where every run writes it,
+    whatever folder the run named and wherever the folder is now; None for anything else (a report.json that
+    names a log elsewhere, or a URL, links nowhere)."""
+    if not isinstance(log, str) or not log or (urlsplit(log).scheme and not re.match(r"[A-Za-z]:[\\/]", log)):
+        return None
+    path = PurePath(log)
+    return f"logs/{quote(path.name)}" if path.parent.name == "logs" and path.name not in ("", ".", "..") else None
 
 
 def status_word(s: Enum | None) -> str | None:

@@ -13,18 +13,20 @@ Every value in the document is text from a run (node ids, errors, log lines): th
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
-import os
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import jinja2
 from markupsafe import Markup, escape
 
-from ..smoke.runner import check_kind
+from ..input.matrix import versions_line
+from . import repro
+from .document import log_link
 
 BAD = ("failed", "smoke failed")
 VERDICTS = {"first": "perf: first of its lineage", "ok": "perf ok", "regressed": "perf REGRESSED",
@@ -150,8 +152,27 @@ class Page:
     failed: tuple[Card, ...] = field(default=())
 
 
+def mapping(value: Any) -> Mapping[str, Any]:
+    """A value of the document that should be an object; anything else reads as empty (the page is made from a
+    file that may come from anywhere: it never raises on one)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def items(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
 def tone(node: Mapping[str, Any]) -> str:
-    status = str(node.get("status"))
+    status = text(node.get("status"))
     if status in BAD:
         return "bad"
     if not node.get("ok") or node.get("untested") or status not in OK_WORDS:
@@ -160,201 +181,178 @@ def tone(node: Mapping[str, Any]) -> str:
 
 
 def short(digest: Any) -> str:
-    text = str(digest or "")
-    return text.split(":", 1)[-1][:12] if text else ""
+    return text(digest).split(":", 1)[-1][:12]
 
 
 def accelerator(node: Mapping[str, Any]) -> str:
-    return str((node.get("versions") or {}).get("accelerator") or "unknown")
+    return text(mapping(node.get("versions")).get("accelerator")) or "unknown"
 
 
-def _versions(versions: Mapping[str, Any]) -> str:
-    names = ("torch", "cuda", "cudnn", "nccl", "python")
-    return " · ".join(f"{n} {versions[n]}" for n in names if versions.get(n))
-
-
-def repro(node: Mapping[str, Any], meta: Mapping[str, Any]) -> tuple[str, ...]:
-    """Commands that reproduce what went wrong with this node, every value shell-quoted: the failed smoke checks
-    in its very image (by digest when it is in a registry), or the step that failed, for this node alone."""
-    status = str(node.get("status"))
-    node_id = str(node["node"])
-    matrix = str(meta.get("matrix") or "matrix.yaml")
-    command = str(meta.get("command") or "build")
-    registry = meta.get("registry")
-    run = ["imagebuilder", command, "--matrix", matrix, *(["--registry", str(registry)] if registry else []),
-           "--only", node_id]
-    if status == "smoke failed":
-        report = node.get("smoke_report") or {}
-        kinds = sorted({k for c in report.get("checks") or [] if c.get("status") == "fail"
-                        and (k := check_kind(str(c.get("name")))) is not None})
-        digest, repo = node.get("digest"), node.get("repository")
-        ref = f"{repo}@{digest}" if digest and repo else str(node.get("image") or "")
-        out = []
-        if ref and kinds:
-            if digest and repo:
-                out.append(shlex.join(["docker", "pull", ref]))
-            out.append(shlex.join(["imagebuilder", "smoke", ref, "--only", ",".join(kinds)]))
-        again = ["imagebuilder", "build" if command != "verify" else "verify", *run[2:], "--resmoke",
-                 *(["--no-push"] if command != "verify" else [])]
-        return (*out, shlex.join(again))  # the same from the matrix: the suite and the performance gate
-    if status in ("failed", "interrupted", "cancelled"):
-        return (shlex.join([*run, *(["--no-push"] if command == "build" else [])]),)
-    if status in ("held",) or node.get("publish") == "failed":
-        return (shlex.join([*run, "--dry-run"] if command == "publish" else run),)
-    return ()
-
-
-def _relative(path: str, folder: Path) -> str:
-    try:
-        return os.path.relpath(path, folder)
-    except ValueError:
-        return path
+def column(node: Mapping[str, Any]) -> str:
+    """The node's column in the grid: its name in its entry (two nodes of one entry may use one layer folder)."""
+    node_id = text(node.get("node"))
+    return node_id.split("/", 1)[1] if "/" in node_id else text(node.get("layer"))
 
 
 def _fmt(value: Any, unit: str = "") -> str:
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        return "-"
-    return f"{value:.4g}" + (f" {unit}" if unit else "")
+    v = number(value)
+    return "-" if v is None else f"{v:.4g}" + (f" {unit}" if unit else "")
+
+
+def runner_label(runner: Mapping[str, Any]) -> str:
+    models = " + ".join(text(m) for m in items(runner.get("models"))) or text(runner.get("kind")) or "unknown"
+    count = number(runner.get("count"))
+    return (f"{int(count)}x " if count else "") + models + (f", driver {runner['driver']}" if runner.get("driver")
+                                                          else "")
 
 
 def metrics(node: Mapping[str, Any]) -> tuple[str, str, tuple[Metric, ...]]:
     """The regression gate's verdict, the runner, and each metric against its baseline with its history."""
-    perf = node.get("performance") or {}
+    perf = mapping(node.get("performance"))
     if not perf:
         return "", "", ()
-    runner = perf.get("runner") or {}
-    models = " + ".join(str(m) for m in runner.get("models") or []) or str(runner.get("kind") or "?")
-    where = f"{runner.get('count')}x {models}" + (f", driver {runner['driver']}" if runner.get("driver") else "")
-    history = [h for h in perf.get("history") or [] if isinstance(h, Mapping)]
-    rows = perf.get("rows") or [{"metric": m.get("name"), "unit": m.get("unit"), "value": m.get("value"),
-                                 "better": m.get("better")} for m in perf.get("metrics") or []]
+    history = [mapping(h) for h in items(perf.get("history"))]
+    rows = [mapping(r) for r in items(perf.get("rows"))] or [
+        {"metric": m.get("name"), "unit": m.get("unit"), "value": m.get("value"), "better": m.get("better")}
+        for m in map(mapping, items(perf.get("metrics")))]
     out = []
     for row in rows:
-        name = str(row.get("metric"))
-        values = [float(v) for h in history if isinstance(v := (h.get("values") or {}).get(name), int | float)]
-        value = row.get("value")
-        if isinstance(value, int | float):
-            values.append(float(value))
-        change, limit = row.get("change"), row.get("threshold")
-        plot = Plot(name, str(row.get("unit") or ""), tuple(values), row.get("baseline"), limit,
-                    str(row.get("better") or "higher"), bool(row.get("regressed")))
-        out.append(Metric(name, _fmt(value, str(row.get("unit") or "")), _fmt(row.get("baseline")),
-                          f"{change:+.1%}" if isinstance(change, int | float) else "-",
-                          f"{limit:.0%}" if isinstance(limit, int | float) else "not gated",
-                          bool(row.get("regressed")), plot))
-    return str(perf.get("verdict") or ""), where, tuple(out)
+        name, unit = text(row.get("metric")), text(row.get("unit"))
+        values = [v for h in history if (v := number(mapping(h.get("values")).get(name))) is not None]
+        value = number(row.get("value"))
+        if value is not None:
+            values.append(value)
+        change, limit = number(row.get("change")), number(row.get("threshold"))
+        better = "lower" if row.get("better") == "lower" else "higher"
+        plot = Plot(name, unit, tuple(values), number(row.get("baseline")), limit, better, bool(row.get("regressed")))
+        out.append(Metric(name, _fmt(value, unit), _fmt(row.get("baseline")),
+                          "-" if change is None else f"{change:+.1%}",
+                          "not gated" if limit is None else f"{limit:.0%}", bool(row.get("regressed")), plot))
+    return text(perf.get("verdict")), runner_label(mapping(perf.get("runner"))), tuple(out)
 
 
-def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mapping[str, Any], folder: Path) -> Card:
+def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mapping[str, Any]) -> Card:
     facts: list[tuple[str, str]] = []
 
     def fact(label: str, value: Any) -> None:
-        if value not in (None, "", [], {}):
-            facts.append((label, value if isinstance(value, str) else ", ".join(map(str, value))
-                          if isinstance(value, list | tuple) else str(value)))
+        shown = ", ".join(map(text, value)) if isinstance(value, list | tuple) else text(value)
+        if shown:
+            facts.append((label, shown))
 
-    steps = " · ".join(f"{name} {node[key]}" for name, key in (("build", "build"), ("smoke", "smoke"),
-                                                                ("publish", "publish")) if node.get(key))
-    fact("steps", steps)
-    fact("digest", node.get("digest"))
-    fact("image", node.get("image"))
-    fact("key", node.get("key"))
-    fact("tags", node.get("tags"))
-    fact("aliases", node.get("aliases"))
-    fact("aliases held", node.get("aliases_held"))
-    fact("pass record", node.get("pass_record"))
-    fact("signed by", node.get("signer"))
-    gpu = node.get("gpu") or {}
+    fact("steps", " · ".join(f"{key} {node[key]}" for key in ("build", "smoke", "publish") if node.get(key)))
+    for label, key in (("digest", "digest"), ("image", "image"), ("key", "key"), ("tags", "tags"),
+                       ("aliases", "aliases"), ("aliases held", "aliases_held"), ("pass record", "pass_record"),
+                       ("signed by", "signer")):
+        fact(label, node.get(key))
+    gpu = mapping(node.get("gpu"))
     if gpu.get("kind") == "gpu" and gpu.get("verified"):
-        fact("ran on", f"{gpu.get('count')}x {' + '.join(map(str, gpu.get('models') or [])) or 'GPU'}"
-             + (f", driver {gpu['driver']}" if gpu.get("driver") else ""))
+        fact("ran on", runner_label(gpu))
     elif gpu.get("kind") == "cpu":
         fact("ran on", "CPU")
     if node.get("gpu_verified") is False:
         fact("GPU", "NOT GPU-verified: no GPU reached the suite")
     fact("why", node.get("reason"))
     fact("cache", node.get("cache"))
-    fact("versions", _versions(node.get("versions") or {}))
-    durations = node.get("durations") or {}
-    fact("durations", " · ".join(f"{k} {float(v):.1f} s" for k, v in durations.items()
-                                 if isinstance(v, int | float)))
+    fact("versions", versions_line(mapping(node.get("versions"))))
+    fact("durations", " · ".join(f"{k} {v:.1f} s" for k, raw in mapping(node.get("durations")).items()
+                                 if (v := number(raw)) is not None))
     fact("secret scan", node.get("secret_scan"))
     fact("cosign", node.get("signed"))
     if node.get("untested"):
         fact("UNTESTED", "published without a pass (--allow-untested)")
     fact("allowed skips", node.get("allowed_skips"))
-    checks = tuple((str(c.get("name")), str(c.get("reason") or ""),
-                    "\n".join(map(str, c["log"][-40:])) if isinstance(c.get("log"), list) else str(c.get("log") or ""))
-                   for c in (node.get("smoke_report") or {}).get("checks") or [] if c.get("status") == "fail")
+    checks = tuple((text(c.get("name")), text(c.get("reason")),
+                    "\n".join(map(text, items(c.get("log"))[-40:])) if isinstance(c.get("log"), list)
+                    else text(c.get("log")))
+                   for c in map(mapping, items(mapping(node.get("smoke_report")).get("checks")))
+                   if c.get("status") == "fail")
     verdict, runner, rows = metrics(node)
-    text = " ".join(str(x) for x in (node["node"], node.get("status"), node.get("digest"), node.get("image"),
-                                     *(node.get("tags") or []), *(v for v in (node.get("versions") or {}).values()
-                                                                  if v), node.get("error"), *also))
-    return Card(anchor, str(node["node"]), str(node["entry"]), str(node["layer"]), str(node["status"]), tone(node),
-                accelerator(node), tuple(facts), text.lower(), tuple(also), str(node.get("error") or ""),
-                "\n".join(str(node.get("log_tail") or "").splitlines()[-60:]),
-                _relative(str(node["log"]), folder) if node.get("log") else "", checks,
-                repro(node, meta) if tone(node) != "ok" else (), VERDICTS.get(verdict, verdict), runner, rows)
+    search = " ".join(text(x) for x in (node.get("node"), node.get("status"), node.get("digest"), node.get("image"),
+                                         *items(node.get("tags")), *mapping(node.get("versions")).values(),
+                                         node.get("error"), *also))
+    return Card(anchor, text(node.get("node")), text(node.get("entry")), column(node), text(node.get("status")),
+                tone(node), accelerator(node), tuple(facts), search.lower(), tuple(also), text(node.get("error")),
+                "\n".join(text(node.get("log_tail")).splitlines()[-60:]), log_link(node.get("log")) or "", checks,
+                repro.commands(node, meta) if tone(node) != "ok" else (), VERDICTS.get(verdict, verdict), runner,
+                rows)
 
 
-def page(doc: Mapping[str, Any], folder: Path) -> Page:
-    """What the template shows, from a report.json document."""
-    nodes = [n for n in doc.get("nodes") or [] if isinstance(n, Mapping)]
-    anchors = {str(n["node"]): f"n{i}" for i, n in enumerate(nodes)}
-    by_id = {str(n["node"]): n for n in nodes}
+def page(doc: Mapping[str, Any]) -> Page:
+    """What the template shows, from a report.json document (`document.load` checked its nodes' ids)."""
+    nodes = [n for n in items(doc.get("nodes")) if isinstance(n, Mapping) and text(n.get("node"))]
+    by_id = {text(n.get("node")): n for n in nodes}
+
+    def first(n: Mapping[str, Any]) -> str | None:  # the node whose image this one is, when the report has it
+        twin = n.get("same_as")
+        ok = isinstance(twin, str) and twin != n.get("node") and twin in by_id \
+            and not (isinstance(by_id[twin].get("same_as"), str) and by_id[twin]["same_as"] in by_id)
+        return str(twin) if ok else None
+
+    anchors = {text(n.get("node")): f"n{i}" for i, n in enumerate(nodes)}
     also: dict[str, list[str]] = {}
     for n in nodes:
-        if n.get("same_as") in by_id:
-            also.setdefault(str(n["same_as"]), []).append(str(n["node"]))
+        if (twin := first(n)) is not None:
+            also.setdefault(twin, []).append(text(n.get("node")))
     meta = {k: v for k, v in doc.items() if k != "nodes"}
-    cards = tuple(card(n, anchors[str(n["node"])], also.get(str(n["node"]), ()), meta, folder) for n in nodes
-                  if n.get("same_as") not in by_id)
+    cards = tuple(card(n, anchors[text(n.get("node"))], also.get(text(n.get("node")), ()), meta) for n in nodes
+                  if first(n) is None)
     card_of = {c.node: c for c in cards}
-    layers = tuple(dict.fromkeys(str(n["layer"]) for n in nodes))
-    entries = tuple(dict.fromkeys(str(n["entry"]) for n in nodes))
-    cell_of = {(str(n["entry"]), str(n["layer"])): n for n in nodes}
+    columns = tuple(dict.fromkeys(column(n) for n in nodes))
+    entries = tuple(dict.fromkeys(text(n.get("entry")) for n in nodes))
+    cell_of = {(text(n.get("entry")), column(n)): n for n in nodes}
     rows = []
     for entry in entries:
         cells: list[Cell | None] = []
-        first = next(n for n in nodes if n["entry"] == entry)
-        for layer in layers:
-            found = cell_of.get((entry, layer))
+        for name in columns:
+            found = cell_of.get((entry, name))
             if found is None:
                 cells.append(None)
                 continue
             n = found
-            same = str(n["same_as"]) if n.get("same_as") in by_id else None
-            shown = card_of[same] if same else card_of[str(n["node"])]
-            perf = n.get("performance") or {}
-            changes = [r.get("change") for r in perf.get("rows") or [] if isinstance(r.get("change"), int | float)]
-            worst = f"{min(changes):+.1%}" if changes else ""
-            cells.append(Cell(shown.anchor, str(n["status"]), tone(n), short(n.get("digest")), same, layer,
-                              accelerator(n), (shown.search + " " + str(n["node"])).lower(),
-                              f"{VERDICTS.get(str(perf.get('verdict')), perf.get('verdict'))} {worst}".strip()
-                              if perf else "", str(n["status"]) != shown.status))
-        rows.append(Row(entry, accelerator(first), _versions(first.get("versions") or {}), tuple(cells)))
+            same = first(n)
+            shown = card_of[same or text(n.get("node"))]
+            perf = mapping(n.get("performance"))
+            changes = [c for r in items(perf.get("rows")) if (c := number(mapping(r).get("change"))) is not None]
+            verdict = text(perf.get("verdict"))
+            summary = f"{VERDICTS.get(verdict, verdict)} {f'{min(changes):+.1%}' if changes else ''}".strip()
+            cells.append(Cell(shown.anchor, text(n.get("status")), tone(n), short(n.get("digest")), same, name,
+                              accelerator(n), (shown.search + " " + text(n.get("node"))).lower(), summary,
+                              text(n.get("status")) != shown.status))
+        one = next(n for n in nodes if text(n.get("entry")) == entry)
+        rows.append(Row(entry, accelerator(one), versions_line(mapping(one.get("versions"))), tuple(cells)))
     counts: dict[str, int] = {}
     for n in nodes:
-        counts[str(n["status"])] = counts.get(str(n["status"]), 0) + 1
-    tones = {str(n["status"]): tone(n) for n in nodes}
-    shown_meta = tuple((label, str(meta[key])) for label, key in (
-        ("command", "command"), ("matrix", "matrix"), ("registry", "registry"), ("finished", "finished"),
-        ("host", "host"), ("tool", "version")) if meta.get(key))
-    signing = meta.get("signing")
-    if isinstance(signing, Mapping) and signing.get("status"):
-        shown_meta += (("cosign", f"{signing.get('status')}" + (f" ({signing['reason']})" if signing.get("reason")
-                                                                 else "")),)
+        counts[text(n.get("status"))] = counts.get(text(n.get("status")), 0) + 1
+    tones = {text(n.get("status")): tone(n) for n in nodes}
+    shown_meta = tuple((label, text(meta[key])) for label, key in (
+        ("command", "command"), ("matrix", "matrix"), ("registry", "registry"), ("only", "only"),
+        ("finished", "finished"), ("host", "host"), ("tool", "version")) if meta.get(key))
+    signing = mapping(meta.get("signing"))
+    if signing.get("status"):
+        shown_meta += (("cosign", text(signing.get("status")) + (f" ({signing['reason']})" if signing.get("reason")
+                                                                   else "")),)
     if meta.get("interrupted"):
         shown_meta += (("interrupted", "yes: what had not finished says so"),)
     ok = bool(doc.get("ok", all(n.get("ok") for n in nodes)))
     return Page(f"imagebuilder: {sum(bool(n.get('ok')) for n in nodes)}/{len(nodes)} nodes ok", ok, shown_meta,
                 tuple((s, c, tones[s]) for s, c in sorted(counts.items(), key=lambda x: (-x[1], x[0]))),
-                layers, tuple(sorted({accelerator(n) for n in nodes})), tuple(sorted(counts)), tuple(rows), cards,
+                columns, tuple(sorted({accelerator(n) for n in nodes})), tuple(sorted(counts)), tuple(rows), cards,
                 len(nodes), tuple(c for c in cards if c.tone != "ok"))
 
 
-def render(doc: Mapping[str, Any], folder: Path) -> str:
-    """The page for a report.json document whose report folder is `folder` (log links are relative to it)."""
+def render(doc: Mapping[str, Any]) -> str:
+    """The page for a report.json document. Its style and script are the package's own files, inline, and the
+    page's Content-Security-Policy allows exactly them (by hash): no request, no other script, no inline handler."""
+    files = resources.files("imagebuilder.report") / "templates"
+    style = "\n" + (files / "report.css").read_text(encoding="utf-8")
+    script = "\n" + (files / "report.js").read_text(encoding="utf-8")
+    csp = (f"default-src 'none'; style-src '{_sha256(style)}'; script-src '{_sha256(script)}'; img-src data:; "
+           "base-uri 'none'; form-action 'none'")
     env = jinja2.Environment(loader=jinja2.PackageLoader("imagebuilder.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(page=page(doc, folder))
+    return env.get_template("report.html.j2").render(page=page(doc), style=Markup(style), script=Markup(script),
+                                                     csp=csp)
+
+
+def _sha256(content: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(content.encode("utf-8")).digest()).decode()

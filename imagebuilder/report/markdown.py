@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..steps.ledger import BuildStatus, NodeRecord, PublishStatus
+from .document import log_link
 
 _MARK = {"staged": "📦 staged (untested: no tag)",
          "pushed": "✅ pushed", "current": "✅ current", "tagged": "✅ tagged", "built": "🔨 built",
@@ -19,16 +19,10 @@ def _cell(r: NodeRecord, folder: Path) -> str:
     text = f"{build} {_MARK.get(r.outcome(), r.outcome())}".strip()
     if r.verify is not None and r.leaf:
         text += f" · smoke {r.verify.value}"
-    if r.log:
-        text += f" ([log]({_relative(Path(r.log), folder)}))"
+    link = log_link(r.log)
+    if link:
+        text += f" ([log]({link}))"
     return text
-
-
-def _relative(path: Path, folder: Path) -> str:
-    try:
-        return os.path.relpath(path, folder)
-    except ValueError:
-        return str(path)
 
 
 def summary_markdown(results: list[NodeRecord], folder: Path) -> str:

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes, regression
-from ..evidence.history import Runner, pins_of
+from ..evidence.history import Point, Runner, pins_of
 from ..evidence.lineage import blob_configs, built_on
 from ..evidence.metrics import metrics_of
 from ..evidence.passes import PassRecord, Signed
@@ -272,15 +272,20 @@ class Verify:
         if not isinstance(record.performance, Mapping):
             return None
         runner = Runner.from_json(record.performance.get("runner"))
+        points = Verify.lineage(run, node, runner, record.config)[0] if runner is not None else []
+        return {**record.performance, "history": regression.history_json([p for p in points if p.date < record.date])}
+
+    @staticmethod
+    def lineage(run: RunContext, node: Node, runner: Runner, image: str) -> tuple[list[Point], str]:
+        """The node's lineage on `runner` before `image`, read from its registry; when it cannot be read, none
+        and why."""
         host, repo, _ = run.key_tag(node)
-        points = []
-        if runner is not None and run.registries.answers(host):
-            try:
-                points = [p for p in run.history(host).lineage(repo, node.id, runner, image=record.config)
-                          if p.date < record.date]
-            except ImageBuilderError:
-                points = []
-        return {**record.performance, "history": regression.history_json(points)}
+        if not run.registries.answers(host):
+            return [], f"the registry {host} does not answer: no performance history"
+        try:
+            return run.history(host).lineage(repo, node.id, runner, image=image), ""
+        except ImageBuilderError as exc:
+            return [], f"the performance history is unreadable ({exc.message})"
 
     def performance(self, run: RunContext, node: Node, image: str, report: dict[str, Any],
                     expect: Mapping[str, Any]) -> regression.Performance | None:
@@ -290,17 +295,9 @@ class Verify:
         if not metrics:
             return None
         runner = self.runner(report)
-        host, repo, _ = run.key_tag(node)
-        history = []
-        try:
-            if run.registries.answers(host):
-                history = run.history(host).lineage(repo, node.id, runner, image=image)
-            else:
-                run.logs.say(f"[yellow]  {escape(node.id)}: the registry {escape(host)} does not answer: no "
-                             "performance history, only the floors judge this image[/]")
-        except ImageBuilderError as exc:
-            run.logs.say(f"[yellow]  {escape(node.id)}: the performance history is unreadable ({escape(exc.message)}); "
-                         "only the floors judge this image[/]")
+        history, unread = self.lineage(run, node, runner, image)
+        if unread:
+            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(unread)}; only the floors judge this image[/]")
         found = regression.judge(metrics, runner, history, pins_of(expect), self.thresholds,
                                  node.entry.smoke.history_window)
         deltas = ", ".join(f"{r.metric} {r.change:+.1%}" for r in found.rows if r.change is not None)

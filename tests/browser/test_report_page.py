@@ -82,9 +82,15 @@ def test_every_node_failures_and_repro_commands_are_on_the_page(chromium: Any, t
         row = smoke.locator("table.perf tr.bad")
         assert re.search(r"matmul\.fp32\.256\s+60 GFLOP/s\s+103\s+-41\.8% regressed\s+22%", row.inner_text())
         assert len(str(row.locator("polyline").get_attribute("points")).split()) == 7
-        # the shared node is one card; its other entry's cell says what it is the same image as
-        assert page.text().count("cpu-a/base") >= 1 and len(page.shown_cards()) == 5
-        assert "= cpu-a" in page.page.inner_text("table.grid")
+        # the shared node is one card; its other entry's cell says so and links to that card
+        assert len(page.shown_cards()) == 5 and "cpu-c/base" not in page.shown_cards()
+        shared = page.page.locator("tr:has(th:has-text('cpu-c')) td.cell").first
+        assert shared.inner_text().splitlines() == ["held", "= cpu-a"]
+        assert shared.locator("a").get_attribute("href") == "#" + page.page.eval_on_selector_all(
+            "details.card", "cs => cs.find(c => c.querySelector('.node').textContent === 'cpu-a/base').id")
+        # a passed image's card (closed until its cell is clicked): who signed its pass
+        assert "signed by0123456789abcdef (this machine's own key)" in \
+            page.open_from_grid("cpu-a/task").inner_text().replace("\n", "").replace("\t", "")
         assert page.dialogs == []  # no script from the report's text ran
         assert page.foreign_requests() == []
     finally:

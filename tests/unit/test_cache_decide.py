@@ -37,15 +37,23 @@ class Known(cache_mod.Cache):
         return Decision(State.CACHED, f"image {image[7:19]} has this key", image=image) if node.id in self.present \
             else None
 
+    earlier: dict[str, dict[str, str]] = field(default_factory=dict)  # node id -> an earlier image's inputs
+
     def previous_inputs(self, node: Node) -> dict[str, str] | None:
-        return None
+        return self.earlier.get(node.id)
+
+    def registry_asked(self, node: Node) -> bool:
+        return True
 
 
-def decided(write_matrix: MatrixWriter, table: CompatTable, present: set[str], rebuild: bool = False) \
-        -> dict[str, tuple[str, str]]:
+def decided(write_matrix: MatrixWriter, table: CompatTable, present: set[str], rebuild: bool = False,
+            built_before: bool = False) -> dict[str, tuple[str, str]]:
+    """Each node's decision; `built_before`: every node had an earlier image, with the inputs it has now."""
     plan = plan_mod.make(matrix_mod.load(write_matrix(TREE), table, env={}), Renderer())
     plan = keys.assign(plan, {"debian:bookworm": "sha256:" + "1" * 64})
-    out = cache_mod.decide(plan, Known(None, None, present=present), rebuild=rebuild)  # type: ignore[arg-type]
+    earlier = {n.id: dict(n.inputs) for n in plan.nodes} if built_before else {}
+    out = cache_mod.decide(plan, Known(None, None, present=present, earlier=earlier),  # type: ignore[arg-type]
+                           rebuild=rebuild)
     return {n.name: (n.status, n.reason) for n in out.nodes}
 
 
@@ -63,6 +71,8 @@ def test_a_missing_parent_rebuilds_every_descendant(write_matrix: MatrixWriter, 
     assert got["business"][0] == "build"
     never = ("build", keys.NEVER_BUILT)  # the fake cache knows no earlier image
     assert got["task"] == never and got["eval"] == never
+    again = decided(write_matrix, table, ALL - {"2.6.0-cpu-py3.11-runtime/business"}, built_before=True)
+    assert again["task"] == ("build", "parent rebuilt") and again["eval"] == ("build", "parent rebuilt")
 
 
 def test_a_missing_leaf_rebuilds_only_itself(write_matrix: MatrixWriter, table: CompatTable) -> None:

@@ -46,7 +46,7 @@ def test_plan_tree_golden(width: int, update_golden: bool) -> None:
     assert text == golden.read_text(encoding="utf-8"), f"the plan tree changed; see {golden} (--update-golden)"
 
 
-@pytest.mark.parametrize("width", [60, 80, 120, 160])
+@pytest.mark.parametrize("width", [40, 60, 80, 120, 160])
 def test_the_tree_fits_and_shows_each_image_once(width: int) -> None:
     plan = decided_default()
     lines = [line.plain() for line in view.tree(plan, width)]
@@ -54,8 +54,9 @@ def test_the_tree_fits_and_shows_each_image_once(width: int) -> None:
     distinct = [n for n in plan.nodes if not n.decision.same_as]
     node_lines = [line for line in lines if "─ " in line]
     assert len(node_lines) == len(distinct) == 40
-    for n in distinct:  # each distinct image's short key appears on exactly one node line
-        assert sum(keys.short(n.key) in line for line in node_lines) == 1, n.id
+    if width >= 60:  # each distinct image's short key on exactly one node line (narrower, the deepest are cut)
+        for n in distinct:
+            assert sum(keys.short(n.key) in line for line in node_lines) == 1, n.id
     text = "\n".join(lines)
     assert "7 entries" in text and "os  cached" in text and "cuda  build" in text
     assert text.count("never built") >= 1 and "cached" in text
@@ -73,6 +74,8 @@ def test_a_node_never_built_says_so_and_a_changed_one_says_since_what() -> None:
     plan = stable_keys(keys.assign(default_plan(), {"debian:bookworm": "sha256:" + "1" * 64}))
     os_node = plan.nodes[0]
     assert keys.reason(os_node, None, None) == keys.NEVER_BUILT
+    assert keys.reason(os_node, None, None, asked=False) == \
+        "no earlier image of this node on this engine (its registry does not answer: not asked)"
     earlier = {**dict(os_node.inputs), "settings": "other", keys.PREVIOUS_FROM: "image 0123456789ab on this engine"}
     assert keys.reason(os_node, earlier, None) == \
         "build settings or labels changed (since image 0123456789ab on this engine)"

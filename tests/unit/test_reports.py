@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html as htmllib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 
 from imagebuilder import cli
-from imagebuilder.report import html, write_reports
-from imagebuilder.report.document import write_json
+from imagebuilder.report import html, repro, write_reports
+from imagebuilder.report.document import load, log_link, write_json
 from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 
 
@@ -133,15 +134,21 @@ def test_allowed_skips_of_a_gpu_run_are_split_from_blocking_ones() -> None:
 
 
 def test_report_html_is_one_file_that_fetches_nothing_and_escapes_everything(tmp_path: Path) -> None:
-    hostile = NodeRecord("e4/task", "e4", "task", True, build=BuildStatus.FAILED,
-                         error="<script>alert(1)</script>", log_tail="</pre><img src=x onerror=alert(2)>")
+    hostile = NodeRecord("e4/<b>task</b>", "e4", "<b>task</b>", True, build=BuildStatus.FAILED,
+                         error="<script>alert(1)</script>", log_tail="</pre><img src=x onerror=alert(2)>",
+                         tags=('r/x:"><svg onload=alert(3)>',), versions={"torch": "<u>2</u>"},
+                         performance={"verdict": "ok", "rows": [{"metric": "</title><script>alert(4)</script>",
+                                                                 "value": 1.0}]})
     write_reports([*results(tmp_path), hostile], tmp_path, {"tool": "imagebuilder", "matrix": "m.yaml"})
     page = (tmp_path / "report.html").read_text()
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "&lt;/pre&gt;&lt;img src=x onerror=alert(2)&gt;" in page
     assert re.findall(r"""(?:src|href)=["']?(?:https?:)?//""", page) == []  # nothing from elsewhere
-    assert "default-src 'none'" in page  # and the browser is told so
-    assert page.count("<script>") == 1 and page.count("<style>") == 1  # both inline
+    assert "<b>task</b>" not in page and "<svg onload" not in page and "<u>2</u>" not in page
+    assert "alert(4)</script>" not in page
+    policy = htmllib.unescape(re.findall(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)[0])
+    assert policy.startswith("default-src 'none'; style-src 'sha256-") and "unsafe-inline" not in policy
+    assert page.count("<script>") == 1 and page.count("<style>") == 1  # both inline, allowed by their hashes
 
 
 def test_the_page_shows_a_shared_node_once_and_its_other_cells_link_to_it(tmp_path: Path) -> None:
@@ -149,7 +156,7 @@ def test_the_page_shows_a_shared_node_once_and_its_other_cells_link_to_it(tmp_pa
     twin = NodeRecord("b/os", "b", "os", False, build=BuildStatus.CACHED, publish=PublishStatus.PUSHED,
                       same_as="a/os")
     doc = write_json([first, twin], tmp_path / "report.json", {})
-    view = html.page(doc, tmp_path)
+    view = html.page(doc)
     assert [c.node for c in view.cards] == ["a/os"] and view.cards[0].also == ("b/os",)
     cell = view.rows[1].cells[0]
     assert cell is not None and cell.same_as == "a/os" and cell.anchor == view.cards[0].anchor
@@ -167,10 +174,14 @@ def test_the_page_shows_a_shared_node_once_and_its_other_cells_link_to_it(tmp_pa
      ["docker pull r/x@sha256:" + "d" * 64, "imagebuilder smoke r/x@sha256:" + "d" * 64 + " --only fsdp,layers",
       "imagebuilder verify --matrix m.yaml --only 'e/task;rm -rf /' --resmoke"]),
     ({"node": "e/task", "status": "pushed"}, {}, []),
+    ({"node": "e/task", "status": "failed", "publish": "failed"}, {"matrix": "m.yaml", "command": "build"},
+     ["imagebuilder build --matrix m.yaml --only e/task"]),  # the push failed: again with the push
+    ({"node": "e/task", "status": "failed", "publish": "failed"}, {"matrix": "m.yaml", "command": "publish"},
+     ["imagebuilder publish --matrix m.yaml --only e/task --dry-run"]),
 ])
 def test_repro_commands_are_quoted_and_name_the_failed_checks(node: dict[str, Any], meta: dict[str, Any],
                                                                expected: list[str]) -> None:
-    assert list(html.repro(node, meta)) == expected
+    assert list(repro.commands(node, meta)) == expected
 
 
 def test_report_command_remakes_the_page_from_report_json(tmp_path: Path) -> None:
@@ -193,3 +204,38 @@ def test_report_command_refuses_what_is_not_a_report(tmp_path: Path, capsys: pyt
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.parametrize(("log", "link"), [
+    ("imagebuilder-report/logs/e_task.log", "logs/e_task.log"),
+    ("/elsewhere/run 1/logs/e task#1.log", "logs/e%20task%231.log"),
+    ("javascript:alert(document.domain)", None), ("https://evil.example/x.log", None),
+    ("https:/evil.example/logs/x.log", None), ("/etc/passwd", None), ("logs/..", None), (None, None), (3, None),
+])
+def test_a_log_links_only_into_the_report_folder(log: Any, link: str | None) -> None:
+    assert log_link(log) == link
+
+
+def test_a_report_json_from_anywhere_never_breaks_the_page(tmp_path: Path) -> None:
+    """Odd values where the page expects others are shown as empty, never a traceback; a same_as that names
+    nothing, itself, or a node that is itself a copy leaves the node a card of its own."""
+    nodes: list[dict[str, Any]] = [
+        {"node": "a/os", "entry": "a", "layer": "os", "status": "pushed", "ok": True, "same_as": "a/os",
+         "versions": ["not", "a", "map"], "gpu": "x", "durations": {"build": "slow"}, "tags": "one-tag",
+         "log": "javascript:alert(1)"},
+        {"node": "b/os", "entry": "b", "layer": "os", "status": "cached", "same_as": "c/os"},
+        {"node": "c/os", "entry": "c", "layer": "os", "status": "cached", "same_as": "b/os"},
+        {"node": "d/task", "entry": "d", "layer": "task", "status": "smoke failed", "same_as": ["x"],
+         "smoke_report": {"checks": ["not a check", {"name": 3, "status": "fail", "log": "one line"}]},
+         "performance": {"runner": None, "rows": [{"metric": "m", "value": "fast", "baseline": "1",
+                                                   "threshold": True, "change": None}, "junk"],
+                         "history": [{"values": {"m": float("nan")}}, 7]}},
+        {"node": "d/eval", "entry": "d", "layer": "task", "status": "failed"},  # one layer folder, two nodes
+    ]
+    (tmp_path / "report.json").write_text(json.dumps({"nodes": nodes}))
+    assert cli.main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "javascript:" not in page
+    view = html.page(load(tmp_path))
+    assert [c.node for c in view.cards] == ["a/os", "b/os", "c/os", "d/task", "d/eval"]
+    assert view.layers == ("os", "task", "eval")  # columns by node name: d/eval is not hidden behind d/task
