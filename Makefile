@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
+.PHONY: help venv engine registry compose base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -32,6 +32,10 @@ engine:
 registry:
 	bash .ci/registry.sh
 
+# A compose command for the tests' TLS + token registry services (pytest-docker starts them from tests/registry/).
+compose: engine
+	bash .ci/compose.sh
+
 # The base images the matrix names: pulled where a registry answers, else seeded from Debian's mirror.
 base-image: engine venv wheelhouse
 	@for image in $$($(BIN)/python -m imagebuilder plan --matrix $(MATRIX) --json | $(BIN)/python -c \
@@ -49,7 +53,7 @@ cuda-wheels:
 	else mkdir -p $(CUDA_WHEELHOUSE) && echo "cuda wheels: downloading in the background ($(CUDA_WHEELHOUSE)/download.log)" \
 	  && (setsid bash .ci/cuda-wheels.sh $(CUDA_WHEELHOUSE) >$(CUDA_WHEELHOUSE)/download.log 2>&1 &); fi
 
-env: venv engine registry wheelhouse base-image
+env: venv engine registry compose wheelhouse base-image
 
 # Debian's chromium, for the tests that open report.html (tests/browser and the real reports of tests/integration).
 browser:

@@ -33,8 +33,8 @@ from .errors import (
 from .evidence import spec as spec_mod
 from .evidence.history import point_of, series
 from .evidence.signing import Keys, Signer
+from .input import certs, compat_refresh, grammar, lookups
 from .input import compat as compat_mod
-from .input import compat_refresh, grammar, lookups
 from .input import matrix as matrix_mod
 from .input import schema as schema_mod
 from .interrupts import Interrupts
@@ -47,6 +47,7 @@ from .plan import waves as waves_mod
 from .plan.render import Renderer
 from .ports.engine import DockerEngine
 from .ports.registry import Registries, Registry
+from .ports.tls import RegistryTrust
 from .report import document as report_document
 from .report import html as report_html
 from .smoke.judge import judge
@@ -81,6 +82,7 @@ class Context:
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
     trust_keys: tuple[Path, ...] = ()  # public keys whose signed evidence counts (besides this machine's own)
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
+    registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -100,12 +102,12 @@ class Context:
         return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys)
 
     def registry(self, host: str) -> Registry:
-        """A registry outside a run (promote, history): plain HTTP where the engine is told to trust it; without
-        an engine, loopback registries are plain HTTP anyway."""
+        """A registry outside a run (promote, history): plain HTTP where the engine would speak it and the registry
+        speaks no TLS; without an engine, loopback registries only."""
         insecure: tuple[str, ...] = ()
         with contextlib.suppress(EngineUnavailable):
             insecure = self.engine().insecure_registries()
-        return Registry.for_host(host, insecure)
+        return Registry.for_host(host, insecure, self.registry_trust)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
@@ -151,7 +153,7 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple
     is looked up locally and in the registry."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
-    registries = Registries.of_engine(engine.insecure_registries)
+    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust)
     cache = cache_mod.Cache(engine, registries)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
@@ -173,7 +175,9 @@ def checked(problem: Callable[[T], str | None]) -> Callable[[click.Context, clic
             if click_ctx.get_parameter_source(param.name or "") == click.core.ParameterSource.ENVIRONMENT \
                     and isinstance(param.envvar, str):
                 name += f" (from ${param.envvar})"
-            raise InputError(f"{name} {value if isinstance(value, Path) else repr(value)}: {why}")
+            shown = " ".join(map(str, value)) if isinstance(value, tuple) else value if isinstance(value, Path) \
+                else repr(value)
+            raise InputError(f"{name} {shown}: {why}")
         return value
     return callback
 
@@ -197,6 +201,21 @@ def write_problem(path: Path, *, folder: bool) -> str | None:
                     "writable"
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+def ca_problem(paths: tuple[Path, ...]) -> str | None:
+    """Why one of `paths` is not a CA bundle a registry's certificate may chain to (PEM certificates and nothing
+    else, `input.certs`), naming it; None when all are."""
+    for path in paths:
+        named = f"{path}: " if len(paths) > 1 else ""
+        try:
+            with path.open("rb") as handle:
+                certs.certificates(handle.read(certs.MAX_BYTES + 1))
+        except OSError as exc:
+            return f"{named}{exc.strerror or type(exc).__name__}"
+        except certs.NotABundle as exc:
+            return f"{named}{exc}"
     return None
 
 
@@ -264,10 +283,15 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
 @click.option("--max-entries", type=click.IntRange(1), default=matrix_mod.MAX_ENTRIES, show_default=True,
               envvar="IMAGEBUILDER_MAX_ENTRIES", help="The most entries a matrix may make; a larger one is refused "
               "before any entry is made (planning 10 000 takes about 10 s: benchmarks/results/plan_scale.json).")
+@click.option("--registry-ca", "registry_cas", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              envvar="IMAGEBUILDER_REGISTRY_CA", callback=checked(ca_problem),
+              help="CA certificates (PEM) a registry's TLS certificate may chain to, besides the system's and "
+                   "/etc/docker/certs.d/HOST/*.crt (which the engine reads too); repeatable, or space-separated in "
+                   "IMAGEBUILDER_REGISTRY_CA.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
         cache_dir: Path | None, trust_keys: tuple[Path, ...], container_labels: tuple[str, ...],
-        max_entries: int) -> None:
+        max_entries: int, registry_cas: tuple[Path, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     labels = []
@@ -280,7 +304,8 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
                             cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
-                            trust_keys=trust_keys, max_entries=max_entries)
+                            trust_keys=trust_keys, max_entries=max_entries,
+                            registry_trust=RegistryTrust(cafiles=registry_cas))
 
 
 @cli.command()
@@ -756,6 +781,7 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
                         f"(first: {refused[0][0].source}): nothing {'would move' if dry_run else 'moved'} "
                         "(--allow-untested moves them anyway, recorded beside each digest)")
     if not dry_run:
+        promote_mod.require_push(registry, moves)
         for move, proof in zip(moves, proofs, strict=True):
             promote_mod.apply(registry, keys, move, proof, allow_untested=allow_untested)
     changed = sum(m.previous != m.digest for m in moves)

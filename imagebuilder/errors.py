@@ -70,6 +70,14 @@ class EngineError(ImageBuilderError):
     exit_code = 1
 
 
+class RegistryAccess(ImageBuilderError):
+    """A registry will not let this command work as it is set up: its TLS certificate is not trusted, its token
+    service refused the credentials (or the registry refused the tokens it issued), or the credentials may not
+    push where the command must. Retrying does not help; nothing was changed by it."""
+
+    exit_code = 2
+
+
 class Refused(ImageBuilderError):
     """A publishing rule refused an operation (no pass record, an immutable tag that names another digest, a
     key tag that names another image): nothing was changed by it."""

@@ -90,6 +90,9 @@ class Registry(Protocol):
 
     def labels(self, repo: str, reference: str) -> dict[str, str] | None: ...
 
+    def can_push(self, repo: str) -> str | None:
+        """None when these credentials may push to `repo`; else why not (asked before anything is built)."""
+
 
 class Display(Protocol):
     """What a run shows while it goes: lines of its own, each running step's latest log line, progress."""

@@ -27,6 +27,7 @@ import tenacity
 from ..errors import EngineError, EngineUnavailable
 from . import LineSink, RunResult
 from .reference import parse
+from .tls import CERTS_D
 
 MANAGED_LABEL = "io.imagebuilder.managed"
 
@@ -126,7 +127,9 @@ class DockerEngine:
             stream = self.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=_auth_config(auth))
             _drain(stream, sink, f"pull {ref}")
         except docker.errors.APIError as exc:
-            raise EngineError(f"pull {ref}: {_short(exc)}") from None
+            raise EngineError(_untrusted(ref, f"pull {ref}: {_short(exc)}")) from None
+        except EngineError as exc:
+            raise EngineError(_untrusted(ref, exc.message)) from None
         image = self.image_id(ref)
         if image is None:
             raise EngineError(f"pull {ref}: finished but the image is not there")
@@ -246,7 +249,9 @@ class DockerEngine:
             stream = self.api.push(repo, tag=tag, stream=True, decode=True, auth_config=_auth_config(auth))
             records = _drain(stream, sink, f"push {ref}")
         except docker.errors.APIError as exc:
-            raise EngineError(f"push {ref}: {_short(exc)}") from None
+            raise EngineError(_untrusted(ref, f"push {ref}: {_short(exc)}")) from None
+        except EngineError as exc:
+            raise EngineError(_untrusted(ref, exc.message)) from None
         except requests.exceptions.RequestException as exc:
             raise EngineError(f"push {ref}: {_short(exc)}") from None
         for rec in records:
@@ -393,6 +398,16 @@ def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]
         elif "status" in rec and "progressDetail" not in rec:
             sink(" ".join(str(rec.get(k, "")) for k in ("id", "status") if rec.get(k)))
     return records
+
+
+def _untrusted(ref: str, message: str) -> str:
+    """An engine's pull or push error, with what to do where the engine did not trust the registry's certificate
+    (imagebuilder's own requests may trust it through --registry-ca; the engine reads only its certs.d)."""
+    if "x509:" not in message and "certificate signed by unknown authority" not in message:
+        return message
+    host = parse(ref).host
+    return f"{message}; the engine does not trust {host}'s certificate: put its CA in {CERTS_D / host}/ca.crt on " \
+           "the engine's host"
 
 
 def _auth_config(auth: tuple[str, str] | None) -> dict[str, str] | None:

@@ -4,8 +4,15 @@ manifest that is already there (a copy of the manifest, no layer moves).
 
 Credentials come from the Docker client config (`~/.docker/config.json` `auths`, or DOCKER_CONFIG) or
 from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD; they are sent only to the registry
-that asked for them (or its token service) and never logged. Loopback registries and those the engine
-lists as insecure are spoken to over plain HTTP, as the engine does.
+that asked for them, or to the token service it names (never over plain HTTP off loopback), and never logged;
+nor are the tokens. Tokens are asked per repository and action (`scope`), as the registry challenges, and
+asked again when one is refused as expired.
+
+Every registry is spoken to over HTTPS first, its certificate checked (`tls`: the system's CAs, --registry-ca
+and Docker's certs.d); a loopback registry or one the engine lists as insecure is spoken to over plain HTTP when
+it does not speak TLS at all, as the engine does. A certificate that is not trusted, credentials the token
+service refuses and tokens the registry refuses are `RegistryAccess` errors (exit 2): never retried, and never
+taken for an outage.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import json
 import os
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +32,9 @@ from typing import Any
 import requests
 import tenacity
 
-from ..errors import EngineError
+from ..errors import EngineError, RegistryAccess
 from . import Registry as RegistryPort
+from . import tls
 from .reference import DOCKER_HUB, Reference, parse
 
 MANIFEST_TYPES = (
@@ -57,6 +66,8 @@ def credentials(host: str, env: Mapping[str, str] | None = None) -> tuple[str, s
 
 
 def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, requests.exceptions.SSLError):
+        return False  # a TLS failure is the set-up's, not the network's
     if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
         return True
     return isinstance(exc, _Status) and (exc.status >= 500 or exc.status == 429)
@@ -74,24 +85,39 @@ class Registry:
     is not needed: requests' pool is)."""
 
     host: str
-    insecure: bool = False
+    insecure: bool = False  # plain HTTP allowed, where the registry does not speak TLS (loopback, engine-listed)
     auth: tuple[str, str] | None = field(default=None, repr=False)  # never printed
     timeout: float = 20.0
     attempts: int = 3
     on_retry: Callable[[str], None] | None = None  # told about each retry
+    cafiles: tuple[Path, ...] = ()  # extra CAs its certificate may chain to (`tls.RegistryTrust`)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
     _token: dict[str, str] = field(default_factory=dict, repr=False)
+    _scheme: str | None = field(default=None, repr=False)  # once known: https, or http (an insecure one)
+    _push: dict[str, str | None] = field(default_factory=dict, repr=False)  # repository -> why not (can_push)
+
+    def __post_init__(self) -> None:
+        context = tls.context(self.cafiles)
+        if context is not None:  # (the token service, on https too, is checked against the same CAs)
+            self._session.mount("https://", tls.ContextAdapter(context))
 
     @classmethod
-    def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = ()) -> Registry:
+    def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = (),
+                 trust: tls.RegistryTrust | None = None) -> Registry:
         bare = host.split(":")[0]
         loopback = bare in ("localhost", "::1", "[::1]") or bare.startswith("127.")
-        return cls(host=host, insecure=loopback or host in insecure_hosts, auth=credentials(host))
+        cafiles = tuple((trust or tls.RegistryTrust()).files(host))
+        return cls(host=host, insecure=loopback or host in insecure_hosts, auth=credentials(host), cafiles=cafiles)
 
     @property
     def base(self) -> str:
         host = "registry-1.docker.io" if self.host in DOCKER_HUB else self.host
-        return f"{'http' if self.insecure else 'https'}://{host}/v2/"
+        return f"{self._scheme or 'https'}://{host}/v2/"
+
+    @property
+    def who(self) -> str:
+        """Who this client is to the registry, for messages (a user name is not a secret)."""
+        return f"user {self.auth[0]!r}" if self.auth else "anonymous (no credentials)"
 
     # -- requests with auth and retries ---------------------------------------------------------
     def _request(self, method: str, path: str, *, scope: str, headers: Mapping[str, str] | None = None,
@@ -115,42 +141,117 @@ class Registry:
                               f"{self.attempts}) after: {type(exc).__name__ if exc else '?'}")
         return notice
 
+    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None) -> requests.Response:
+        """One request over HTTPS, or plain HTTP where this registry may and does not speak TLS (learned once).
+        A certificate that is not trusted is never answered by falling back."""
+        try:
+            resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout)
+        except requests.exceptions.SSLError as exc:
+            why = tls.untrusted(exc)
+            if why is None and self.insecure and self._scheme is None:
+                self._scheme = "http"  # it does not speak TLS: a loopback or engine-listed registry, as the engine
+                return self._send(method, path, headers, data)
+            raise RegistryAccess(f"registry {self.host}: its TLS certificate is not trusted ({why})" if why else
+                                 f"registry {self.host}: TLS failed ({_why(exc)})",
+                                 hint=tls.hint(self.host, self.cafiles)) from None
+        if self._scheme is None:
+            self._scheme = "https"  # it answered over TLS: never plain HTTP from now on
+        return resp
+
     def _once(self, method: str, path: str, scope: str, headers: dict[str, str], data: bytes | None) \
             -> requests.Response:
         if scope in self._token:
             headers["Authorization"] = self._token[scope]
-        resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout)
+        resp = self._send(method, path, headers, data)
         if resp.status_code == 401:
-            header = self._authorize(resp.headers.get("WWW-Authenticate", ""), scope)
+            challenge = resp.headers.get("WWW-Authenticate", "")
+            header = self._authorize(challenge, scope)
             if header:
                 self._token[scope] = headers["Authorization"] = header
-                resp = self._session.request(method, self.base + path, headers=headers, data=data,
-                                             timeout=self.timeout)
+                resp = self._send(method, path, headers, data)
+                refused = _challenge(resp.headers.get("WWW-Authenticate", "")).get("error")
+                if resp.status_code == 401 and refused == "invalid_token":  # a fresh token, refused
+                    self._token.pop(scope, None)
+                    raise RegistryAccess(
+                        f"registry {self.host} refused the token its token service issued to {self.who} "
+                        f"(invalid_token: {_said(resp)})", hint="the registry does not trust the token service's "
+                        "signing key, or their clocks differ; ask the registry's administrators")
         if resp.status_code >= 500 or resp.status_code == 429:
             raise _Status(resp.status_code, resp.reason)
         return resp
 
     def _authorize(self, challenge: str, scope: str) -> str | None:
         """An Authorization header for a 401 challenge: Basic with the stored credentials, or a Bearer
-        token from the realm the registry names (the token service gets the credentials, if any)."""
-        scheme, _, params = challenge.partition(" ")
+        token from the realm the registry names (the token service gets the credentials, if any), for every
+        scope asked (repeated `scope` parameters, as the token protocol has them). A token service that refuses
+        is a `RegistryAccess` error naming the user and what the service said; no secret is in it."""
+        scheme, _, _ = challenge.partition(" ")
         if scheme.lower() == "basic":
             if self.auth is None:
                 return None
             return "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
         if scheme.lower() != "bearer":
             return None
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        fields = _challenge(challenge)
         realm = fields.pop("realm", None)
         if not realm:
             return None
-        fields["scope"] = scope
-        resp = self._session.get(realm, params=fields, auth=self.auth, timeout=self.timeout)
+        fields.pop("error", None)
+        fields.pop("scope", None)
+        shown = realm.split("?", 1)[0]
+        if self.auth is not None and realm.startswith("http:") and not _loopback(urllib.parse.urlsplit(realm).hostname):
+            raise RegistryAccess(f"registry {self.host}: its token service {shown} is plain HTTP; the credentials of "
+                                 f"{self.who} are not sent there", hint="the token service must speak HTTPS")
+        params = [*fields.items(), *(("scope", one) for one in scope.split())]
+        try:
+            resp = self._session.get(realm, params=params, auth=self.auth, timeout=self.timeout)
+        except requests.exceptions.SSLError as exc:
+            why = tls.untrusted(exc) or _why(exc)
+            raise RegistryAccess(f"registry {self.host}: the TLS certificate of its token service {shown} is not "
+                                 f"trusted ({why})", hint=tls.hint(self.host, self.cafiles)) from None
+        if resp.status_code in (401, 403):
+            what = f"refused the credentials of {self.who}" if self.auth else "wants credentials, and none were given"
+            raise RegistryAccess(f"registry {self.host}: its token service {shown} {what} "
+                                 f"(HTTP {resp.status_code}: {_said(resp)})",
+                                 hint=f"log in (`docker login {self.host}`) or set IMAGEBUILDER_REGISTRY_USER and "
+                                 "IMAGEBUILDER_REGISTRY_PASSWORD; a token or password that expired must be renewed")
         if resp.status_code != 200:
-            return None
-        body = resp.json()
-        token = body.get("token") or body.get("access_token")
-        return f"Bearer {token}" if token else None
+            raise _Status(resp.status_code, f"token service {shown}: {resp.reason}")
+        try:
+            body = resp.json()
+            token = body.get("token") or body.get("access_token")
+        except (ValueError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise RegistryAccess(f"registry {self.host}: its token service {shown} answered without a token")
+        return f"Bearer {token}"
+
+    def denied(self, resp: requests.Response, action: str, repo: str) -> str:
+        """What a 401 or 403 on `action` means, for a message: who may not do what, and what the registry said."""
+        return f"{self.who} may not {action} {self.host}/{repo} (HTTP {resp.status_code}: {_said(resp)})"
+
+    def _failed(self, resp: requests.Response, what: str, action: str, repo: str) -> EngineError:
+        """The error for an answer that is not what `what` needed: who may not do it where it was refused."""
+        if resp.status_code in (401, 403):
+            return EngineError(f"registry {self.host}: {what}: {self.denied(resp, action, repo)}")
+        return EngineError(f"registry {self.host}: {what}: HTTP {resp.status_code}")
+
+    def can_push(self, repo: str) -> str | None:
+        """Whether these credentials may push to `repo`, asked once per repository: an upload is started and
+        cancelled (nothing is written). None when they may; else why not, as the registry said it."""
+        if repo not in self._push:
+            scope = f"repository:{repo}:pull,push"
+            resp = self._request("POST", f"{repo}/blobs/uploads/", scope=scope)
+            if resp.status_code == 202:
+                location = resp.headers.get("Location", "")
+                if "/v2/" in location:  # cancelled; a registry that cannot cancel lets the upload expire
+                    self._request("DELETE", location.split("/v2/", 1)[1], scope=scope)
+                self._push[repo] = None
+            elif resp.status_code in (401, 403):
+                self._push[repo] = self.denied(resp, "push to", repo)
+            else:
+                raise EngineError(f"registry {self.host}: cannot start an upload to {repo} (HTTP {resp.status_code})")
+        return self._push[repo]
 
     # -- manifests --------------------------------------------------------------------------------
     def manifest_digest(self, repo: str, reference: str) -> str | None:
@@ -160,7 +261,7 @@ class Registry:
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise EngineError(f"registry {self.host}: HEAD {repo}:{reference}: HTTP {resp.status_code}")
+            raise self._failed(resp, f"HEAD {repo}:{reference}", "pull from", repo)
         return resp.headers.get("Docker-Content-Digest")
 
     def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
@@ -168,15 +269,16 @@ class Registry:
         resp = self._request("GET", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull",
                              headers={"Accept": ", ".join(MANIFEST_TYPES)})
         if resp.status_code != 200:
-            raise EngineError(f"registry {self.host}: GET {repo}:{reference}: HTTP {resp.status_code}")
+            raise self._failed(resp, f"GET {repo}:{reference}", "pull from", repo)
         return resp.content, resp.headers.get("Content-Type", MANIFEST_TYPES[-1]).split(";")[0]
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
         resp = self._request("PUT", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:pull,push",
                              headers={"Content-Type": media_type}, data=body)
+        if resp.status_code in (401, 403):
+            raise self._failed(resp, f"PUT {repo}:{tag}", "push to", repo)
         if resp.status_code not in (200, 201):
-            raise EngineError(f"registry {self.host}: PUT {repo}:{tag}: HTTP {resp.status_code} "
-                              f"{resp.text[:200]}")
+            raise EngineError(f"registry {self.host}: PUT {repo}:{tag}: HTTP {resp.status_code} {_said(resp)}")
         return resp.headers.get("Docker-Content-Digest", "")
 
     def tags(self, repo: str) -> list[str]:
@@ -188,7 +290,7 @@ class Registry:
             if resp.status_code == 404:
                 return out
             if resp.status_code != 200:
-                raise EngineError(f"registry {self.host}: listing tags of {repo}: HTTP {resp.status_code}")
+                raise self._failed(resp, f"listing tags of {repo}", "pull from", repo)
             out += resp.json().get("tags") or []
             link = resp.links.get("next", {}).get("url", "")
             path = link.split("/v2/", 1)[1] if "/v2/" in link else ""
@@ -238,6 +340,8 @@ class Registry:
             return
         resp = self._request("POST", f"{target_repo}/blobs/uploads/?mount={digest}&from={source_repo}",
                              scope=f"repository:{target_repo}:pull,push repository:{source_repo}:pull")
+        if resp.status_code in (401, 403):
+            raise self._failed(resp, f"mounting {digest[:19]} from {source_repo}", "push to", target_repo)
         if resp.status_code != 201:
             raise EngineError(f"registry {self.host}: cannot mount {digest[:19]} from {source_repo} into "
                               f"{target_repo} (HTTP {resp.status_code})")
@@ -245,7 +349,7 @@ class Registry:
     def blob(self, repo: str, digest: str) -> bytes:
         resp = self._request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")
         if resp.status_code != 200:
-            raise EngineError(f"registry {self.host}: GET {repo} blob {digest[:19]}: HTTP {resp.status_code}")
+            raise self._failed(resp, f"GET {repo} blob {digest[:19]}", "pull from", repo)
         if "sha256:" + hashlib.sha256(resp.content).hexdigest() != digest:
             raise EngineError(f"registry {self.host}: blob {digest[:19]} of {repo} does not match its digest")
         return resp.content
@@ -259,6 +363,8 @@ class Registry:
         scope = f"repository:{repo}:pull,push"
         start = self._request("POST", f"{repo}/blobs/uploads/", scope=scope)
         location = start.headers.get("Location", "")
+        if start.status_code in (401, 403):
+            raise self._failed(start, f"upload to {repo}", "push to", repo)
         if start.status_code != 202 or not location:
             raise EngineError(f"registry {self.host}: cannot start an upload to {repo} (HTTP {start.status_code})")
         path = location.split("/v2/", 1)[1] if "/v2/" in location else location.lstrip("/")
@@ -294,6 +400,34 @@ class Registry:
         return {str(k): str(v) for k, v in labels.items()}
 
 
+def _loopback(host: str | None) -> bool:
+    return bool(host) and (host in ("localhost", "::1") or str(host).startswith("127."))
+
+
+def _challenge(header: str) -> dict[str, str]:
+    """The parameters of a `WWW-Authenticate: Bearer realm="...",service="...",scope="...",error="..."` header."""
+    return dict(re.findall(r'(\w+)="([^"]*)"', header.partition(" ")[2]))
+
+
+def _said(resp: requests.Response) -> str:
+    """What a registry or token service said in an error body (the distribution spec's `errors`, OAuth2's
+    `error_description`, Docker Hub's `details`), short; its reason phrase when it said nothing readable."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    said: list[str] = []
+    if isinstance(body, dict):
+        for err in body.get("errors") or []:
+            if isinstance(err, dict):
+                said.append(": ".join(str(err[k]) for k in ("code", "message") if err.get(k)))
+        for key in ("error_description", "details", "message", "error"):
+            if isinstance(body.get(key), str) and not said:
+                said.append(body[key])
+    text = "; ".join(s for s in said if s) or resp.reason or "no reason given"
+    return text[:300]
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc)
     for needle in ("Connection refused", "Name or service not known", "timed out", "Connection reset"):
@@ -315,14 +449,16 @@ class Registries:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def of_engine(cls, insecure: Callable[[], tuple[str, ...]], *, use: bool = True) -> Registries:
-        """Clients that speak plain HTTP where the engine does (its insecure registries, asked once)."""
+    def of_engine(cls, insecure: Callable[[], tuple[str, ...]], trust: tls.RegistryTrust | None = None, *,
+                  use: bool = True) -> Registries:
+        """Clients that may speak plain HTTP where the engine does (its insecure registries, asked once), and
+        trust the CAs `trust` names."""
         hosts: list[tuple[str, ...]] = []
 
         def connect(host: str) -> RegistryPort:
             if not hosts:
                 hosts.append(insecure())
-            return Registry.for_host(host, hosts[0])
+            return Registry.for_host(host, hosts[0], trust)
         return cls(connect, use=use)
 
     def __call__(self, host: str) -> RegistryPort:

@@ -13,7 +13,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import EngineError, InputError, Refused, did_you_mean
+from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
 from ..evidence import passes
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
@@ -170,6 +170,16 @@ def check_target(registry: Registry, trust: Trust, move: Move, tags: list[str]) 
     if owners and mine and not owners & mine:
         raise InputError(f"--to gives {move.target}, which names {move.previous[:19]}, recorded as "
                          f"{', '.join(sorted(owners))}; {move.source} is {', '.join(sorted(mine))}: not overwritten")
+
+
+def require_push(registry: Registry, moves: list[Move]) -> None:
+    """Before any tag moves: the credentials may push to every repository a tag moves into (`RegistryAccess`
+    naming the first that refuses, and why)."""
+    for repo in sorted({split_reference(m.target)[1] for m in moves}):
+        why = registry.can_push(repo)
+        if why is not None:
+            raise RegistryAccess(f"promote needs push to {registry.host}/{repo}: {why}; nothing moved",
+                                 hint=f"give it credentials that may push to {registry.host}/{repo}")
 
 
 def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_untested: bool = False) -> None:

@@ -24,7 +24,7 @@ from .context import RunContext
 from .cosign import Cosign
 from .ledger import BuildStatus, PublishStatus, VerifyStatus
 from .schedule import Task
-from .stage import entry_nodes, mark_unpublished, push_key_tag, push_key_tags, scan
+from .stage import entry_nodes, mark_unpublished, push_key_tag, push_key_tags, require_push, scan
 from .verify import via
 
 PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
@@ -40,7 +40,8 @@ class Publish:
     signing: Cosign = field(default_factory=lambda: Cosign("skipped"))
 
     def start(self, run: RunContext) -> None:
-        pass
+        if self.push and not self.dry_run:
+            require_push(run, "publishing")
 
     def tasks(self, run: RunContext) -> list[Task]:
         """publish:<entry> after every step of its nodes; aliases after every entry."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..errors import EngineError, ImageBuilderError, InputError, Refused
+from ..errors import EngineError, ImageBuilderError, InputError, Refused, RegistryAccess
 from ..evidence.spec import CHECKS_LABEL, layer_checks
 from ..plan import keys
 from ..plan.keys import cache_ref
@@ -120,6 +120,21 @@ def scan(run: RunContext, node: Node, *, image: str | None = None, parent: str |
         return [f"it could not be scanned: {message}"]
     run.ledger.update(node.id, secret_scan=findings.covered)
     return list(findings.found)
+
+
+def require_push(run: RunContext, what: str) -> None:
+    """Before anything builds or moves: the credentials may push to every repository the plan's nodes go to (an
+    upload started and cancelled, once per repository). `RegistryAccess` naming the first that refuses and why;
+    a registry that does not answer is an outage: nothing of the run would reach it."""
+    for host, repo in sorted({run.key_tag(node)[:2] for node in run.plan.nodes}):
+        if not run.registries.answers(host):
+            raise EngineError(f"registry {host} did not answer: {what} pushes to {host}/{repo}; nothing was built or "
+                              "pushed")
+        why = run.registries(host).can_push(repo)
+        if why is not None:
+            raise RegistryAccess(f"{what} needs push to {host}/{repo}: {why}; nothing was built or pushed",
+                                 hint=f"give it credentials that may push to {host}/{repo} (README: registries and "
+                                 "the scopes each step needs)")
 
 
 def push_key_tag(run: RunContext, node: Node) -> str:
@@ -430,7 +445,7 @@ class KeyTags:
     """`imagebuilder stage`: each entry whose every node built is pushed under its key tags only."""
 
     def start(self, run: RunContext) -> None:
-        pass
+        require_push(run, "stage")
 
     def tasks(self, run: RunContext) -> list[Task]:
         return [Task(f"stage:{entry}", functools.partial(self.entry, run, nodes),

@@ -119,6 +119,12 @@ class Verify:
         elif not self.run_suite:
             run.ledger.update(node.id, verify=VerifyStatus.SKIPPED)
             return True
+        elif self.record and (why := self.unwritable(run, node)):  # before the suite: it would be run for nothing
+            run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=f"not tested: its pass record could not be "
+                              f"written ({why})")
+            run.logs.say(f"[bold red]✗ verify {escape(node.id)}: not tested, its pass record could not be written: "
+                         f"{escape(why)}[/]")
+            return False
         elif not self.test(run, node, key):
             if self.record:  # this GPU model's failure, beside the digest: it blocks publishing it
                 self.record_verdict(run, node, key, passed=False)
@@ -126,6 +132,16 @@ class Verify:
         if self.record and found is None:
             self.record_verdict(run, node, key, passed=True)
         return self.bind(run, node) if self.record else True
+
+    @staticmethod
+    def unwritable(run: RunContext, node: Node) -> str | None:
+        """Why this run could not write the leaf's pass record beside its digest (verify needs push to the
+        repository of its key tag); None when it can."""
+        host, repo, _ = run.key_tag(node)
+        try:
+            return run.registries(host).can_push(repo)
+        except ImageBuilderError as exc:
+            return exc.message
 
     def record_verdict(self, run: RunContext, node: Node, key: str, *, passed: bool) -> None:
         """The verdict of this host's GPU model on the image, passed or failed, beside the digest its key tag

@@ -29,6 +29,15 @@ from imagebuilder.evidence import passes
 from imagebuilder.evidence.signing import Keys, Trust
 from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
+from .secure_registry import (  # noqa: F401 - the secure registry's fixtures (and pytest-docker's, set for it)
+    docker_cleanup,
+    docker_compose_command,
+    docker_compose_file,
+    docker_setup,
+    registry_services,
+    secure_registry,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
 WHEELHOUSE = Path(os.environ.get("IMAGEBUILDER_TEST_WHEELHOUSE", ROOT / ".wheelhouse"))

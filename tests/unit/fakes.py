@@ -46,6 +46,7 @@ class FakeRegistry:
     on_retry: Callable[[str], None] | None = None
     can_untag: bool = True  # False: a registry with deletion turned off
     refuse: set[str] = field(default_factory=set)  # tags whose manifest PUT fails (a registry error)
+    read_only: set[str] = field(default_factory=set)  # repositories these credentials may only pull from
 
     def _resolve(self, repo: str, reference: str) -> str | None:
         return reference if reference.startswith("sha256:") and reference in self.manifests \
@@ -103,6 +104,10 @@ class FakeRegistry:
     def labels(self, repo: str, reference: str) -> dict[str, str] | None:
         config = self.config(repo, reference)
         return None if config is None else dict((config.get("config") or {}).get("Labels") or {})
+
+    def can_push(self, repo: str) -> str | None:
+        return f"user 'reader' may not push to {self.host}/{repo} (HTTP 401: UNAUTHORIZED)" \
+            if repo in self.read_only else None
 
     def image(self, repo: str, tag: str, content: str) -> tuple[str, str]:
         """Push an image: returns (manifest digest, config digest)."""

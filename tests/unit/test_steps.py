@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from imagebuilder.errors import RegistryAccess
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.evidence.signing import Keys, Signer
@@ -202,3 +203,25 @@ def test_a_failure_on_one_gpu_model_blocks_the_digest_whatever_passed_on_another
     task = published["task"]
     assert task.publish == PublishStatus.FAILED and registry.public_tags(REPO) == {}
     assert f"failed this spec's suite on {H100}" in str(task.error)
+
+
+def test_credentials_that_may_only_pull_stop_stage_and_publish_before_anything_and_verify_before_the_suite(
+        chain: Plan, tmp_path: Path) -> None:
+    registry = FakeRegistry(read_only={REPO})
+    engine = machine(registry)
+    for steps in ((Stage(), KeyTags()), (Stage(), Verify(), Publish())):
+        with pytest.raises(RegistryAccess, match=rf"needs push to 127.0.0.1:5000/{REPO}: user 'reader' may not push"):
+            run(chain, engine, steps, tmp_path / "refused")
+        assert engine.builds == [] and engine.runs == [] and registry.tagged == {}  # nothing built, nothing pushed
+    registry.read_only.clear()
+    run(chain, engine, (Stage(), KeyTags()), tmp_path / "stage")  # a pusher stages
+    runner = machine(registry)
+    registry.read_only.add(REPO)
+    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    task = verified["task"]
+    assert task.verify == VerifyStatus.FAILED and runner.runs == [] and runner.pulled == []  # no suite, no pull
+    assert task.error == f"not tested: its pass record could not be written (user 'reader' may not push to " \
+                         f"127.0.0.1:5000/{REPO} (HTTP 401: UNAUTHORIZED))"
+    dry = run(chain, runner, (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False,
+                                                                                   dry_run=True)), tmp_path / "dry")
+    assert {r.publish for r in dry.values()} == {PublishStatus.HELD}  # a dry run only reads: no refusal
