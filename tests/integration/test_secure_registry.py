@@ -22,7 +22,7 @@ from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import Chain, CliRun, public_key, report, session_trust
+from .conftest import REGISTRY, Chain, CliRun, public_key, report, session_trust
 from .secure_registry import CERTS_D, SecureRegistry
 
 COPY = "itest/debian-copy:bookworm"  # the base image under a second name: a second entry of the same images
@@ -39,6 +39,18 @@ def two_repositories(chain: Chain, host: str, name: str) -> Path:
     path = chain.folder / f"secure-{name}.yaml"
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def seed_layers(chain: Chain, target: Registry, repository: str) -> None:
+    """The chain's layer blobs (as the chain's push compressed them) into `target`: a registry that already holds
+    the base layers, as users' usually do. The engine's push then finds each layer there by the digest it pushed
+    before and uploads none (a push into an empty registry would gzip the torch layer again: ~45 s here); the
+    manifests, tags and every request's TLS and tokens are as they would be."""
+    source = Registry.for_host(REGISTRY)
+    for node in chain.nodes.values():
+        manifest = json.loads(source.manifest(f"itest/{chain.repository}", node["digest"])[0])
+        for blob in manifest["layers"]:
+            target.put_blob(repository, source.blob(f"itest/{chain.repository}", blob["digest"]))
 
 
 def shown(runs: list[CliRun], *folders: Path) -> str:
@@ -62,13 +74,15 @@ def test_stage_verify_publish_and_promote_through_tls_and_scoped_tokens(
         runs.append(done)
         return done
 
+    client = Registry.for_host(reg.host)  # (the CA from certs.d, as the engine's)
+    client.auth = ("pusher", reg.passwords["pusher"])
+    seed_layers(cpu_chain, client, f"itest/{name}-a")
+
     # The engine and imagebuilder both take the registry's CA from certs.d (the fixture put it there, as users do).
     staged = run("stage", user=pusher, folder="stage")
     assert staged.code == 0, staged.text[-3000:]
     nodes = report(tmp_path / "stage")["nodes"]
     assert {n["publish"] for n in nodes} == {"staged"} and "▶ build" not in staged.out  # the chain's images
-    client = Registry.for_host(reg.host, trust=None)
-    client.auth = ("pusher", reg.passwords["pusher"])
     for suffix in ("a", "b"):  # each entry's key tags in its own repository (b's blobs mounted from a by the engine)
         assert any(t.startswith("cache-") for t in client.tags(f"itest/{name}-{suffix}")), suffix
 
