@@ -154,6 +154,8 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust)
+    # a lookup's retries are said on stderr (once a run starts, its log says them)
+    registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
     cache = cache_mod.Cache(engine, registries)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:

@@ -18,6 +18,7 @@ taken for an outage.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -245,7 +246,8 @@ class Registry:
             if resp.status_code == 202:
                 location = resp.headers.get("Location", "")
                 if "/v2/" in location:  # cancelled; a registry that cannot cancel lets the upload expire
-                    self._request("DELETE", location.split("/v2/", 1)[1], scope=scope)
+                    with contextlib.suppress(EngineError):
+                        self._request("DELETE", location.split("/v2/", 1)[1], scope=scope)
                 self._push[repo] = None
             elif resp.status_code in (401, 403):
                 self._push[repo] = self.denied(resp, "push to", repo)

@@ -24,6 +24,7 @@ from ..ports.registry import Registries
 from ..secrets.scan import Scanner
 from .ledger import Ledger
 from .logs import Logs
+from .loopback import IndexProxies
 from .schedule import Task
 
 
@@ -32,7 +33,7 @@ class Served:
     """What the run serves builds on loopback for its length (`loopback`)."""
 
     wheelhouses: Mapping[Path, str] = field(default_factory=dict)  # folder -> its URL
-    indexes: Mapping[str, str] = field(default_factory=dict)  # index URL -> the proxy that adds its credentials
+    indexes: IndexProxies = field(default_factory=IndexProxies)  # the index proxies and the run's token
 
 
 @dataclass

@@ -7,25 +7,40 @@ an ENV: pip is pointed at the proxy (`http://127.0.0.1:<port>/...`, through the 
 declares), and the proxy adds the
 `Authorization` header on its way to the index. Links in the index's pages that point back to the index are
 rewritten to the proxy; links to other hosts, and redirects to them, go there directly, without credentials.
+
+The proxy serves only the builds of its run. Each run makes a token of its own; the builds that need an index
+proxy get `http_proxy=http://imagebuilder:<token>@127.0.0.1:<port>` (and `HTTP_PROXY`), one of Docker's
+predefined build args, which the builder keeps out of the image's history and of the build cache's key and gives
+to every RUN step's environment (not its command line). pip, apt and curl then send their plain-HTTP requests to
+the proxy with the token; a request without it (another process on the machine, a build of another run) is
+answered 407 and reaches nothing. Requests for an index go on with its credentials; plain-HTTP requests for
+anything else (the wheelhouse, Debian's mirror) are passed on as they came, with no credentials. HTTPS is not
+proxied: it goes from the build to its host directly, as before.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
+import hmac
 import http.client
 import http.server
+import secrets
 import ssl
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..plan.render import stable_port, wheelhouse_port
 from ..secrets.index_auth import Credentials, index_credentials
 
-__all__ = ["Credentials", "index_credentials", "serve_indexes", "serve_wheelhouses"]
+__all__ = ["Credentials", "IndexProxies", "index_credentials", "serve_indexes", "serve_wheelhouses"]
+
+PROXY_USER = "imagebuilder"
 
 _REWRITTEN = ("text/html", "application/vnd.pypi.simple", "application/json")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
@@ -71,62 +86,119 @@ def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
         yield urls
 
 
+@dataclass(frozen=True)
+class IndexProxies:
+    """The index proxies of one run: index URL -> the URL pip is given, and what a build that uses one is given
+    besides (Docker's predefined proxy build args, with the run's token)."""
+
+    urls: Mapping[str, str] = field(default_factory=dict)
+    token: str = field(default="", repr=False)  # never printed: a known secret of the run
+    port: int = 0  # where the builds' http_proxy points
+
+    def build_args(self) -> dict[str, str]:
+        """`http_proxy` and `HTTP_PROXY` for a build that uses an index proxy (none when there is none)."""
+        if not self.urls:
+            return {}
+        proxy = f"http://{PROXY_USER}:{self.token}@127.0.0.1:{self.port}"
+        return {"http_proxy": proxy, "HTTP_PROXY": proxy}
+
+
 @contextlib.contextmanager
-def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None) -> Iterator[dict[str, str]]:
-    """A proxy on 127.0.0.1 for each index URL that needs credentials: index URL -> the URL pip is given."""
+def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None) -> Iterator[IndexProxies]:
+    """A proxy on 127.0.0.1 for each index URL that needs credentials, each serving only requests that carry
+    this run's token (see above)."""
     servers: list[http.server.ThreadingHTTPServer] = []
     urls: dict[str, str] = {}
     context = ssl.create_default_context(cafile=str(cafile) if cafile else None)
+    token = secrets.token_urlsafe(24)
+    routes: dict[str, tuple[str, str, str]] = {}  # the proxy's own address -> (scheme, netloc, Authorization)
+    expected = "Basic " + base64.b64encode(f"{PROXY_USER}:{token}".encode()).decode()
     with _serving(servers):
         for url, creds in sorted(indexes.items()):
             parts = urllib.parse.urlsplit(url)
-            handler = functools.partial(_IndexProxy, parts.scheme, parts.netloc, creds.header(), context)
-            server = _server(stable_port(url), handler)
+            server = _server(stable_port(url), functools.partial(_IndexProxy, routes, expected, context))
             servers.append(server)
-            urls[url] = urllib.parse.urlunsplit(("http", f"127.0.0.1:{server.server_address[1]}", parts.path,
-                                                 parts.query, ""))
-        yield urls
+            own = f"127.0.0.1:{server.server_address[1]}"
+            routes[own] = (parts.scheme, parts.netloc, creds.header())
+            urls[url] = urllib.parse.urlunsplit(("http", own, parts.path, parts.query, ""))
+        yield IndexProxies(urls, token, servers[0].server_address[1] if servers else 0)
 
 
 class _IndexProxy(http.server.BaseHTTPRequestHandler):
-    """GET/HEAD to one index origin, with its credentials added; its own links and redirects point back here."""
+    """A plain-HTTP proxy for the builds of one run: a request without the run's token is refused (407); one for
+    an index this run proxies goes there with its credentials (GET/HEAD; its own links and redirects point back
+    here); any other plain-HTTP GET/HEAD goes on as it came, with no credentials. A request may come in proxy
+    form (`GET http://host/path`, from a client told `http_proxy`) or straight to an index's own port (with the
+    token in `Proxy-Authorization` all the same)."""
 
     protocol_version = "HTTP/1.1"
 
-    def __init__(self, scheme: str, netloc: str, authorization: str, context: ssl.SSLContext,
+    def __init__(self, routes: Mapping[str, tuple[str, str, str]], expected: str, context: ssl.SSLContext,
                  *args: Any) -> None:
-        self.upstream_scheme, self.upstream_netloc = scheme, netloc
-        self.authorization, self.ssl_context = authorization, context
+        self.routes, self.expected, self.ssl_context = routes, expected, context
         super().__init__(*args)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
     def do_HEAD(self) -> None:
-        self.forward(body=False)
+        self.handle_one(body=False)
 
     def do_GET(self) -> None:
-        self.forward(body=True)
+        self.handle_one(body=True)
 
-    def forward(self, *, body: bool) -> None:
-        upstream = f"{self.upstream_scheme}://{self.upstream_netloc}"
-        local = f"http://{self.headers.get('Host') or '127.0.0.1'}"
+    def do_CONNECT(self) -> None:  # HTTPS is not proxied (https_proxy is never set)
+        self.refuse(405, "imagebuilder's index proxy does not tunnel")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_CONNECT
+
+    def refuse(self, status: int, why: str, headers: Mapping[str, str] | None = None) -> None:
+        self.send_response(status, why)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def handle_one(self, *, body: bool) -> None:
+        if not hmac.compare_digest(self.headers.get("Proxy-Authorization", ""), self.expected):
+            return self.refuse(407, "this proxy serves only the builds of its imagebuilder run",
+                               {"Proxy-Authenticate": 'Basic realm="imagebuilder"'})
+        target = urllib.parse.urlsplit(self.path)
+        if target.scheme:  # proxy form: the client names the origin
+            if target.scheme != "http":
+                return self.refuse(400, "only plain-HTTP requests are proxied")
+            authority, path = target.netloc, urllib.parse.urlunsplit(("", "", target.path, target.query, ""))
+        else:
+            authority, path = self.headers.get("Host") or "", self.path
+        route = self.routes.get(authority)
+        if route is None:  # not an index of this run's: passed on as it came, without credentials
+            return self.forward("http", authority, path, None, local=None, body=body)
+        scheme, netloc, authorization = route
+        return self.forward(scheme, netloc, path, authorization, local=f"http://{authority}", body=body)
+
+    def forward(self, scheme: str, netloc: str, path: str, authorization: str | None, *, local: str | None,
+                body: bool) -> None:
+        """The request to `scheme://netloc` (with `authorization`); the answer back, an index's own links and
+        redirects pointing at `local`."""
+        upstream = f"{scheme}://{netloc}"
         conn: http.client.HTTPConnection = (
-            http.client.HTTPSConnection(self.upstream_netloc, timeout=120, context=self.ssl_context)
-            if self.upstream_scheme == "https" else http.client.HTTPConnection(self.upstream_netloc, timeout=120))
+            http.client.HTTPSConnection(netloc, timeout=120, context=self.ssl_context)
+            if scheme == "https" else http.client.HTTPConnection(netloc, timeout=120))
         try:
-            headers = {"Authorization": self.authorization, "Accept-Encoding": "identity",
+            headers = {**({"Authorization": authorization} if authorization else {}), "Accept-Encoding": "identity",
                        **{k: v for k, v in self.headers.items() if k.lower() in ("accept", "user-agent", "range")}}
-            conn.request(self.command, self.path, headers=headers)
+            conn.request(self.command, path or "/", headers=headers)
             response = conn.getresponse()
-            data = response.read() if body and self._rewritten(response) else None
-            if data is not None:
+            data = response.read() if body and local and self._rewritten(response) else None
+            if data is not None and local is not None:
                 data = data.replace(upstream.encode(), local.encode())
             self.send_response(response.status)
             for name, value in response.getheaders():
                 if name.lower() in _HOP_HEADERS or name.lower() in ("www-authenticate", "set-cookie"):
                     continue
-                if name.lower() == "location" and value.startswith(upstream):
+                if local is not None and name.lower() == "location" and value.startswith(upstream):
                     value = local + value[len(upstream):]
                 self.send_header(name, value)
             length = len(data) if data is not None else response.getheader("Content-Length")
@@ -141,7 +213,7 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
                     while chunk := response.read(1 << 20):
                         self.wfile.write(chunk)
         except (OSError, http.client.HTTPException) as exc:
-            self.send_error(502, f"index {upstream} unreachable: {type(exc).__name__}")
+            self.send_error(502, f"{upstream} unreachable: {type(exc).__name__}")
         finally:
             conn.close()
             self.close_connection = True

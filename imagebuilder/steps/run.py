@@ -77,11 +77,13 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
     interrupted = False
     with serve_wheelhouses(wheelhouses) as urls, serve_indexes(index_auth, cafile) as proxied, \
             Terminal(console, len(plan.nodes), options.logs) as display:
+        if proxied.urls:  # masked wherever a build might print it (pip's errors name their proxy)
+            secrets = {**secrets, "the run's index proxy token": proxied.token}
         logs = Logs(display, options.report_dir / "logs", secrets)
         registries.on_retry = lambda line: logs.say(f"[yellow]  {escape(line)}[/]")
         for url, creds in index_auth.items():
-            logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to builds "
-                     f"through {escape(proxied[url])} (they never enter an image)[/]")
+            logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to this run's "
+                     f"builds through {escape(proxied.urls[url])} (they never enter an image)[/]")
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
                          Scanner(secrets), keys, options.cache_dir, Served(urls, proxied))
         try:

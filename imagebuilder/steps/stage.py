@@ -78,10 +78,13 @@ def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Creden
 
 def node_build_args(node: Node, served: Served) -> dict[str, str]:
     """The build args a node's build is given: the served wheelhouse's URL, and the loopback proxy of each
-    index that needs credentials (the text's ARG defaults name the index itself)."""
+    index that needs credentials (the text's ARG defaults name the index itself) with the run's proxy token
+    (Docker's predefined `http_proxy`: in no history, no cache key, no image)."""
     names = declared(node.rendered.dockerfile)
-    out = {name: served.indexes[url] for name, url in build_args(node.entry).items()
-           if name in names and url in served.indexes}
+    out = {name: served.indexes.urls[url] for name, url in build_args(node.entry).items()
+           if name in names and url in served.indexes.urls}
+    if out:
+        out.update(served.indexes.build_args())
     if FIND_LINKS_ARG in names and node.entry.build.wheelhouse:
         out[FIND_LINKS_ARG] = served.wheelhouses[node.entry.build.wheelhouse]
     return out
@@ -315,7 +318,7 @@ class Stage(Nodes):
         rendered = with_labels(node.rendered.for_parent(parent_id),  # rendered once
                                labels(node, parent_id, layer_checks(run.plan, node)))
         buildargs = node_build_args(node, run.served)
-        leaked = redact.find_in_build_args(buildargs, run.logs.secrets)
+        leaked = redact.find_in_build_args(buildargs, run.logs.secrets, rendered.dockerfile)
         if leaked:  # nothing here should ever carry one: a gate, so that no later change can slip one in
             run.ledger.update(node.id, build=BuildStatus.FAILED, error="not built: " + "; ".join(leaked))
             return False

@@ -151,8 +151,15 @@ def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
     user, password = "itest", "pw-" + os.urandom(12).hex()
     layers = tmp_path / "layers"
     (layers / "private").mkdir(parents=True)
+    # After pip (through the proxy, with the run's token in its environment), a process that does not use the
+    # proxy settings asks the index's proxy straight: it is refused, as anything on the machine but this run's
+    # builds would be.
     (layers / "private" / "Dockerfile.j2").write_text(
-        'FROM {{ parent_image }}\n{% import "macros.j2" as m %}\n{{ m.pip_install(build, layer.pip) }}\n')
+        'FROM {{ parent_image }}\n{% import "macros.j2" as m %}\n{{ m.pip_install(build, layer.pip) }}\n'
+        'RUN python3 -c "import http.client as h, os, urllib.parse as p; '
+        "u = p.urlsplit(os.environ['IMAGEBUILDER_INDEX_URL']); c = h.HTTPConnection(u.netloc, timeout=30); "
+        "c.request('GET', u.path + '/ibprivate/'); s = c.getresponse().status; "
+        "print('without the run token:', s); assert s == 407, s\"\n")
     (layers / "private" / "layer.yaml").write_text("pip: [ibprivate==1.0]\n")
     with basic_auth_index(user, password, "ibprivate", "1.0") as (url, seen):
         matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, private]",
@@ -168,6 +175,7 @@ def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
                        "IMAGEBUILDER_INDEX_HOSTS": urllib.parse.urlsplit(url).netloc})
         assert run.code == 0, run.text[-3000:]
         assert seen and all(seen), seen  # pip came through the proxy, which added the credentials
+        assert "without the run token: 407" in run.text, run.text[-3000:]
     node = {n["layer"]: n for n in report(tmp_path / "r")["nodes"]}["private"]
     image = node["image"]
     assert "$IMAGEBUILDER_INDEX_USER/$IMAGEBUILDER_INDEX_PASSWORD" in run.text and password not in run.text
@@ -176,6 +184,7 @@ def test_an_index_that_needs_credentials_leaves_no_trace_of_them(
     history = subprocess.run(["docker", "history", "--no-trunc", image], capture_output=True, text=True).stdout
     inspect = subprocess.run(["docker", "inspect", image], capture_output=True, text=True).stdout
     assert "ibprivate" in history or "pip install" in history  # the step is there ...
+    assert "_proxy=" not in history.lower() and "@127.0.0.1" not in history  # ... and not the run's proxy token
     for trace in traces:  # ... with no trace of the credentials: history, inspect, every layer's files
         assert trace not in history and trace not in inspect
         leaks = [name for name, data in every_layer(image) if trace.encode() in data]

@@ -3,6 +3,7 @@ them nowhere else), and where those credentials come from."""
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -45,18 +46,50 @@ def test_the_proxy_adds_the_credentials_and_points_the_index_links_back_at_itsel
     with pytest.raises(urllib.error.HTTPError):  # the index really needs them
         urllib.request.urlopen(url + "/p/")
     with serve_indexes({url: Credentials("u", "pw-123456", "test")}) as proxied:
-        local = proxied[url]
+        local = proxied.urls[url]
         assert local.startswith("http://127.0.0.1:") and local.endswith("/simple") and "pw-" not in local
-        page = urllib.request.urlopen(local + "/p/").read().decode()
+        args = proxied.build_args()  # what a build gets: Docker's predefined proxy args, with the run's token
+        assert set(args) == {"http_proxy", "HTTP_PROXY"} and proxied.token in args["http_proxy"]
+        build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": args["http_proxy"]}), NoRedirect)
+        page = build.open(local + "/p/").read().decode()
         origin = local.rsplit("/simple", 1)[0]
         assert f'href="{origin}/files/p.whl"' in page  # its own links go through the proxy
         assert 'href="https://files.example/q.whl"' in page  # others' links stay as they are
-        opener = urllib.request.build_opener(NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as info:
-            opener.open(origin + "/elsewhere")
+            build.open(origin + "/elsewhere")
         assert info.value.code == 302  # a redirect elsewhere is handed to pip, not followed with credentials
         assert info.value.headers["Location"] == "https://files.example/q.whl".replace("q", "p")
     assert seen[-2:] == [AUTH, AUTH]
+
+
+def test_the_proxy_serves_only_the_builds_of_its_run(upstream: tuple[str, list[str]]) -> None:
+    url, seen = upstream
+    with serve_indexes({url: Credentials("u", "pw-123456", "test")}) as proxied, \
+            serve_indexes({url: Credentials("u", "pw-123456", "test")}) as other_run:
+        local, before = proxied.urls[url], len(seen)
+        port = local.split(":")[2].split("/")[0]
+        strangers = [urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect),  # straight to it
+                     urllib.request.build_opener(urllib.request.ProxyHandler(  # as a proxy, with no token
+                         {"http": f"http://127.0.0.1:{port}"}), NoRedirect),
+                     urllib.request.build_opener(urllib.request.ProxyHandler(  # with another run's token
+                         {"http": other_run.build_args()["http_proxy"].replace(str(other_run.port), port)}),
+                         NoRedirect)]
+        for opener in strangers:
+            with pytest.raises(urllib.error.HTTPError) as info:
+                opener.open(local + "/p/")
+            assert info.value.code == 407 and info.value.headers["Proxy-Authenticate"] == 'Basic realm="imagebuilder"'
+        assert len(seen) == before  # nothing reached the index
+        # The run's builds: any other plain-HTTP origin passes through, with no credentials added.
+        build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxied.build_args()["http_proxy"]}),
+                                            NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as info:
+            build.open(url + "/p/")  # the index itself, asked by its own address: no credentials, so refused there
+        assert info.value.code == 401 and seen[-1] == ""
+        conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)  # HTTPS is never proxied (no tunnel)
+        conn.request("CONNECT", "files.example:443", headers={"Proxy-Authorization": basic("imagebuilder",
+                                                                                           proxied.token)})
+        assert conn.getresponse().status == 405
+        conn.close()
 
 
 def test_the_environments_pair_needs_the_hosts_it_is_for() -> None:
