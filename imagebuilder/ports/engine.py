@@ -379,24 +379,32 @@ def transient(message: str) -> bool:
 
 
 def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]]:
-    """Read a decoded JSON stream to its end; an error record raises EngineError with its message."""
+    """Read a decoded JSON stream to its end; an error record raises EngineError with its message. Build output
+    comes in chunks that need not end a line (a program that writes a line in two writes): the sink gets whole
+    lines, a chunk's unfinished end joined to the next."""
     records: list[dict[str, Any]] = []
-    for rec in stream:
-        if not isinstance(rec, dict):
-            continue
-        records.append(rec)
-        if "errorDetail" in rec or "error" in rec:
-            detail = rec.get("errorDetail") or {}
-            message = (detail.get("message") if isinstance(detail, dict) else None) or rec.get("error")
-            raise EngineError(f"{what}: {str(message).strip()}")
-        if sink is None:
-            continue
-        if "stream" in rec:
-            for line in str(rec["stream"]).splitlines():
-                if line.strip():
-                    sink(line)
-        elif "status" in rec and "progressDetail" not in rec:
-            sink(" ".join(str(rec.get(k, "")) for k in ("id", "status") if rec.get(k)))
+    pending = ""
+    try:
+        for rec in stream:
+            if not isinstance(rec, dict):
+                continue
+            records.append(rec)
+            if "errorDetail" in rec or "error" in rec:
+                detail = rec.get("errorDetail") or {}
+                message = (detail.get("message") if isinstance(detail, dict) else None) or rec.get("error")
+                raise EngineError(f"{what}: {str(message).strip()}")
+            if sink is None:
+                continue
+            if "stream" in rec:
+                *lines, pending = (pending + str(rec["stream"])).split("\n")
+                for line in lines:  # (a progress bar's \r-separated states: its last)
+                    if (last := line.rstrip("\r").rsplit("\r", 1)[-1]).strip():
+                        sink(last)
+            elif "status" in rec and "progressDetail" not in rec:
+                sink(" ".join(str(rec.get(k, "")) for k in ("id", "status") if rec.get(k)))
+    finally:
+        if sink is not None and (last := pending.rstrip("\r").rsplit("\r", 1)[-1]).strip():
+            sink(last)
     return records
 
 

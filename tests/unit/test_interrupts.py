@@ -72,7 +72,10 @@ def test_a_signal_while_waiting_on_the_engine_exits_with_its_code(silent_engine:
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3, 0.6])
 def test_a_signal_during_start_up_never_exits_0(silent_engine: str, delay: float) -> None:
     """Before the handlers are in, Python's own default ends the process by SIGINT (-2, which a shell shows
-    as 130); after, imagebuilder exits 130 itself. Never 0, and never a traceback once it handles it."""
+    as 130); after, imagebuilder exits 130 itself. Never 0, and never a traceback once it handles it. On a busy
+    machine the signal can come before the interpreter itself has started (it has not yet imported `site` or
+    `runpy`): Python then fails its own start-up, exit 1, before any code of imagebuilder's runs (seen under
+    load with three busy loops beside it)."""
     proc = start(silent_engine, ignore_sigint=False)
     try:
         time.sleep(delay)
@@ -80,7 +83,9 @@ def test_a_signal_during_start_up_never_exits_0(silent_engine: str, delay: float
         _out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode in (130, -signal.SIGINT), err
+    interpreter_start = proc.returncode == 1 and ("Fatal Python error: init_" in err
+                                                  or "Could not import runpy module" in err)
+    assert proc.returncode in (130, -signal.SIGINT) or interpreter_start, err
     if proc.returncode == 130:
         assert "Traceback" not in err
 

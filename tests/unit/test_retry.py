@@ -107,3 +107,12 @@ def test_a_refused_push_is_not_retried(waits: list[float]) -> None:
     with pytest.raises(EngineError, match=re.escape("push reg.example:5000/ml/pytorch:t: denied: requested access")):
         DockerEngine(api).push("reg.example:5000/ml/pytorch:t")
     assert api.pushed == 1 and waits == []
+
+
+def test_build_output_reaches_the_log_as_whole_lines() -> None:
+    from imagebuilder.ports.engine import _drain
+
+    chunks = ["Step 6/10 : RUN x\n", "without the run token:", " 407\n", "a\nb", "c\r\n", "get 10%\rget 100%\n", "tail"]
+    lines: list[str] = []
+    _drain(iter({"stream": c} for c in chunks), lines.append, "build")
+    assert lines == ["Step 6/10 : RUN x", "without the run token: 407", "a", "bc", "get 100%", "tail"]
