@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry compose base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
+.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -32,9 +32,14 @@ engine:
 registry:
 	bash .ci/registry.sh
 
-# A compose command for the tests' TLS + token registry services (pytest-docker starts them from tests/registry/).
+# A compose command for the tests' TLS + token registry services (pytest-docker starts them from tests/registry/),
+# and their image built in the background once the base image is there (their compose then finds it cached).
 compose: engine
 	bash .ci/compose.sh
+
+registry-services: compose base-image
+	@(setsid docker build -q --network host -t imagebuilder-itest/registry-services:1 tests/registry \
+	  >/var/tmp/imagebuilder-registry-services.log 2>&1 &)
 
 # The base images the matrix names: pulled where a registry answers, else seeded from Debian's mirror.
 base-image: engine venv wheelhouse
@@ -70,12 +75,12 @@ lint: venv
 unit: venv
 	$(BIN)/python -m pytest tests -m "not integration and not browser" -q $(PYTEST_ARGS)
 
-integration: cuda-wheels env browser
+integration: cuda-wheels env registry-services browser
 	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
 # Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
 # other integration tests (tests/conftest.py: WORK_UNITS).
-test: cuda-wheels env browser lint
+test: cuda-wheels env registry-services browser lint
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv
