@@ -105,10 +105,9 @@ class Registry:
     @classmethod
     def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = (),
                  trust: tls.RegistryTrust | None = None) -> Registry:
-        bare = host.split(":")[0]
-        loopback = bare in ("localhost", "::1", "[::1]") or bare.startswith("127.")
         cafiles = tuple((trust or tls.RegistryTrust()).files(host))
-        return cls(host=host, insecure=loopback or host in insecure_hosts, auth=credentials(host), cafiles=cafiles)
+        return cls(host=host, insecure=_loopback(urllib.parse.urlsplit(f"//{host}").hostname) or host in insecure_hosts,
+                   auth=credentials(host), cafiles=cafiles)
 
     @property
     def base(self) -> str:
@@ -402,8 +401,9 @@ class Registry:
         return {str(k): str(v) for k, v in labels.items()}
 
 
-def _loopback(host: str | None) -> bool:
-    return bool(host) and (host in ("localhost", "::1") or str(host).startswith("127."))
+def _loopback(hostname: str | None) -> bool:
+    """Whether a host name (no port, no brackets) is this machine's loopback."""
+    return hostname is not None and (hostname in ("localhost", "::1") or hostname.startswith("127."))
 
 
 def _challenge(header: str) -> dict[str, str]:
