@@ -20,7 +20,6 @@ import contextlib
 import datetime
 import ipaddress
 import json
-import os
 import secrets
 import shutil
 import socket
@@ -230,18 +229,10 @@ def registry_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secu
     """The services' files, and the environment compose reads them by (set for the session)."""
     ports = {"registry": free_port(), "token": free_port(), "rogue": free_port()}
     services = write_services(tmp_path_factory.mktemp("secure-registry"), ports)
-    env = {"IB_REGISTRY_DIR": str(services.folder), "IB_TOKEN_LISTEN": f"[::1]:{ports['token']}"}
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        with hosts_entry():
-            yield services
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with pytest.MonkeyPatch.context() as env, hosts_entry():  # (a session's: the monkeypatch fixture is a test's)
+        env.setenv("IB_REGISTRY_DIR", str(services.folder))
+        env.setenv("IB_TOKEN_LISTEN", f"[::1]:{ports['token']}")
+        yield services
 
 
 @pytest.fixture(scope="session")
