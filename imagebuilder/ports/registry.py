@@ -2,8 +2,8 @@
 a manifest HEAD to find a key tag, reading an image's labels from its config, and pointing a tag at a
 manifest that is already there (a copy of the manifest, no layer moves).
 
-Credentials come from the Docker client config (`~/.docker/config.json` `auths`, or DOCKER_CONFIG) or
-from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD; they are sent only to the registry
+Credentials come from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD or the Docker client config
+(its credential helpers too: `secrets.registry_auth`); they are sent only to the registry
 that asked for them, or to the token service it names (never over plain HTTP off loopback), and never logged;
 nor are the tokens. Tokens are asked per repository and action (`scope`), as the registry challenges, and
 asked again when one is refused as expired.
@@ -34,6 +34,7 @@ import requests
 import tenacity
 
 from ..errors import EngineError, RegistryAccess
+from ..secrets.registry_auth import credentials
 from . import Registry as RegistryPort
 from . import tls
 from .reference import DOCKER_HUB, Reference, parse
@@ -45,25 +46,6 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 REMOVED_TYPE = "application/vnd.imagebuilder.removed.v1"  # what a tag names while it is being removed
-
-
-def credentials(host: str, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    env = os.environ if env is None else env
-    user, password = env.get("IMAGEBUILDER_REGISTRY_USER"), env.get("IMAGEBUILDER_REGISTRY_PASSWORD")
-    if user and password:
-        return user, password
-    config = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-    try:
-        auths = json.loads(config.read_text(encoding="utf-8")).get("auths") or {}
-    except (OSError, ValueError):
-        return None
-    names = (*DOCKER_HUB, "https://index.docker.io/v1/") if host in DOCKER_HUB else (host,)
-    for key, value in auths.items():
-        bare = re.sub(r"^https?://", "", key).rstrip("/")
-        if (key in names or bare in names) and isinstance(value, dict) and value.get("auth"):
-            user, _, password = base64.b64decode(value["auth"]).decode().partition(":")
-            return user, password
-    return None
 
 
 def _transient(exc: BaseException) -> bool:

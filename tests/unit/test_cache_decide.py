@@ -91,7 +91,8 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     from pathlib import Path
 
     from imagebuilder.ports.reference import split_reference
-    from imagebuilder.ports.registry import Registry, credentials
+    from imagebuilder.ports.registry import Registry
+    from imagebuilder.secrets.registry_auth import credentials
 
     assert split_reference("127.0.0.1:5000/ml/pytorch:cache-0123456789ab") == ("127.0.0.1:5000", "ml/pytorch",
                                                                               "cache-0123456789ab")

@@ -11,6 +11,7 @@ import datetime
 import http.server
 import ipaddress
 import json
+import os
 import ssl
 import threading
 import urllib.parse
@@ -30,6 +31,7 @@ from imagebuilder.errors import EngineError, RegistryAccess
 from imagebuilder.ports import engine as engine_mod
 from imagebuilder.ports.registry import Registry
 from imagebuilder.ports.tls import RegistryTrust
+from imagebuilder.secrets.registry_auth import credentials
 
 HOST = "reg.example:5000"
 REALM = "https://auth.example/token"
@@ -274,3 +276,44 @@ def test_basic_challenge_still_works() -> None:
                                                                                 None))])
     assert client(script).tags("ml/x") == ["a"]
     assert urllib.parse.urlsplit(script.asked[-1]["url"]).path == "/v2/ml/x/tags/list"
+
+
+# -- credentials as the Docker client finds them -------------------------------------------------------------
+
+def test_credentials_come_from_the_helper_the_docker_config_names(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """credHelpers for a registry, else credsStore, else auths; a real helper program on PATH, asked `get` with the
+    registry on stdin, as the Docker client asks it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-itest"
+    helper.write_text("#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread server\ncase \"$server\" in\n"
+                      "  ecr.example:5000) echo '{\"ServerURL\":\"x\",\"Username\":\"AWS\",\"Secret\":\"ecr-pw\"}' ;;\n"
+                      "  https://index.docker.io/v1/) echo '{\"Username\":\"hubber\",\"Secret\":\"hub-pw\"}' ;;\n"
+                      "  acr.example) echo '{\"Username\":\"<token>\",\"Secret\":\"refresh\"}' ;;\n"
+                      "  *) echo 'credentials not found in native keychain'; exit 1 ;;\nesac\n")
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    config = tmp_path / "docker"
+    config.mkdir()
+    env = {"DOCKER_CONFIG": str(config)}
+
+    def write(doc: dict[str, Any]) -> None:
+        (config / "config.json").write_text(json.dumps(doc))
+
+    write({"credHelpers": {"ecr.example:5000": "itest"},
+           "auths": {"file.example": {"auth": base64.b64encode(b"robot:file-pw").decode()}}})
+    assert credentials("ecr.example:5000", env) == ("AWS", "ecr-pw")
+    assert credentials("file.example", env) == ("robot", "file-pw")  # no helper for it: the file's entry
+    write({"credsStore": "itest", "auths": {"file.example": {}}})
+    assert credentials("docker.io", env) == ("hubber", "hub-pw")  # Docker Hub under its server name
+    assert credentials("file.example", env) is None  # the store has nothing for it
+    with pytest.raises(RegistryAccess, match="holds an identity token") as caught:
+        credentials("acr.example", env)
+    assert "refresh" not in str(caught.value)
+    write({"credsStore": "missing"})
+    with pytest.raises(RegistryAccess, match=r"names the credential helper 'missing' for reg.example, and "
+                       r"docker-credential-missing could not be run"):
+        credentials("reg.example", env)
+    assert credentials("reg.example", {**env, "IMAGEBUILDER_REGISTRY_USER": "u",
+                                       "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}) == ("u", "p")  # the environment first
