@@ -30,7 +30,6 @@ import datetime
 import html.parser
 import http.client
 import io
-import ipaddress
 import json
 import os
 import re
@@ -58,6 +57,8 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 from packaging.version import InvalidVersion, Version
+
+from ..ports.reference import is_loopback
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -251,19 +252,9 @@ class _Http:
 def _proxied(url: str) -> bool:
     """Would urllib send ``url`` through a proxy from the environment?"""
     parts = urllib.parse.urlsplit(url)
-    if _is_loopback(url) or parts.scheme not in urllib.request.getproxies():
+    if is_loopback(parts.netloc) or parts.scheme not in urllib.request.getproxies():
         return False
     return not urllib.request.proxy_bypass(parts.hostname or "")
-
-
-def _is_loopback(url: str) -> bool:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _default_cafile(cafile: str | None) -> str | None:

@@ -309,9 +309,14 @@ class Renderer:
         return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
 
 
+_ARG_LINE = re.compile(r"^[ \t]*ARG[ \t]+(.+)$", re.MULTILINE | re.IGNORECASE)
+
+
 def declared(text: str) -> set[str]:
-    """The build args a rendered text declares (`ARG NAME` or `ARG NAME=default`)."""
-    return set(re.findall(r"^ARG ([A-Z_]+)", text, re.MULTILINE))
+    """Every build arg a text declares: `ARG NAME` or `ARG NAME=default`, the instruction in any case, one or
+    several names a line, a line continued with a backslash."""
+    joined = re.sub(r"\\[ \t]*\r?\n", " ", text)
+    return {item.split("=", 1)[0] for line in _ARG_LINE.findall(joined) for item in line.split()}
 
 
 def with_args(text: str, entry: Entry) -> str:

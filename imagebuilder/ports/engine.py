@@ -397,6 +397,8 @@ def _drain(stream: Any, sink: LineSink | None, what: str) -> list[dict[str, Any]
                 continue
             if "stream" in rec:
                 *lines, pending = (pending + str(rec["stream"])).split("\n")
+                if "\r" in pending[:-1]:  # a progress bar's states with no newline yet: only its last is kept
+                    pending = pending[pending.rindex("\r", 0, len(pending) - 1) + 1:]
                 for line in lines:  # (a progress bar's \r-separated states: its last)
                     if (last := line.rstrip("\r").rsplit("\r", 1)[-1]).strip():
                         sink(last)

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
 from dataclasses import dataclass
 
 DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host (`name`, `name:port`, `[v6]:port`) is this machine's: `localhost` or a loopback address
+    (a name that merely starts with `127.` is not)."""
+    name = urllib.parse.urlsplit(f"//{host}").hostname or ""
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from ..errors import EngineError, RegistryAccess
 from ..secrets.registry_auth import credentials
 from . import Registry as RegistryPort
 from . import tls
-from .reference import DOCKER_HUB, Reference, parse
+from .reference import DOCKER_HUB, Reference, is_loopback, parse
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -49,8 +49,6 @@ REMOVED_TYPE = "application/vnd.imagebuilder.removed.v1"  # what a tag names whi
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, requests.exceptions.SSLError):
-        return False  # a TLS failure is the set-up's, not the network's
     if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
         return True
     return isinstance(exc, _Status) and (exc.status >= 500 or exc.status == 429)
@@ -79,17 +77,15 @@ class Registry:
     _scheme: str | None = field(default=None, repr=False)  # once known: https, or http (an insecure one)
     _push: dict[str, str | None] = field(default_factory=dict, repr=False)  # repository -> why not (can_push)
 
-    def __post_init__(self) -> None:
-        context = tls.context(self.cafiles)
-        if context is not None:  # (the token service, on https too, is checked against the same CAs)
-            self._session.mount("https://", tls.ContextAdapter(context))
+    def __post_init__(self) -> None:  # (the token service, on https too, is checked against the same CAs)
+        self._session.mount("https://", tls.ContextAdapter(tls.context(self.cafiles)))
 
     @classmethod
     def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = (),
                  trust: tls.RegistryTrust | None = None) -> Registry:
         cafiles = tuple((trust or tls.RegistryTrust()).files(host))
-        return cls(host=host, insecure=_loopback(urllib.parse.urlsplit(f"//{host}").hostname) or host in insecure_hosts,
-                   auth=credentials(host), cafiles=cafiles)
+        return cls(host=host, insecure=is_loopback(host) or host in insecure_hosts, auth=credentials(host),
+                   cafiles=cafiles)
 
     @property
     def base(self) -> str:
@@ -124,18 +120,31 @@ class Registry:
         return notice
 
     def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None) -> requests.Response:
-        """One request over HTTPS, or plain HTTP where this registry may and does not speak TLS (learned once).
-        A certificate that is not trusted is never answered by falling back."""
+        """One request over HTTPS, or plain HTTP where this registry may (`insecure`) and, asked first, answered
+        in plain HTTP (or, with no port named, refused HTTPS's): learned once, as the engine does. A certificate
+        that is not trusted is a `RegistryAccess` error, never answered by falling back; any other failure is
+        the network's (retried)."""
         try:
             resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout)
         except requests.exceptions.SSLError as exc:
             why = tls.untrusted(exc)
-            if why is None and self.insecure and self._scheme is None:
-                self._scheme = "http"  # it does not speak TLS: a loopback or engine-listed registry, as the engine
-                return self._send(method, path, headers, data)
-            raise RegistryAccess(f"registry {self.host}: its TLS certificate is not trusted ({why})" if why else
-                                 f"registry {self.host}: TLS failed ({_why(exc)})",
-                                 hint=tls.hint(self.host, self.cafiles)) from None
+            if why is not None:
+                raise RegistryAccess(f"registry {self.host}: its TLS certificate is not trusted ({why})",
+                                     hint=tls.hint(self.host, self.cafiles)) from None
+            if not tls.plain_http(exc):
+                raise  # the network's
+            if not (self.insecure and self._scheme is None):
+                raise RegistryAccess(f"registry {self.host} answered in plain HTTP, not TLS", hint="only a loopback "
+                                     "registry or one the engine lists in `insecure-registries` is spoken to over "
+                                     "plain HTTP (as the engine does)") from None
+            self._scheme = "http"  # it does not speak TLS
+            return self._send(method, path, headers, data)
+        except requests.exceptions.ConnectionError:
+            no_port = urllib.parse.urlsplit(f"//{self.host}").port is None  # HTTPS on 443, HTTP on 80
+            if not (self.insecure and self._scheme is None and no_port):
+                raise
+            self._scheme = "http"
+            return self._send(method, path, headers, data)
         if self._scheme is None:
             self._scheme = "https"  # it answered over TLS: never plain HTTP from now on
         return resp
@@ -181,14 +190,17 @@ class Registry:
         fields.pop("error", None)
         fields.pop("scope", None)
         shown = realm.split("?", 1)[0]
-        if self.auth is not None and realm.startswith("http:") and not _loopback(urllib.parse.urlsplit(realm).hostname):
+        where = urllib.parse.urlsplit(realm)
+        if self.auth is not None and where.scheme.lower() == "http" and not is_loopback(where.netloc):
             raise RegistryAccess(f"registry {self.host}: its token service {shown} is plain HTTP; the credentials of "
                                  f"{self.who} are not sent there", hint="the token service must speak HTTPS")
         params = [*fields.items(), *(("scope", one) for one in scope.split())]
         try:
             resp = self._session.get(realm, params=params, auth=self.auth, timeout=self.timeout)
         except requests.exceptions.SSLError as exc:
-            why = tls.untrusted(exc) or _why(exc)
+            why = tls.untrusted(exc)
+            if why is None:
+                raise  # the network's: retried
             raise RegistryAccess(f"registry {self.host}: the TLS certificate of its token service {shown} is not "
                                  f"trusted ({why})", hint=tls.hint(self.host, self.cafiles)) from None
         if resp.status_code in (401, 403):
@@ -383,11 +395,6 @@ class Registry:
         return {str(k): str(v) for k, v in labels.items()}
 
 
-def _loopback(hostname: str | None) -> bool:
-    """Whether a host name (no port, no brackets) is this machine's loopback."""
-    return hostname is not None and (hostname in ("localhost", "::1") or hostname.startswith("127."))
-
-
 def _challenge(header: str) -> dict[str, str]:
     """The parameters of a `WWW-Authenticate: Bearer realm="...",service="...",scope="...",error="..."` header."""
     return dict(re.findall(r'(\w+)="([^"]*)"', header.partition(" ")[2]))
@@ -447,10 +454,13 @@ class Registries:
 
     def __call__(self, host: str) -> RegistryPort:
         with self._lock:
-            if host not in self._clients:
-                client = self._clients[host] = self.connect(host)
-                client.on_retry = lambda line: self.on_retry(line) if self.on_retry else None
-            return self._clients[host]
+            client = self._clients.get(host)
+        if client is None:  # (made outside the lock: a credential helper may take its time)
+            made = self.connect(host)
+            made.on_retry = lambda line: self.on_retry(line) if self.on_retry else None
+            with self._lock:
+                client = self._clients.setdefault(host, made)
+        return client
 
     def at(self, ref: str) -> tuple[RegistryPort, Reference]:
         """The client of the registry a reference names, and the reference parsed."""

@@ -18,6 +18,8 @@ from typing import Any
 
 from requests.adapters import HTTPAdapter
 
+from ..errors import InputError
+
 CERTS_D = Path("/etc/docker/certs.d")
 
 
@@ -39,13 +41,17 @@ class RegistryTrust:
 
 
 
-def context(cafiles: Sequence[Path]) -> ssl.SSLContext | None:
-    """A TLS context with the system's CAs and these extra ones; None when there are none (requests' default)."""
-    if not cafiles:
-        return None
+def context(cafiles: Sequence[Path]) -> ssl.SSLContext:
+    """A TLS context with the system's CAs (requests adds certifi's) and these extra ones. A file that holds no
+    certificate OpenSSL can load (an empty or broken `certs.d/*.crt`) is an input error naming it."""
     out = ssl.create_default_context()
     for path in cafiles:
-        out.load_verify_locations(cafile=str(path))
+        try:
+            out.load_verify_locations(cafile=str(path))
+        except (ssl.SSLError, OSError) as exc:
+            raise InputError(f"{path}: not a CA certificate file a registry's TLS can be checked against "
+                             f"({getattr(exc, 'strerror', None) or exc})",
+                             hint="it must hold PEM certificates (see --registry-ca)") from None
     return out
 
 
@@ -59,6 +65,9 @@ class ContextAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **{**kwargs, "ssl_context": self._context})
 
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:  # (through an HTTPS_PROXY, the same CAs)
+        return super().proxy_manager_for(proxy, **{**proxy_kwargs, "ssl_context": self._context})
+
 
 _UNTRUSTED = re.compile(r"certificate verify failed: (.+?)(?: \(_ssl\.c|'\)|\"\)|$)", re.IGNORECASE)
 
@@ -69,6 +78,16 @@ def untrusted(exc: BaseException) -> str | None:
     requests' error says urllib3's, which says OpenSSL's: `certificate verify failed: <reason> (_ssl.c:N)`."""
     found = _UNTRUSTED.search(str(exc))
     return found.group(1).strip().rstrip(".") if found else None
+
+
+_PLAIN = re.compile(r"wrong version number|record layer failure|http request|unknown protocol|packet length too long",
+                    re.IGNORECASE)
+
+
+def plain_http(exc: BaseException) -> bool:
+    """Whether a TLS failure is a server answering in plain HTTP (OpenSSL's words for the bytes it got instead
+    of a handshake); any other TLS failure that is not the certificate's is the network's (retried)."""
+    return bool(_PLAIN.search(str(exc)))
 
 
 def hint(host: str, cafiles: Sequence[Path]) -> str:

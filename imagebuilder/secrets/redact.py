@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, BinaryIO
 
 SECRET_WORDS = frozenset({"TOKEN", "TOKENS", "PASSWORD", "PASSWD", "PASS", "SECRET", "SECRETS", "CREDENTIAL",
@@ -63,19 +63,14 @@ def mask(text: str, secrets: Mapping[str, str]) -> str:
 # image's history and of the build cache's key, unless the Dockerfile declares them (then they are in both).
 PREDEFINED_ARGS = frozenset({"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "FTP_PROXY", "ftp_proxy",
                              "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"})
-_ARG_LINE = re.compile(r"^[ \t]*ARG[ \t]+(.+)$", re.MULTILINE | re.IGNORECASE)
 
 
-def declared_args(dockerfile: str) -> set[str]:
-    """Every name a Dockerfile declares with ARG (any case of the instruction, one or several names a line)."""
-    return {item.split("=", 1)[0] for line in _ARG_LINE.findall(dockerfile) for item in line.split()}
-
-
-def find_in_build_args(args: Mapping[str, str], secrets: Mapping[str, str], dockerfile: str) -> list[str]:
-    """Build args end in the image's history, but for Docker's predefined proxy args that `dockerfile` does not
-    declare: none of the others may carry a known secret, a token or a URL's password."""
+def find_in_build_args(args: Mapping[str, str], secrets: Mapping[str, str], declared: Collection[str]) -> list[str]:
+    """Build args end in the image's history, but for Docker's predefined proxy args the text does not declare
+    (`declared`: the names its ARG lines give): none of the others may carry a known secret, a token or a URL's
+    password."""
     found = []
-    kept_out = PREDEFINED_ARGS - declared_args(dockerfile)
+    kept_out = PREDEFINED_ARGS - set(declared)
     for name, value in sorted(args.items()):
         if name in kept_out:
             continue

@@ -162,7 +162,8 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
 
     def handle_one(self, *, body: bool) -> None:
-        if not hmac.compare_digest(self.headers.get("Proxy-Authorization", ""), self.expected):
+        given = self.headers.get("Proxy-Authorization", "").encode("latin-1")  # (as http.server decoded it)
+        if not hmac.compare_digest(given, self.expected.encode()):
             return self.refuse(407, "this proxy serves only the builds of its imagebuilder run",
                                {"Proxy-Authenticate": 'Basic realm="imagebuilder"'})
         target = urllib.parse.urlsplit(self.path)

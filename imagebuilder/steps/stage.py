@@ -128,12 +128,13 @@ def scan(run: RunContext, node: Node, *, image: str | None = None, parent: str |
 def require_push(run: RunContext, what: str) -> None:
     """Before anything builds or moves: the credentials may push to every repository the plan's nodes go to (an
     upload started and cancelled, once per repository). `RegistryAccess` naming the first that refuses and why;
-    a registry that does not answer is an outage: nothing of the run would reach it."""
+    a registry that does not answer is an outage (`EngineError`): nothing of the run would reach it."""
     for host, repo in sorted({run.key_tag(node)[:2] for node in run.plan.nodes}):
-        if not run.registries.answers(host):
-            raise EngineError(f"registry {host} did not answer: {what} pushes to {host}/{repo}; nothing was built or "
-                              "pushed")
-        why = run.registries(host).can_push(repo)
+        try:
+            why = run.registries(host).can_push(repo)
+        except EngineError as exc:
+            raise EngineError(f"{what} needs push to {host}/{repo}: {exc.message}; nothing was built or pushed") \
+                from None
         if why is not None:
             raise RegistryAccess(f"{what} needs push to {host}/{repo}: {why}; nothing was built or pushed",
                                  hint=f"give it credentials that may push to {host}/{repo} (README: registries and "
@@ -318,7 +319,7 @@ class Stage(Nodes):
         rendered = with_labels(node.rendered.for_parent(parent_id),  # rendered once
                                labels(node, parent_id, layer_checks(run.plan, node)))
         buildargs = node_build_args(node, run.served)
-        leaked = redact.find_in_build_args(buildargs, run.logs.secrets, rendered.dockerfile)
+        leaked = redact.find_in_build_args(buildargs, run.logs.secrets, declared(rendered.dockerfile))
         if leaked:  # nothing here should ever carry one: a gate, so that no later change can slip one in
             run.ledger.update(node.id, build=BuildStatus.FAILED, error="not built: " + "; ".join(leaked))
             return False

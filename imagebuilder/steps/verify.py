@@ -75,7 +75,13 @@ class Verify:
     thresholds: regression.Thresholds = field(default_factory=regression.Thresholds.measured)
 
     def start(self, run: RunContext) -> None:
-        pass
+        """With `record`: whether this run may write each leaf's pass record is asked before anything runs (once
+        per repository), so that credentials the registry refuses stop the run here (`RegistryAccess`); a
+        pull-only answer stops only the leaves that would need a suite (`unwritable`)."""
+        if self.record:
+            for node in run.plan.nodes:
+                if node.leaf:
+                    self.unwritable(run, node)
 
     def tasks(self, run: RunContext) -> list[Task]:
         """verify:<leaf> after its build; one at a time: suites share the GPUs and measure throughput."""
@@ -136,12 +142,9 @@ class Verify:
     @staticmethod
     def unwritable(run: RunContext, node: Node) -> str | None:
         """Why this run could not write the leaf's pass record beside its digest (verify needs push to the
-        repository of its key tag); None when it can."""
+        repository of its key tag); None when it can. (The registry's answer is kept: `start` asked first.)"""
         host, repo, _ = run.key_tag(node)
-        try:
-            return run.registries(host).can_push(repo)
-        except ImageBuilderError as exc:
-            return exc.message
+        return run.registries(host).can_push(repo)
 
     def record_verdict(self, run: RunContext, node: Node, key: str, *, passed: bool) -> None:
         """The verdict of this host's GPU model on the image, passed or failed, beside the digest its key tag

@@ -295,8 +295,8 @@ def test_an_unreachable_registry_is_retried_then_fails_cleanly(
     assert "cache lookup failed: registry 127.0.0.1:5999 unreachable" in run.err  # one warning
     assert run.text.count("retrying HEAD 127.0.0.1:5999/v2/itest/") == 2  # 3 attempts, backoff in between
     # A build that pushes stops there, before anything builds: its push could not succeed.
-    assert f"registry 127.0.0.1:5999 did not answer: publishing pushes to 127.0.0.1:5999/itest/{repository}; " \
-           "nothing was built or pushed" in run.err, run.text[-3000:]
+    assert f"publishing needs push to 127.0.0.1:5999/itest/{repository}: registry 127.0.0.1:5999 unreachable " \
+           "(connection refused); nothing was built or pushed" in run.err, run.text[-3000:]
     assert "▶ build" not in run.out and not (tmp_path / "r" / "report.json").exists()
     assert "Traceback" not in run.text
     # Without a push (--no-push) the registry is not needed: the build goes on, only the lookup said so.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.plan.render import declared
 from imagebuilder.secrets import redact
 from imagebuilder.steps import lock
 
@@ -139,16 +140,19 @@ def test_a_known_secret_across_two_chunks_is_found_and_the_scan_is_bounded() -> 
 def test_build_args_carry_no_secret() -> None:
     secrets = {"the password for index x": "pw-123456", "the run's index proxy token": "tok-abcdef123"}
     text = "FROM x\nARG IMAGEBUILDER_INDEX_URL=https://x.example/simple\nRUN pip install p\n"
-    assert redact.find_in_build_args({"IMAGEBUILDER_INDEX_URL": "http://127.0.0.1:2345/simple"}, secrets, text) == []
-    assert redact.find_in_build_args({"IMAGEBUILDER_INDEX_URL": "https://u:pw-123456@x.example/simple"}, secrets,
-                                     text) \
+
+    def found(args: dict[str, str], dockerfile: str = text) -> list[str]:
+        return redact.find_in_build_args(args, secrets, declared(dockerfile))
+
+    assert found({"IMAGEBUILDER_INDEX_URL": "http://127.0.0.1:2345/simple"}) == []
+    assert found({"IMAGEBUILDER_INDEX_URL": "https://u:pw-123456@x.example/simple"}) \
         == ["the password for index x appears in build arg IMAGEBUILDER_INDEX_URL",
             "build arg IMAGEBUILDER_INDEX_URL holds a URL with a password"]
-    assert redact.find_in_build_args({"HF_TOKEN": "x"}, {}, text) == ["build arg HF_TOKEN is named like a secret"]
+    assert found({"HF_TOKEN": "x"}) == ["build arg HF_TOKEN is named like a secret"]
     # Docker keeps its predefined proxy args out of the history and the cache key, unless the text declares them.
     proxy = {"http_proxy": "http://imagebuilder:tok-abcdef123@127.0.0.1:2345"}
-    assert redact.find_in_build_args(proxy, secrets, text) == []
-    for declares in ("ARG http_proxy", "arg http_proxy=x", "  ARG A http_proxy"):
-        assert redact.find_in_build_args(proxy, secrets, f"{text}{declares}\n")[:1] == [
+    assert found(proxy) == []
+    for declares in ("ARG http_proxy", "arg http_proxy=x", "  ARG A http_proxy", "ARG \\\n  http_proxy"):
+        assert found(proxy, f"{text}{declares}\n")[:1] == [
             "the run's index proxy token appears in build arg http_proxy"], declares
-    assert redact.find_in_build_args(proxy, secrets, f"{text}ARG HTTP_PROXY\n") == []  # another name
+    assert found(proxy, f"{text}ARG HTTP_PROXY\n") == []  # another name

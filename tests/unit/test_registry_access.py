@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from imagebuilder.errors import EngineError, RegistryAccess
+from imagebuilder.errors import EngineError, InputError, RegistryAccess
 from imagebuilder.ports import engine as engine_mod
 from imagebuilder.ports.registry import Registry
 from imagebuilder.ports.tls import RegistryTrust
@@ -257,7 +257,7 @@ def test_plain_http_only_where_allowed_and_the_registry_speaks_no_tls(serve: Cal
     served = serve(False)
     reg = Registry(served.host, insecure=True, attempts=1)
     assert reg.tags("ml/x") == ["t"] and reg.base.startswith("http://")
-    with pytest.raises(RegistryAccess, match=f"registry {served.host}: TLS failed"):
+    with pytest.raises(RegistryAccess, match=f"registry {served.host} answered in plain HTTP, not TLS"):
         Registry(served.host, insecure=False, attempts=1).tags("ml/x")
 
 
@@ -317,3 +317,47 @@ def test_credentials_come_from_the_helper_the_docker_config_names(tmp_path: Path
         credentials("reg.example", env)
     assert credentials("reg.example", {**env, "IMAGEBUILDER_REGISTRY_USER": "u",
                                        "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}) == ("u", "p")  # the environment first
+
+
+def test_a_tls_failure_of_the_network_is_retried_never_a_fallback_and_a_plain_answer_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    calls: list[str] = []
+
+    def flaky(call: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        calls.append(call["url"])
+        if len(calls) == 1:
+            raise requests.exceptions.SSLError("EOF occurred in violation of protocol (_ssl.c:2427)")
+        return 200, {}, {"tags": ["t"]}
+
+    script = Script([("GET", f"https://{HOST}/v2/", flaky)])
+    reg = Registry(HOST, insecure=True, attempts=2, _session=script)  # type: ignore[arg-type]
+    assert reg.tags("ml/x") == ["t"] and reg.base.startswith("https://")  # retried over TLS; no plain HTTP
+    assert calls == [f"https://{HOST}/v2/ml/x/tags/list?n=1000"] * 2
+
+
+def test_an_insecure_registry_named_without_a_port_is_plain_http_on_80_when_443_refuses() -> None:
+    def refused(call: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        raise requests.exceptions.ConnectionError("Connection refused")
+
+    script = Script([("GET", "https://registry.lan/v2/", refused),
+                     ("GET", "http://registry.lan/v2/", lambda call: (200, {}, {"tags": ["t"]}))])
+    assert Registry("registry.lan", insecure=True, attempts=1, _session=script).tags(  # type: ignore[arg-type]
+        "ml/x") == ["t"]
+    with pytest.raises(EngineError, match="unreachable"):  # with a port, HTTPS and HTTP would be the same port
+        Registry("registry.lan:5000", insecure=True, attempts=1, _session=Script(  # type: ignore[arg-type]
+            [("GET", "https://registry.lan:5000/v2/", refused)])).tags("ml/x")
+
+
+def test_the_system_cas_count_and_a_broken_ca_file_is_named(serve: Callable[[bool], Served], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    served = serve(True)
+    with pytest.raises(RegistryAccess, match="not trusted"):
+        Registry(served.host, attempts=1).tags("ml/x")
+    monkeypatch.setenv("SSL_CERT_FILE", str(served.ca))  # the system's CAs (OpenSSL's default file), as `update-
+    assert Registry(served.host, attempts=1).tags("ml/x") == ["t"]  # ca-certificates` leaves them: trusted
+    broken = tmp_path / "certs.d" / "reg.example:5000"
+    broken.mkdir(parents=True)
+    (broken / "ca.crt").write_text("not a certificate\n")
+    with pytest.raises(InputError, match=r"certs.d/reg.example:5000/ca.crt: not a CA certificate file"):
+        Registry.for_host("reg.example:5000", trust=RegistryTrust(certs_d=tmp_path / "certs.d"))

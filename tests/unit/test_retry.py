@@ -32,6 +32,9 @@ class Replies:
     script: list[int | Exception]
     asked: list[str] = field(default_factory=list)
 
+    def mount(self, prefix: str, adapter: Any) -> None:
+        pass
+
     def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         self.asked.append(f"{method} {url}")
         step = self.script.pop(0)
@@ -112,7 +115,8 @@ def test_a_refused_push_is_not_retried(waits: list[float]) -> None:
 def test_build_output_reaches_the_log_as_whole_lines() -> None:
     from imagebuilder.ports.engine import _drain
 
-    chunks = ["Step 6/10 : RUN x\n", "without the run token:", " 407\n", "a\nb", "c\r\n", "get 10%\rget 100%\n", "tail"]
+    chunks = ["Step 6/10 : RUN x\n", "without the run token:", " 407\n", "a\nb", "c\r\n", "get 10%\rget 100%\n",
+              "bar 1%\rbar 2%\r", "bar 3%", "\n", "tail"]
     lines: list[str] = []
     _drain(iter({"stream": c} for c in chunks), lines.append, "build")
-    assert lines == ["Step 6/10 : RUN x", "without the run token: 407", "a", "bc", "get 100%", "tail"]
+    assert lines == ["Step 6/10 : RUN x", "without the run token: 407", "a", "bc", "get 100%", "bar 3%", "tail"]
