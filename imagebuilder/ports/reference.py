@@ -12,6 +12,10 @@ DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
 def is_loopback(host: str) -> bool:
     """Whether a host (`name`, `name:port`, `[v6]:port`) is this machine's: `localhost` or a loopback address
     (a name that merely starts with `127.` is not)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback  # an address alone (IPv6 bracketed or not)
+    except ValueError:
+        pass
     name = urllib.parse.urlsplit(f"//{host}").hostname or ""
     if name == "localhost":
         return True

@@ -16,6 +16,10 @@ the proxy with the token; a request without it (another process on the machine, 
 answered 407 and reaches nothing. Requests for an index go on with its credentials; plain-HTTP requests for
 anything else (the wheelhouse, Debian's mirror) are passed on as they came, with no credentials. HTTPS is not
 proxied: it goes from the build to its host directly, as before.
+
+A Docker client config with proxies (`proxies.default` in config.json: docker-py gives them to every build) is kept
+working: plain-HTTP requests for other origins go on through its `httpProxy` (unless its `noProxy` names them),
+and the builds get its `noProxy` without the loopback names in it (so that they still reach this proxy).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import functools
 import hmac
 import http.client
 import http.server
+import json
 import secrets
 import ssl
 import threading
@@ -36,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from ..plan.render import stable_port, wheelhouse_port
+from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
 
-__all__ = ["Credentials", "IndexProxies", "index_credentials", "serve_indexes", "serve_wheelhouses"]
+__all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes", "serve_wheelhouses"]
 
 PROXY_USER = "imagebuilder"
 
@@ -87,6 +93,55 @@ def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
 
 
 @dataclass(frozen=True)
+class Upstream:
+    """The proxies the Docker client config gives builds (`proxies.default`), which this run's proxy stands in
+    front of for plain HTTP."""
+
+    http: str | None = None  # httpProxy: where other origins' plain-HTTP requests go on to
+    no_proxy: str | None = None  # noProxy: the origins reached directly
+
+    @classmethod
+    def of_config(cls, env: Mapping[str, str]) -> Upstream:
+        path = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+        try:
+            proxies = (json.loads(path.read_text(encoding="utf-8")).get("proxies") or {}).get("default") or {}
+        except (OSError, ValueError, AttributeError):
+            return cls()
+        if not isinstance(proxies, dict):
+            return cls()
+        http, no_proxy = proxies.get("httpProxy"), proxies.get("noProxy")
+        return cls(http if isinstance(http, str) and http else None,
+                   no_proxy if isinstance(no_proxy, str) and no_proxy else None)
+
+    def builds_no_proxy(self) -> str | None:
+        """`noProxy` without loopback names: the builds must reach this run's proxy through their http_proxy."""
+        if self.no_proxy is None:
+            return None
+        kept = [n for n in (item.strip() for item in self.no_proxy.split(",")) if n and not is_loopback(n)
+                and n not in ("127.0.0.0/8", "::1/128") and not n.startswith("127.")]
+        return ",".join(kept)
+
+    def bypassed(self, host: str) -> bool:
+        """Whether `noProxy` names the host: `*`, the name, or a domain it is in (`example.com`, `.example.com`)."""
+        for entry in (e.strip().lower() for e in (self.no_proxy or "").split(",")):
+            name = entry.lstrip(".").split(":", 1)[0]
+            if entry == "*" or (name and (host.lower() == name or host.lower().endswith("." + name))):
+                return True
+        return False
+
+    def route(self, authority: str) -> tuple[str, str | None] | None:
+        """(proxy host:port, its Proxy-Authorization) for a plain-HTTP origin, or None: straight to it."""
+        if self.http is None or self.bypassed(urllib.parse.urlsplit(f"//{authority}").hostname or ""):
+            return None
+        parts = urllib.parse.urlsplit(self.http if "://" in self.http else f"http://{self.http}")
+        auth = None
+        if parts.username:
+            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            auth = "Basic " + base64.b64encode(pair.encode()).decode()
+        return f"{parts.hostname}:{parts.port or 80}", auth
+
+
+@dataclass(frozen=True)
 class IndexProxies:
     """The index proxies of one run: index URL -> the URL pip is given, and what a build that uses one is given
     besides (Docker's predefined proxy build args, with the run's token)."""
@@ -94,19 +149,27 @@ class IndexProxies:
     urls: Mapping[str, str] = field(default_factory=dict)
     token: str = field(default="", repr=False)  # never printed: a known secret of the run
     port: int = 0  # where the builds' http_proxy points
+    upstream: Upstream = field(default_factory=Upstream)
 
     def build_args(self) -> dict[str, str]:
-        """`http_proxy` and `HTTP_PROXY` for a build that uses an index proxy (none when there is none)."""
+        """`http_proxy` and `HTTP_PROXY` for a build that uses an index proxy (none when there is none), and the
+        client config's `noProxy` without loopback names."""
         if not self.urls:
             return {}
         proxy = f"http://{PROXY_USER}:{self.token}@127.0.0.1:{self.port}"
-        return {"http_proxy": proxy, "HTTP_PROXY": proxy}
+        out = {"http_proxy": proxy, "HTTP_PROXY": proxy}
+        no_proxy = self.upstream.builds_no_proxy()
+        if no_proxy is not None:
+            out.update(no_proxy=no_proxy, NO_PROXY=no_proxy)
+        return out
 
 
 @contextlib.contextmanager
-def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None) -> Iterator[IndexProxies]:
+def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None,
+                  upstream: Upstream | None = None) -> Iterator[IndexProxies]:
     """A proxy on 127.0.0.1 for each index URL that needs credentials, each serving only requests that carry
-    this run's token (see above)."""
+    this run's token (see above); other plain-HTTP origins through `upstream`'s proxy where it has one."""
+    upstream = upstream or Upstream()
     servers: list[http.server.ThreadingHTTPServer] = []
     urls: dict[str, str] = {}
     context = ssl.create_default_context(cafile=str(cafile) if cafile else None)
@@ -116,12 +179,12 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
     with _serving(servers):
         for url, creds in sorted(indexes.items()):
             parts = urllib.parse.urlsplit(url)
-            server = _server(stable_port(url), functools.partial(_IndexProxy, routes, expected, context))
+            server = _server(stable_port(url), functools.partial(_IndexProxy, routes, expected, context, upstream))
             servers.append(server)
             own = f"127.0.0.1:{server.server_address[1]}"
             routes[own] = (parts.scheme, parts.netloc, creds.header())
             urls[url] = urllib.parse.urlunsplit(("http", own, parts.path, parts.query, ""))
-        yield IndexProxies(urls, token, servers[0].server_address[1] if servers else 0)
+        yield IndexProxies(urls, token, servers[0].server_address[1] if servers else 0, upstream)
 
 
 class _IndexProxy(http.server.BaseHTTPRequestHandler):
@@ -134,8 +197,8 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def __init__(self, routes: Mapping[str, tuple[str, str, str]], expected: str, context: ssl.SSLContext,
-                 *args: Any) -> None:
-        self.routes, self.expected, self.ssl_context = routes, expected, context
+                 upstream: Upstream, *args: Any) -> None:
+        self.routes, self.expected, self.ssl_context, self.upstream = routes, expected, context, upstream
         super().__init__(*args)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -175,20 +238,26 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
             authority, path = self.headers.get("Host") or "", self.path
         route = self.routes.get(authority)
         if route is None:  # not an index of this run's: passed on as it came, without credentials
+            via = self.upstream.route(authority)
+            if via is not None:  # through the client config's proxy, in proxy form
+                return self.forward("http", via[0], f"http://{authority}{path}", None, local=None, body=body,
+                                    proxy_authorization=via[1])
             return self.forward("http", authority, path, None, local=None, body=body)
         scheme, netloc, authorization = route
         return self.forward(scheme, netloc, path, authorization, local=f"http://{authority}", body=body)
 
     def forward(self, scheme: str, netloc: str, path: str, authorization: str | None, *, local: str | None,
-                body: bool) -> None:
-        """The request to `scheme://netloc` (with `authorization`); the answer back, an index's own links and
-        redirects pointing at `local`."""
+                body: bool, proxy_authorization: str | None = None) -> None:
+        """The request to `scheme://netloc` (with `authorization`; a proxy's with `proxy_authorization`); the
+        answer back, an index's own links and redirects pointing at `local`."""
         upstream = f"{scheme}://{netloc}"
         conn: http.client.HTTPConnection = (
             http.client.HTTPSConnection(netloc, timeout=120, context=self.ssl_context)
             if scheme == "https" else http.client.HTTPConnection(netloc, timeout=120))
         try:
-            headers = {**({"Authorization": authorization} if authorization else {}), "Accept-Encoding": "identity",
+            headers = {**({"Authorization": authorization} if authorization else {}),
+                       **({"Proxy-Authorization": proxy_authorization} if proxy_authorization else {}),
+                       "Accept-Encoding": "identity",
                        **{k: v for k, v in self.headers.items() if k.lower() in ("accept", "user-agent", "range")}}
             conn.request(self.command, path or "/", headers=headers)
             response = conn.getresponse()

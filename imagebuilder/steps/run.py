@@ -34,7 +34,7 @@ from .context import Images, RunContext, Served, Step
 from .display import Terminal
 from .ledger import Ledger, NodeRecord
 from .logs import Logs
-from .loopback import serve_indexes, serve_wheelhouses
+from .loopback import Upstream, serve_indexes, serve_wheelhouses
 from .stage import index_credentials_of, index_passwords
 
 RUN_LABEL = f"{LABEL_PREFIX}.run"
@@ -75,7 +75,8 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
     wheelhouses = {e.build.wheelhouse for e in plan.entries() if e.build.wheelhouse}
     cafile = next((e.build.ca_bundle for e in plan.entries() if e.build.ca_bundle), None)
     interrupted = False
-    with serve_wheelhouses(wheelhouses) as urls, serve_indexes(index_auth, cafile) as proxied, \
+    upstream = Upstream.of_config(os.environ)  # the Docker client config's proxies, which builds are given too
+    with serve_wheelhouses(wheelhouses) as urls, serve_indexes(index_auth, cafile, upstream) as proxied, \
             Terminal(console, len(plan.nodes), options.logs) as display:
         if proxied.urls:  # masked wherever a build might print it (pip's errors name their proxy)
             secrets = {**secrets, "the run's index proxy token": proxied.token}

@@ -4,6 +4,9 @@ them nowhere else), and where those credentials come from."""
 from __future__ import annotations
 
 import http.client
+import http.server
+import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,7 +16,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.secrets.index_auth import scope_problem
-from imagebuilder.steps.loopback import Credentials, index_credentials, serve_indexes
+from imagebuilder.steps.loopback import Credentials, Upstream, index_credentials, serve_indexes
 
 from ..auth_index import auth_index, basic
 
@@ -119,3 +122,41 @@ def test_credentials_come_from_netrc_by_host_or_from_the_environment_but_never_f
     assert index_credentials("https://pypi.org/simple", env) is None  # never sent to PyPI
     assert index_credentials("https://download.pytorch.org/whl/cpu", env) is None
     assert index_credentials("https://other.example/simple", {"NETRC": str(netrc)}) is None
+
+
+def test_a_docker_client_config_with_proxies_keeps_working(upstream: tuple[str, list[str]], tmp_path: Path) -> None:
+    """docker-py gives builds the config's proxies: its noProxy (without loopback names, or pip would skip this
+    run's proxy) goes to the builds, and other origins' plain HTTP goes on through its httpProxy."""
+    url, _ = upstream
+    seen: list[tuple[str, str]] = []  # (request target, Proxy-Authorization) the corporate proxy got
+
+    class Corporate(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Proxy-Authorization", "")))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    corporate = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Corporate)
+    threading.Thread(target=corporate.serve_forever, daemon=True).start()
+    (tmp_path / "config.json").write_text(json.dumps({"proxies": {"default": {
+        "httpProxy": f"http://corp:s%40id@127.0.0.1:{corporate.server_address[1]}",
+        "noProxy": "localhost,127.0.0.1,.internal.example"}}}))
+    config = Upstream.of_config({"DOCKER_CONFIG": str(tmp_path)})
+    try:
+        with serve_indexes({url: Credentials("u", "pw-123456", "test")}, upstream=config) as proxied:
+            args = proxied.build_args()
+            assert args["no_proxy"] == args["NO_PROXY"] == ".internal.example"
+            build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": args["http_proxy"]}))
+            assert build.open("http://deb.debian.example/dists/InRelease").read() == b"ok"
+            assert seen == [("http://deb.debian.example/dists/InRelease", basic("corp", "s@id"))]
+            assert build.open(proxied.urls[url] + "/p/").status == 200  # the index: never the corporate proxy's
+            assert len(seen) == 1
+    finally:
+        corporate.shutdown()
+        corporate.server_close()
+    assert Upstream.of_config({"DOCKER_CONFIG": str(tmp_path / "none")}) == Upstream()
