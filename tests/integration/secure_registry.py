@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import ipaddress
 import json
+import random
 import secrets
 import shutil
 import socket
@@ -75,12 +76,14 @@ class SecureRegistry:
 
 
 def free_port() -> int:
-    """A port free on both loopback addresses (the services listen on ::1 or 127.0.0.1)."""
+    """A port free on both loopback addresses (the services listen on ::1 or 127.0.0.1), below both the kernel's
+    ephemeral range (32768-60999: what other tests' servers get from `bind(0)` while compose starts) and
+    imagebuilder's stable ports (20000-39999), so that nothing takes it before the service does."""
     while True:
+        port = random.randrange(10000, 20000)
         with socket.socket(socket.AF_INET6) as six, socket.socket() as four:
-            six.bind(("::1", 0))
-            port = int(six.getsockname()[1])
             try:
+                six.bind(("::1", port))
                 four.bind(("127.0.0.1", port))
             except OSError:
                 continue
