@@ -308,12 +308,13 @@ def repository() -> str:
     return f"itest-{uuid.uuid4().hex[:8]}"
 
 
-def itest_matrix(tmp: Path, repository: str, *, layers: str, body: str, extra: str = "") -> Path:
+def itest_matrix(tmp: Path, repository: str, *, layers: str, body: str, extra: str = "",
+                 base: str = "debian:bookworm") -> Path:
     """A matrix file pushing to this test's own repository under the test registry."""
     path = tmp / "matrix.yaml"
     path.write_text(textwrap.dedent(f"""
         version: 1
-        base_image: debian:bookworm
+        base_image: {base}
         registry: {REGISTRY}/itest
         repository: {repository}
         layers: {layers}

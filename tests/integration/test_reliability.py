@@ -107,7 +107,10 @@ def test_registry_credentials_are_used_and_never_shown(
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[small]", extra="layers_path: [layers]\n")
     denied = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "denied"), "--no-smoke",
                  "--registry", f"{host}/itest")
-    assert denied.code == 1 and "Traceback" not in denied.text
+    # Without credentials: refused before anything is built (the registry's 401 to a push, said as such).
+    assert denied.code == 2 and "Traceback" not in denied.text, denied.text[-2000:]
+    assert f"publishing needs push to {host}/itest/{repository}: anonymous (no credentials) may not push" in denied.err
+    assert "▶ build" not in denied.out
     monkeypatch.setenv("IMAGEBUILDER_REGISTRY_USER", user)
     monkeypatch.setenv("IMAGEBUILDER_REGISTRY_PASSWORD", password)
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-smoke", "--allow-untested",
