@@ -19,6 +19,7 @@ import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ..errors import RegistryAccess
 from ..ports.reference import DOCKER_HUB
@@ -35,6 +36,17 @@ def run_helper(argv: list[str], stdin: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
+def docker_config(env: Mapping[str, str]) -> tuple[Path, dict[str, Any]]:
+    """The Docker client config (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`) and where it is; an
+    empty one when there is none or it does not read as a JSON object."""
+    path = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path, {}
+    return path, config if isinstance(config, dict) else {}
+
+
 def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = run_helper) \
         -> tuple[str, str] | None:
     """(user, secret) for the registry `host`, or None when nothing is configured for it."""
@@ -42,13 +54,7 @@ def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = r
     user, password = env.get("IMAGEBUILDER_REGISTRY_USER"), env.get("IMAGEBUILDER_REGISTRY_PASSWORD")
     if user and password:
         return user, password
-    path = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
+    path, config = docker_config(env)
     names = (*DOCKER_HUB, HUB_SERVER) if host in DOCKER_HUB else (host,)
     helpers = config.get("credHelpers") or {}
     helper = next((str(helpers[n]) for n in names if isinstance(helpers, dict) and helpers.get(n)), None)

@@ -30,7 +30,6 @@ import functools
 import hmac
 import http.client
 import http.server
-import json
 import secrets
 import ssl
 import threading
@@ -43,6 +42,7 @@ from typing import Any
 from ..plan.render import stable_port, wheelhouse_port
 from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
+from ..secrets.registry_auth import docker_config
 
 __all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes", "serve_wheelhouses"]
 
@@ -102,11 +102,8 @@ class Upstream:
 
     @classmethod
     def of_config(cls, env: Mapping[str, str]) -> Upstream:
-        path = Path(env.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-        try:
-            proxies = (json.loads(path.read_text(encoding="utf-8")).get("proxies") or {}).get("default") or {}
-        except (OSError, ValueError, AttributeError):
-            return cls()
+        proxies = docker_config(env)[1].get("proxies") or {}
+        proxies = (proxies.get("default") if isinstance(proxies, dict) else None) or {}
         if not isinstance(proxies, dict):
             return cls()
         http, no_proxy = proxies.get("httpProxy"), proxies.get("noProxy")
@@ -117,8 +114,8 @@ class Upstream:
         """`noProxy` without loopback names: the builds must reach this run's proxy through their http_proxy."""
         if self.no_proxy is None:
             return None
-        kept = [n for n in (item.strip() for item in self.no_proxy.split(",")) if n and not is_loopback(n)
-                and n not in ("127.0.0.0/8", "::1/128") and not n.startswith("127.")]
+        kept = [n for n in (item.strip() for item in self.no_proxy.split(","))  # (a CIDR: its address)
+                if n and not is_loopback(n.split("/", 1)[0]) and not n.startswith("127.")]
         return ",".join(kept)
 
     def bypassed(self, host: str) -> bool:
