@@ -3,9 +3,8 @@ expectations. They are kept in the registry beside the image, so that any machin
 can tell what passed; a local folder only mirrors them.
 
 A record is the predicate of an in-toto Statement whose subject is the image's manifest digest, in a DSSE
-envelope signed by the step that ran the suite (`signing`). It is stored as an OCI 1.1 artifact that a plain
-Distribution registry accepts: an empty config, one layer (the envelope, `application/vnd.dsse.envelope.v1+json`),
-`artifactType` `ARTIFACT_TYPE` and a `subject` naming the image's manifest. It is tagged
+envelope signed by the step that ran the suite (`signing`). It is stored as an attestation (`attestation`: an
+OCI 1.1 artifact, `artifactType` `ARTIFACT_TYPE`, whose `subject` is the image's manifest). It is tagged
 `sha256-<image manifest hex>.pass-<spec16>`, so it is found from the image's digest with one manifest HEAD, also
 on registries without the referrers API. `spec16` is the start of the spec key: a hash of the suite's source and
 everything the suite is told (expectations, GPU settings, layer checks, allowed skips). A record counts for an
@@ -30,12 +29,11 @@ from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
 from ..smoke.judge import RULES
-from .signing import ENVELOPE_TYPE, Rejected, Signer, Trust, key_label, predicate_of, statement
+from . import attestation
+from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
 PREDICATE_TYPE = "https://imagebuilder.dev/pass/v2"  # the in-toto predicate: a PassRecord
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-EMPTY_TYPE, EMPTY = "application/vnd.oci.empty.v1+json", b"{}"
 FORMAT = "imagebuilder.pass/v2"
 PASSED = "passed"  # the suite ran on this image (or, `via`, on a child built on it) and passed
 UNTESTED = "untested"  # published without a pass, by an explicit --allow-untested: never counts as a pass
@@ -58,10 +56,9 @@ def spec_key(spec: Mapping[str, Any]) -> str:
 def record_tag(manifest: str, spec: str, verdict: str = PASSED, model: str | None = None) -> str:
     """The record's tag beside the image: its pass (or untested record) for a spec; with `model`, the verdict
     (passed or failed) on that GPU model."""
-    algo, _, hexdigest = manifest.partition(":")
     kind = f"gpu{hashlib.sha256(model.encode()).hexdigest()[:8]}" if model else \
         ("pass" if verdict == PASSED else "untested")
-    return f"{algo}-{hexdigest}.{kind}-{spec[:16]}"
+    return attestation.tag(manifest, f"{kind}-{spec[:16]}")
 
 
 def gpu_model(gpu: Mapping[str, Any]) -> str | None:
@@ -224,18 +221,14 @@ class RegistryPasses:
     def read(self, repo: str, tag: str) -> Lookup:
         """The record under a record tag: counted (signed by a trusted key, about the image its tag and its
         artifact's subject name) or rejected with the reason; an empty Lookup when the tag does not exist."""
-        if self.registry.manifest_digest(repo, tag) is None:
-            return Lookup()
-        body, _ = self.registry.manifest(repo, tag)
         try:
-            doc = json.loads(body)
-            subject = str(doc["subject"]["digest"])
-            layers = [d for d in doc.get("layers") or [] if d.get("mediaType") == ENVELOPE_TYPE]
-            if doc.get("artifactType") != ARTIFACT_TYPE or len(layers) != 1:
-                return Lookup(rejected=f"{tag} is not a signed pass record (unsigned, or of an older format)")
-            found = opened(self.trust, json.loads(self.registry.blob(repo, str(layers[0]["digest"]))), subject)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return Lookup(rejected=f"{tag} is not a pass record")
+            stored = attestation.read(self.registry, repo, tag, ARTIFACT_TYPE)
+            if stored is None:
+                return Lookup()
+            subject, envelope_doc = stored
+            found = opened(self.trust, envelope_doc, subject)
+        except attestation.NotAttestation:
+            return Lookup(rejected=f"{tag} is not a signed pass record (unsigned, or of an older format)")
         except Rejected as exc:
             return Lookup(rejected=f"the record {tag} does not count: {exc}")
         if found.record.manifest != subject or not tag.startswith(subject.replace(":", "-", 1) + "."):
@@ -265,26 +258,15 @@ class RegistryPasses:
         assert record.manifest is not None
         if self.signer is None:
             raise EngineError("no signing key: this run cannot write pass records")
-        data = json.dumps(envelope(self.signer, record, record.manifest), sort_keys=True).encode()
-        layer = self.registry.put_blob(repo, data)
-        empty = self.registry.put_blob(repo, EMPTY)
-        subject_body, subject_type = self.registry.manifest(repo, record.manifest)
-        doc = {
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "artifactType": ARTIFACT_TYPE,
-            "config": {"mediaType": EMPTY_TYPE, "digest": empty, "size": len(EMPTY)},
-            "layers": [{"mediaType": ENVELOPE_TYPE, "digest": layer, "size": len(data)}],
-            "subject": {"mediaType": subject_type, "digest": record.manifest, "size": len(subject_body)},
-            "annotations": {"io.imagebuilder.verdict": record.verdict, "io.imagebuilder.node": record.node,
-                            "io.imagebuilder.signer": self.signer.public.keyid,
-                            "org.opencontainers.image.created": record.date or now()},
-        }
         model = gpu_model(record.gpu) if per_model else None
         if per_model and model is None:
             raise EngineError(f"{record.node}: a GPU model's verdict needs a run on GPUs")
         tag = record_tag(record.manifest, record.spec, record.verdict, model)
-        self.registry.put_manifest(repo, tag, json.dumps(doc, sort_keys=True).encode(), OCI_MANIFEST)
+        attestation.put(self.registry, repo, tag, envelope(self.signer, record, record.manifest),
+                        artifact_type=ARTIFACT_TYPE, subject=record.manifest, predicate_type=PREDICATE_TYPE,
+                        annotations={"io.imagebuilder.verdict": record.verdict, "io.imagebuilder.node": record.node,
+                                     "io.imagebuilder.signer": self.signer.public.keyid,
+                                     "org.opencontainers.image.created": record.date or now()})
         return tag
 
     def write(self, repo: str, record: PassRecord) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
-from ..evidence import passes
+from ..evidence import attestation, passes
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
@@ -74,7 +74,7 @@ def plan_moves(registry: Registry, pattern: str, template: str) -> list[Move]:
     star = glob.find("*")
     moves = []
     for tag in registry.tags(repo):
-        if tag.startswith("cache-") or passes.is_record_tag(tag) or not regex.match(tag):
+        if tag.startswith("cache-") or attestation.is_evidence_tag(tag) or not regex.match(tag):
             continue
         match = tag[star:len(tag) - (len(glob) - star - 1)] if star >= 0 else tag
         target_repo, new_tag = _target(template, repo, tag, match)
@@ -157,7 +157,7 @@ def check_target(registry: Registry, trust: Trust, move: Move, tags: list[str]) 
     """A promotion writes public tags only: never a key tag or a record tag, and never a tag that names an image
     recorded as another node's (it would take that node's name)."""
     target_repo, tag = split_reference(move.target)[1:]
-    if tag.startswith("cache-") or passes.is_record_tag(tag):
+    if tag.startswith("cache-") or attestation.is_evidence_tag(tag):
         raise InputError(f"--to gives {move.target}: a {'key' if tag.startswith('cache-') else 'pass record'} tag, "
                          "which only imagebuilder's own steps write")
     if move.previous is None or move.previous == move.digest:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.errors import EngineUnavailable
-from imagebuilder.evidence import passes
+from imagebuilder.evidence import attestation
 from imagebuilder.evidence.signing import Keys, Trust
 from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
@@ -267,7 +267,7 @@ def registry_tags(registry: str, repository: str, *, cache: bool = False) -> lis
     try:
         with urllib.request.urlopen(f"http://{registry}/v2/{repository}/tags/list", timeout=10) as resp:
             tags = sorted(json.load(resp).get("tags") or [])
-            return [t for t in tags if cache or not (t.startswith("cache-") or passes.is_record_tag(t))]
+            return [t for t in tags if cache or not (t.startswith("cache-") or attestation.is_evidence_tag(t))]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.evidence import passes
+from imagebuilder.evidence import attestation, passes
 from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.ports.engine import DockerEngine
@@ -95,7 +95,7 @@ class TagRefusingProxy(ThreadingHTTPServer):
 
     def refuses(self, method: str, path: str) -> bool:
         tag = re.fullmatch(r"/v2/.+/manifests/([\w][\w.-]*)", path)
-        if method != "PUT" or tag is None or tag[1].startswith("cache-") or passes.is_record_tag(tag[1]):
+        if method != "PUT" or tag is None or tag[1].startswith("cache-") or attestation.is_evidence_tag(tag[1]):
             return False
         self.seen += 1
         if self.seen == self.nth:

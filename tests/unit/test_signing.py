@@ -16,7 +16,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
 from imagebuilder.errors import InputError
-from imagebuilder.evidence import passes
+from imagebuilder.evidence import attestation, passes
 from imagebuilder.evidence.passes import PassRecord, RegistryPasses
 from imagebuilder.evidence.signing import PAYLOAD_TYPE, Keys, PublicKey, Rejected, Signer, Trust, statement
 
@@ -75,7 +75,7 @@ def test_a_tampered_record_does_not_count() -> None:
     envelope["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
     data = json.dumps(envelope).encode()
     doc["layers"][0].update(digest=reg.put_blob("ml/x", data), size=len(data))
-    reg.put_manifest("ml/x", tag, json.dumps(doc).encode(), passes.OCI_MANIFEST)
+    reg.put_manifest("ml/x", tag, json.dumps(doc).encode(), attestation.OCI_MANIFEST)
     got = store(reg, verifier, verifier).lookup("ml/x", manifest, SPEC)
     assert got.record is None and "does not verify: the record was changed after it was signed" in str(got.rejected)
 
@@ -88,9 +88,9 @@ def test_an_unsigned_record_or_one_about_another_image_does_not_count() -> None:
     # an old-style record: the JSON as the config blob, no envelope
     blob = reg.put_blob("ml/x", json.dumps(record(config, manifest).to_json()).encode())
     reg.put_manifest("ml/x", passes.record_tag(manifest, SPEC), json.dumps({
-        "schemaVersion": 2, "mediaType": passes.OCI_MANIFEST, "layers": [], "subject": {"digest": manifest},
+        "schemaVersion": 2, "mediaType": attestation.OCI_MANIFEST, "layers": [], "subject": {"digest": manifest},
         "config": {"mediaType": "application/vnd.imagebuilder.pass.v1+json", "digest": blob}}).encode(),
-        passes.OCI_MANIFEST)
+        attestation.OCI_MANIFEST)
     got = store(reg, verifier, verifier).lookup("ml/x", manifest, SPEC)
     assert got.record is None and "not a signed pass record" in str(got.rejected)
     # a signed record of `other`, copied under this image's record tag
