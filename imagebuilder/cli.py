@@ -61,6 +61,7 @@ from .steps.ledger import NodeRecord, PublishStatus, VerifyStatus
 from .steps.publish import Publish
 from .steps.run import RunOptions, execute
 from .steps.stage import KeyTags, Stage, Staged, check_bases
+from .steps.supply import SupplyChain
 from .steps.verify import Verify
 
 
@@ -723,7 +724,8 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     idempotent: a second run changes nothing and says so."""
     staged, signing = Staged("publish"), Cosign.from_env(True, os.environ)
     steps = (staged, Verify(run_suite=False, host=GpuHost.probe()),
-             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing))
+             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing,
+                     supply=SupplyChain(dry_run=dry_run)))
     records = run_steps(ctx, Common(**common), steps, require=staged, meta={"signing": signing.meta()})
     lacking = sorted({r.entry for r in records if r.leaf and r.verify == VerifyStatus.SKIPPED})
     if lacking:
@@ -790,6 +792,43 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     untested = f", {len(refused)} UNTESTED (--allow-untested)" if refused else ""
     ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}{untested}",
                   highlight=False)
+    return 0
+
+
+@cli.command()
+@click.argument("image", metavar="IMAGE@DIGEST")
+@click.option("--out", "out_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Write the CycloneDX JSON here (default: print it).")
+@click.pass_obj
+def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
+    """The signed CycloneDX SBOM beside an image in its registry, verified: signed by a trusted key (this
+    machine's own, or --trust-key) and about this very digest. A tag is looked up to its digest first (and
+    said). Exit 1 when there is none that counts, saying why."""
+    from .evidence.sboms import RegistrySboms, sbom_tag
+    from .ports.reference import parse
+
+    ref = parse(image)
+    registry = ctx.registry(ref.host)
+    digest = ref.reference if ref.reference.startswith("sha256:") else registry.manifest_digest(ref.repository,
+                                                                                              ref.reference)
+    if digest is None:
+        raise InputError(f"{image}: no such image in {ref.host}/{ref.repository}")
+    if not ref.reference.startswith("sha256:"):
+        ctx.err.print(f"{escape(image)} is {digest}", highlight=False)
+    found = RegistrySboms(registry, ctx.keys().trust).lookup(ref.repository, digest)
+    if found.sbom is None:
+        raise RunFailed(f"{ref.host}/{ref.repository}@{digest}: " + (found.rejected or f"no SBOM beside it (no "
+                        f"{sbom_tag(digest)}); `imagebuilder publish` writes one"))
+    text = json.dumps(found.sbom.document, indent=1, sort_keys=True) + "\n"
+    components = len(found.sbom.document.get("components") or [])
+    said = f"{components} components, signed by {found.sbom.signer()}"
+    if out_file is None:
+        click.echo(text, nl=False)
+        ctx.err.print(f"SBOM of {escape(ref.host)}/{escape(ref.repository)}@{digest}: {escape(said)}",
+                      highlight=False)
+    else:
+        out_file.write_text(text, encoding="utf-8")
+        ctx.err.print(f"wrote {out_file}: {escape(said)}", highlight=False)
     return 0
 
 

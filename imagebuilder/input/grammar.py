@@ -42,6 +42,10 @@ PATTERNS: dict[str, str] = {
     "libversion": r"\d+(?:\.\d+){1,3}",
     "username": r"[a-z_][a-z0-9_-]{0,31}",
     "id": r"[1-9]\d{0,9}",
+    "severity": r"none|low|medium|high|critical",
+    "package": r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}",  # a Python distribution's or a Debian package's name
+    "date": r"\d{4}-\d{2}-\d{2}",
+    "advisory": r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9.:]+)+",  # an OSV id or alias: GHSA-..., CVE-2024-1, DSA-5532-1
     # Debian's package name, an optional :arch and an optional =version (apt-get install's own syntax)
     "debian": r"[a-z0-9][a-z0-9+.-]{0,127}(?::[a-z0-9-]{1,32})?(?:=[A-Za-z0-9.+~:-]{1,128})?",
 }
@@ -61,6 +65,10 @@ HINTS: dict[str, str] = {
     "var": "letters, digits and ._:/@+=,%- (no spaces or shell characters)",
     "varname": "a letter or _, then letters, digits and _",
     "size": "a number of bytes, optionally with a unit b, k, m or g, e.g. 2g",
+    "severity": "none, low, medium, high or critical",
+    "package": "a package name such as jinja2 or libssl3",
+    "date": "a date as YYYY-MM-DD, e.g. 2027-01-31",
+    "advisory": "an advisory id or alias, e.g. GHSA-h75v-3vvj-5mfj or CVE-2024-56326",
     "debian": "a Debian package name, optionally with :arch and =version (e.g. git, libc6:amd64, curl=7.88.1-10)",
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import fnmatch
 import itertools
 import math
@@ -24,6 +25,7 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
+from ..supply.policy import Allowance, Policy
 from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
@@ -139,6 +141,17 @@ VERSION_FIELDS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "
 
 
 @dataclass(frozen=True)
+class VulnerabilitySettings:
+    """`vulnerabilities:`: where the advisories are (OSV) and the gate's policy (`supply.policy`)."""
+
+    data: tuple[Path, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+
+
+ALLOWANCE_KEYS = ("id", "reason", "expires", "packages")
+
+
+@dataclass(frozen=True)
 class Entry:
     """One resolved point of the matrix. Nothing mutates it after `load()`."""
 
@@ -171,6 +184,7 @@ class Entry:
     toolkit: tuple[str, ...] = ()  # devel flavor of a CUDA entry: nvcc and CUDA headers as pip requirements
     cuda_libs: tuple[str, ...] = ()  # torch's CUDA library wheels (compat.Variant.cuda_libs): the shared CUDA node
     origins: tuple[tuple[str, str], ...] = ()  # key -> where its value was written (`file:line`) or `default`
+    vulnerabilities: VulnerabilitySettings = field(default_factory=VulnerabilitySettings)
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -521,8 +535,8 @@ class _Loader:
             self.path_value(p, (*lp_path, i), want_dir=True)
             for i, p in enumerate(self.listof(lp_raw or [], lp_path))
         )
-        mappings = {name: self.merged(top, combo, name, schema.names(under=name)) for name in ("build", "smoke",
-                                                                                                "user")}
+        mappings = {name: self.merged(top, combo, name, schema.names(under=name))
+                    for name in ("build", "smoke", "user", "vulnerabilities")}
         build = self.build_settings(mappings["build"], variant)
         smoke = self.smoke_settings(top, mappings["smoke"])
         tags_raw, tags_path = self.cascaded(top, combo, "tags")
@@ -574,7 +588,52 @@ class _Loader:
             driver_floor=self.compat.min_driver(variant.cuda) if variant.cuda else None, aliases=aliases,
             user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
             cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (), origins=self.origins(top, combo, mappings),
+            vulnerabilities=self.vulnerabilities(mappings["vulnerabilities"]),
         )
+
+    def vulnerabilities(self, merged: Merged) -> VulnerabilitySettings:
+        """`vulnerabilities: {data, block, unknown, require_data, allow}` (an entry's keys over the top level's)."""
+        raw_data = merged.values.get("data") or []
+        items = [raw_data] if isinstance(raw_data, str) else self.listof(raw_data, merged.path("data"))
+        data = []
+        for i, item in enumerate(items):
+            path = merged.path("data") if isinstance(raw_data, str) else (*merged.path("data"), i)
+            found = self.path_value(item, path, want_dir=False) if isinstance(item, str) and \
+                not (self.root / os.path.expanduser(item)).is_dir() else self.path_value(item, path, want_dir=True)
+            data.append(found)
+        require = merged.values.get("require_data", False)
+        if not isinstance(require, bool):
+            raise self.fail(f"expected true or false, got {_describe(require)}", merged.path("require_data"))
+        allow = []
+        for i, item in enumerate(self.listof(merged.values.get("allow") or [], merged.path("allow"))):
+            path = (*merged.path("allow"), i)
+            m = self.mapping(item, path, ALLOWANCE_KEYS)
+            for needed in ("id", "reason", "expires"):
+                if needed not in m:
+                    raise self.fail(f"an exception needs `{needed}:` (id, reason and expires: every exception says "
+                                    "why and until when)", path)
+            reason = m["reason"]
+            if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+                raise self.fail(f"expected a one-line reason, got {_describe(reason)}", (*path, "reason"))
+            expires = m["expires"]
+            if isinstance(expires, datetime.date):  # YAML reads 2027-01-31 as a date
+                expires = expires.isoformat()
+            text = self.scalar(expires, "date", (*path, "expires"))
+            try:
+                day = datetime.date.fromisoformat(text)
+            except ValueError:
+                raise self.fail(f"{text!r} is not a date", (*path, "expires"), hint=grammar.hint("date")) from None
+            packages = m.get("packages") or []
+            names = tuple(self.scalar(p, "package", (*path, "packages", j))
+                          for j, p in enumerate([packages] if isinstance(packages, str) else
+                                                self.listof(packages, (*path, "packages"))))
+            where = self.doc.where(path)
+            allow.append(Allowance(self.scalar(m["id"], "advisory", (*path, "id")), reason.strip(), day, names,
+                                   f"{Path(where.file).name}:{where.line}"))
+        policy = Policy(block=self.setting(merged, "vulnerabilities.block"),
+                        unknown=self.setting(merged, "vulnerabilities.unknown"), allow=tuple(allow),
+                        require_data=require)
+        return VulnerabilitySettings(tuple(data), policy)
 
     def user(self, merged: Merged) -> UserSpec:
         """`user: {name, uid, gid, workdir}` (entry keys override the top-level ones); never root."""

@@ -112,6 +112,16 @@ KEYS: tuple[Key, ...] = (
     Key("smoke.gpu_floors", "mapping", "bf16 TFLOP/s floors for GPUs missing from the suite's table.", "{}"),
     Key("smoke.history_window", "int", "The last N passes of an image's lineage whose median is its performance "
         "baseline (1 to 50).", "5"),
+    Key("vulnerabilities", "mapping", "The vulnerability gate on each image's SBOM before any public tag moves "
+        "(below).", None, merge=True),
+    Key("vulnerabilities.data", "list", "OSV advisories: .json records, OSV's per-ecosystem `all.zip` exports, or "
+        "folders of them (relative to the file). Without any, the gate says it has no data.", "[]", items="path"),
+    Key("vulnerabilities.block", "severity", "The lowest severity that blocks publishing (`none`: report only).",
+        "high"),
+    Key("vulnerabilities.unknown", "severity", "The severity assumed for an advisory that states none.", "high"),
+    Key("vulnerabilities.require_data", "bool", "Refuse to publish when no vulnerability data is given.", "false"),
+    Key("vulnerabilities.allow", "list", "Exceptions `{id, reason, expires: YYYY-MM-DD, packages: [...]}`; an "
+        "expired one blocks again.", "[]", items="mapping"),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 

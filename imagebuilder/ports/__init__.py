@@ -5,6 +5,7 @@ them; the unit tests' fakes (tests/unit/fakes.py) implement them without subclas
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
@@ -83,6 +84,8 @@ class Registry(Protocol):
     def untag(self, repo: str, tag: str) -> bool: ...
 
     def blob(self, repo: str, digest: str) -> bytes: ...
+
+    def open_blob(self, repo: str, digest: str) -> AbstractContextManager[BinaryIO]: ...
 
     def put_blob(self, repo: str, data: bytes) -> str: ...
 

@@ -20,15 +20,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import http.client
+import io
 import json
 import os
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import requests
 import tenacity
@@ -99,13 +101,13 @@ class Registry:
 
     # -- requests with auth and retries ---------------------------------------------------------
     def _request(self, method: str, path: str, *, scope: str, headers: Mapping[str, str] | None = None,
-                 data: bytes | None = None) -> requests.Response:
+                 data: bytes | None = None, stream: bool = False) -> requests.Response:
         retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_transient),
                                      stop=tenacity.stop_after_attempt(self.attempts),
                                      wait=tenacity.wait_exponential(multiplier=0.5, max=8), reraise=True,
                                      before_sleep=self._notice(method, path))
         try:
-            return retrying(self._once, method, path, scope, dict(headers or {}), data)
+            return retrying(self._once, method, path, scope, dict(headers or {}), data, stream)
         except _Status as exc:
             raise EngineError(f"registry {self.host}: {method} {path}: {exc}") from None
         except requests.exceptions.RequestException as exc:
@@ -119,13 +121,15 @@ class Registry:
                               f"{self.attempts}) after: {type(exc).__name__ if exc else '?'}")
         return notice
 
-    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None) -> requests.Response:
+    def _send(self, method: str, path: str, headers: dict[str, str], data: bytes | None,
+              stream: bool = False) -> requests.Response:
         """One request over HTTPS, or plain HTTP where this registry may (`insecure`) and, asked first, answered
         in plain HTTP (or, with no port named, refused HTTPS's): learned once, as the engine does. A certificate
         that is not trusted is a `RegistryAccess` error, never answered by falling back; any other failure is
         the network's (retried)."""
         try:
-            resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout)
+            resp = self._session.request(method, self.base + path, headers=headers, data=data, timeout=self.timeout,
+                                         stream=stream)
         except requests.exceptions.SSLError as exc:
             why = tls.untrusted(exc)
             if why is not None:
@@ -138,28 +142,28 @@ class Registry:
                                      "registry or one the engine lists in `insecure-registries` is spoken to over "
                                      "plain HTTP (as the engine does)") from None
             self._scheme = "http"  # it does not speak TLS
-            return self._send(method, path, headers, data)
+            return self._send(method, path, headers, data, stream)
         except requests.exceptions.ConnectionError:
             no_port = urllib.parse.urlsplit(f"//{self.host}").port is None  # HTTPS on 443, HTTP on 80
             if not (self.insecure and self._scheme is None and no_port):
                 raise
             self._scheme = "http"
-            return self._send(method, path, headers, data)
+            return self._send(method, path, headers, data, stream)
         if self._scheme is None:
             self._scheme = "https"  # it answered over TLS: never plain HTTP from now on
         return resp
 
-    def _once(self, method: str, path: str, scope: str, headers: dict[str, str], data: bytes | None) \
-            -> requests.Response:
+    def _once(self, method: str, path: str, scope: str, headers: dict[str, str], data: bytes | None,
+              stream: bool = False) -> requests.Response:
         if scope in self._token:
             headers["Authorization"] = self._token[scope]
-        resp = self._send(method, path, headers, data)
+        resp = self._send(method, path, headers, data, stream)
         if resp.status_code == 401:
             challenge = resp.headers.get("WWW-Authenticate", "")
             header = self._authorize(challenge, scope)
             if header:
                 self._token[scope] = headers["Authorization"] = header
-                resp = self._send(method, path, headers, data)
+                resp = self._send(method, path, headers, data, stream)
                 refused = _challenge(resp.headers.get("WWW-Authenticate", "")).get("error")
                 if resp.status_code == 401 and refused == "invalid_token":  # a fresh token, refused
                     self._token.pop(scope, None)
@@ -349,6 +353,23 @@ class Registry:
             raise EngineError(f"registry {self.host}: blob {digest[:19]} of {repo} does not match its digest")
         return resp.content
 
+    @contextlib.contextmanager
+    def open_blob(self, repo: str, digest: str) -> Iterator[BinaryIO]:
+        """A blob as a stream, for one that is too large to hold (an image layer): its digest is checked once it
+        has been read to the end (`EngineError` then, after what was read from it; read it all before using it)."""
+        resp = self._request("GET", f"{repo}/blobs/{digest}", scope=f"repository:{repo}:pull", stream=True)
+        try:
+            if resp.status_code != 200:
+                raise self._failed(resp, f"GET {repo} blob {digest[:19]}", "pull from", repo)
+            reader = _Checked(resp.raw, digest, f"registry {self.host}: blob {digest[:19]} of {repo}")
+            try:
+                yield cast(BinaryIO, io.BufferedReader(reader, 1 << 20))
+            except (requests.exceptions.RequestException, OSError, http.client.HTTPException) as exc:
+                raise EngineError(f"registry {self.host}: reading blob {digest[:19]} of {repo}: {_why(exc)}") from None
+            reader.finish()
+        finally:
+            resp.close()
+
     def put_blob(self, repo: str, data: bytes) -> str:
         """Upload a small blob in one request (a POST, then a PUT with its digest); returns the digest."""
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -393,6 +414,29 @@ class Registry:
             return None
         labels = (config.get("config") or {}).get("Labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
+
+
+class _Checked(io.RawIOBase):
+    """A blob's body read through, hashed as it goes; `finish` reads what is left and compares the digest."""
+
+    def __init__(self, raw: Any, digest: str, what: str) -> None:
+        self.raw, self.digest, self.what = raw, digest, what
+        self.hash = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        self.hash.update(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+    def finish(self) -> None:
+        while data := self.raw.read(1 << 20):
+            self.hash.update(data)
+        if "sha256:" + self.hash.hexdigest() != self.digest:
+            raise EngineError(f"{self.what} does not match its digest")
 
 
 def _challenge(header: str) -> dict[str, str]:

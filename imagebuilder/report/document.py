@@ -31,6 +31,8 @@ def node_json(r: NodeRecord) -> dict[str, Any]:
         "untested": r.untested, "allowed_skips": list(r.allowed_skips),
         "smoke_report": dict(r.smoke_report) if r.smoke_report is not None else None,
         "performance": dict(r.performance) if r.performance is not None else None,
+        "sbom": dict(r.sbom) if r.sbom is not None else None,
+        "vulnerabilities": dict(r.vulnerabilities) if r.vulnerabilities is not None else None,
     }
 
 

@@ -113,6 +113,43 @@ class Card:
     verdict: str = ""  # the regression gate's, in words
     runner: str = ""
     metrics: tuple[Metric, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the vulnerability gate's, blocking first
+    gate: str = ""  # the gate's verdict in words (and the data it judged with)
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    level: str
+    package: str
+    layer: str
+    fixed: str
+    outcome: str  # in words: blocks, blocks (exception expired ...), allowed until ...: reason, below the threshold
+    blocks: bool
+    summary: str
+
+
+OUTCOMES = {"blocks": "blocks", "below": "below the threshold"}
+
+
+def findings(node: Mapping[str, Any]) -> tuple[str, tuple[Finding, ...]]:
+    """The vulnerability gate's verdict on a node in words, and its findings (none when it did not run)."""
+    gate = mapping(node.get("vulnerabilities"))
+    if not gate:
+        return "", ()
+    out = []
+    for f in map(mapping, items(gate.get("findings"))):
+        outcome = text(f.get("outcome"))
+        words = (f"blocks: the exception expired {text(f.get('expires'))}" if outcome == "expired" else
+                 f"allowed until {text(f.get('expires'))}: {text(f.get('reason'))}" if outcome == "allowed" else
+                 OUTCOMES.get(outcome, outcome))
+        level = text(f.get("level")) + ("" if f.get("level_known", True) else " (assumed)")
+        out.append(Finding(text(f.get("id")), level, f"{text(f.get('package'))} {text(f.get('version'))}",
+                           text(f.get("layer")), ", ".join(map(text, items(f.get("fixed")))) or "-", words,
+                           outcome in ("blocks", "expired"), text(f.get("summary"))))
+    verdict = "BLOCKED by known vulnerabilities" if gate.get("blocked") else \
+        f"{len(out)} known, none blocks" if out else "no known vulnerability"
+    return f"{verdict} ({text(gate.get('data'))})", tuple(out)
 
 
 @dataclass(frozen=True)
@@ -261,6 +298,13 @@ def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mappin
     if node.get("untested"):
         fact("UNTESTED", "published without a pass (--allow-untested)")
     fact("allowed skips", node.get("allowed_skips"))
+    sbom = mapping(node.get("sbom"))
+    if sbom:
+        fact("SBOM", f"{text(sbom.get('format'))}: {text(sbom.get('components'))} components ({text(sbom.get('deb'))} "
+                     f"Debian, {text(sbom.get('python'))} Python), {text(sbom.get('source'))}; "
+                     f"{text(sbom.get('where'))}" + (f", signed by {text(sbom.get('signer'))}" if sbom.get("signer")
+                                                     else ""))
+    gate, found = findings(node)
     checks = tuple((text(c.get("name")), text(c.get("reason")),
                     "\n".join(map(text, items(c.get("log"))[-40:])) if isinstance(c.get("log"), list)
                     else text(c.get("log")))
@@ -269,12 +313,12 @@ def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mappin
     verdict, runner, rows = metrics(node)
     search = " ".join(text(x) for x in (node.get("node"), node.get("status"), node.get("digest"), node.get("image"),
                                          *items(node.get("tags")), *mapping(node.get("versions")).values(),
-                                         node.get("error"), *also))
+                                         node.get("error"), *also, *(f.id for f in found)))
     return Card(anchor, text(node.get("node")), text(node.get("entry")), column(node), text(node.get("status")),
                 tone(node), accelerator(node), tuple(facts), search.lower(), tuple(also), text(node.get("error")),
                 "\n".join(text(node.get("log_tail")).splitlines()[-60:]), log_link(node.get("log")) or "", checks,
                 repro.commands(node, meta) if tone(node) != "ok" else (), VERDICTS.get(verdict, verdict), runner,
-                rows)
+                rows, found, gate)
 
 
 def page(doc: Mapping[str, Any]) -> Page:

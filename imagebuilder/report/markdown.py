@@ -51,6 +51,12 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
                   "threshold |", "|---|---|---|---|---|---|---|---|"]
         for r in measured:
             lines += _performance_rows(r)
+    scanned = [r for r in results if r.vulnerabilities]
+    if scanned:
+        lines += ["", "### Vulnerabilities", "", "| node | SBOM | verdict | advisory | severity | package | layer | "
+                  "fixed in |", "|---|---|---|---|---|---|---|---|"]
+        for r in scanned:
+            lines += _vulnerability_rows(r)
     gaps = [r for r in results if r.untested or r.allowed_skips or r.publish == PublishStatus.STAGED]
     if gaps:
         lines += ["", "### Not fully tested", ""]
@@ -85,6 +91,28 @@ def _performance_rows(r: NodeRecord) -> list[str]:
                    + (f"{row['baseline']:.4g}" if row.get("baseline") is not None else "-") + " | "
                    + (f"{change:+.1%}{mark}" if change is not None else "-") + " | "
                    + (f"{limit:.0%}" if limit is not None else "not gated") + " |")
+    return out
+
+
+def _vulnerability_rows(r: NodeRecord) -> list[str]:
+    """The gate's findings on the node (blocking first), or one row saying it found nothing, or had no data."""
+    found = r.vulnerabilities or {}
+    sbom = r.sbom or {}
+    components = f"{sbom.get('components', '?')} components" if sbom else "-"
+    verdict = "**blocked**" if found.get("blocked") else "ok"
+    findings = list(found.get("findings") or [])
+    if not findings:
+        return [f"| `{r.node}` | {components} | {verdict} | none known ({_md(str(found.get('data') or ''))}) "
+                "| | | | |"]
+    out = []
+    for f in findings:
+        outcome = {"blocks": "**blocks**", "expired": f"**blocks** (exception expired {f.get('expires')})",
+                   "allowed": f"allowed until {f.get('expires')}: {_md(str(f.get('reason') or ''))}",
+                   "below": "below the threshold"}.get(str(f.get("outcome")), str(f.get("outcome")))
+        out.append(f"| `{r.node}` | {components} | {outcome} | {_md(str(f.get('id')))} | "
+                   f"{_md(str(f.get('level')))}{'' if f.get('level_known', True) else ' (assumed)'} | "
+                   f"{_md(str(f.get('package')))} {_md(str(f.get('version')))} | {_md(str(f.get('layer')))} | "
+                   f"{_md(', '.join(f.get('fixed') or []) or '-')} |")
     return out
 
 

@@ -90,6 +90,8 @@ class NodeRecord:
     secret_scan: str | None = None  # what the secret scan of its image covered (files, bytes)
     untested: bool = False  # published without a pass, by --allow-untested
     allowed_skips: tuple[str, ...] = ()  # skips of a GPU run that smoke.allow_skip accepted
+    sbom: Mapping[str, Any] | None = None  # its SBOM: where it is, who signed it, what it counts (`steps.supply`)
+    vulnerabilities: Mapping[str, Any] | None = None  # the vulnerability gate's verdict on it (`supply.policy`)
 
     @classmethod
     def of(cls, node: Node) -> NodeRecord:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
-from ..evidence import attestation, passes
+from ..evidence import attestation, passes, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
@@ -195,6 +195,8 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
         held = registry.manifest_digest(target_repo, tag)
         if held != move.digest:
             raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
+    if target_repo != source_repo:
+        carry_sbom(registry, keys.trust, move.digest, source_repo, target_repo)
     if proof.record is not None and proof.tag is not None:
         if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
             record_digest = registry.manifest_digest(source_repo, proof.tag)
@@ -205,3 +207,17 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
     store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
                                       entry="", date=passes.now(), suite=passes.suite_hash(),
                                       allowed_by="--allow-untested (promote)").at(move.digest, f"{host}/{target_repo}"))
+
+
+def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, target_repo: str) -> bool:
+    """The image's SBOM goes along into another repository, when the one beside it counts (signed by a trusted
+    key, about this digest); whether one is there now."""
+    tag = sboms.sbom_tag(digest)
+    if registry.manifest_digest(target_repo, tag) is not None:
+        return True
+    if sboms.RegistrySboms(registry, trust).lookup(source_repo, digest).sbom is None:
+        return False
+    artifact = registry.manifest_digest(source_repo, tag)
+    if artifact is not None:
+        registry.copy(source_repo, artifact, target_repo, tag)
+    return artifact is not None

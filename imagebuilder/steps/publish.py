@@ -25,6 +25,7 @@ from .cosign import Cosign
 from .ledger import BuildStatus, PublishStatus, VerifyStatus
 from .schedule import Task
 from .stage import entry_nodes, mark_unpublished, push_key_tag, push_key_tags, require_push, scan
+from .supply import SupplyChain
 from .verify import via
 
 PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
@@ -38,10 +39,13 @@ class Publish:
     dry_run: bool = False  # say what would be written and moved; write and move nothing
     stage_untested: bool = True  # build: an untested entry is staged (key tags only); publish: it is held
     signing: Cosign = field(default_factory=lambda: Cosign("skipped"))
+    supply: SupplyChain = field(default_factory=SupplyChain)  # each image's SBOM and the vulnerability gate
 
     def start(self, run: RunContext) -> None:
         if self.push and not self.dry_run:
             require_push(run, "publishing")
+        if self.push:
+            self.supply.start(run)
 
     def tasks(self, run: RunContext) -> list[Task]:
         """publish:<entry> after every step of its nodes; aliases after every entry."""
@@ -155,6 +159,15 @@ class Publish:
             except ImageBuilderError as exc:
                 failure = (node, exc.message)
                 break
+        if failure is None:  # what is in each image, and whether a known vulnerability keeps it from a tag (its
+            try:  # pass records are bound already: they say what was tested, and a later exception needs no test)
+                blocked = self.supply.check(run, nodes, digests)
+            except ImageBuilderError as exc:
+                blocked = {nodes[-1].id: f"its SBOM could not be made: {exc.message}"}
+            if blocked:
+                bad = next(n for n in nodes if n.id in blocked)
+                failure = (bad, f"{'would be ' if self.dry_run else ''}blocked by the vulnerability gate: "
+                                f"{blocked[bad.id]}")
         if failure is not None:
             bad, message = failure
             return self.fail_entry(run, nodes, starts, bad, message, "no tag of this entry was applied", message)

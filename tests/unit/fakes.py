@@ -4,6 +4,7 @@ document's digest, as on a real engine, so a pushed image's manifest names its I
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -72,6 +73,10 @@ class FakeRegistry:
     def blob(self, repo: str, digest: str) -> bytes:
         return self.blobs[digest]
 
+    @contextlib.contextmanager
+    def open_blob(self, repo: str, digest: str) -> Iterator[BinaryIO]:
+        yield io.BytesIO(self.blobs[digest])
+
     def put_blob(self, repo: str, data: bytes) -> str:
         digest = sha(data)
         self.blobs[digest] = data
@@ -111,21 +116,36 @@ class FakeRegistry:
 
     def image(self, repo: str, tag: str, content: str) -> tuple[str, str]:
         """Push an image: returns (manifest digest, config digest)."""
-        config = self.put_blob(repo, json.dumps({"config": {"Labels": {"x": content}}}).encode())
+        config = self.put_blob(repo, json.dumps({"config": {"Labels": {"x": content}},
+                                                 "rootfs": {"type": "layers", "diff_ids": []}}).encode())
         return self.image_of(repo, tag, config), config
 
-    def image_of(self, repo: str, tag: str, config: str) -> str:
-        """Push an image manifest for a config digest (an engine's image ID); returns the manifest digest."""
-        body = json.dumps({"schemaVersion": 2, "mediaType": IMAGE_TYPE, "layers": [],
+    def image_of(self, repo: str, tag: str, config: str, layers: tuple[str, ...] = ()) -> str:
+        """Push an image manifest for a config digest (an engine's image ID) and its layer blobs; returns the
+        manifest digest."""
+        body = json.dumps({"schemaVersion": 2, "mediaType": IMAGE_TYPE,
+                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d,
+                                       "size": len(self.blobs[d])} for d in layers],
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config}})
         return self.put_manifest(repo, tag, body.encode(), IMAGE_TYPE)
 
     def public_tags(self, repo: str) -> dict[str, str]:
         """Tags that are neither key tags nor pass records -> digest."""
-        from imagebuilder.evidence import passes
+        from imagebuilder.evidence import attestation
 
         return {t: d for (r, t), d in self.tagged.items()
-                if r == repo and not t.startswith("cache-") and not passes.is_record_tag(t)}
+                if r == repo and not t.startswith("cache-") and not attestation.is_evidence_tag(t)}
+
+
+def layer_tar(files: Mapping[str, bytes]) -> bytes:
+    """A layer: a tar of these files (paths without the leading /)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 _LABEL = re.compile(r'([A-Za-z0-9._-]+)="((?:[^"\\]|\\.)*)"')
@@ -177,6 +197,7 @@ class FakeEngine:
     gpus: int = 1  # the GPUs a container sees when the host gives it GPUs
     model: str = H100  # what they are
     files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
+    layer_tars: dict[str, bytes] = field(default_factory=dict)  # diff_id -> the layer's tar as pushed (default: empty)
     # (image, expect, commands, GPUs seen) -> what the suite in the container reports
     report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] | None = None
     run_labels: dict[str, str] = field(default_factory=dict)
@@ -233,7 +254,8 @@ class FakeEngine:
         parent = text.split("FROM ", 1)[1].split()[0]
         layers = [*(self.images.get(parent, {}).get("layers") or []), sha(context)]
         sink(f"Successfully built from {parent}")
-        return self.add({"config": {"Labels": labels, "Env": []}, "layers": layers})
+        return self.add({"config": {"Labels": labels, "Env": []}, "layers": layers,
+                         "rootfs": {"type": "layers", "diff_ids": layers}})
 
     def pull(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
         parsed = parse(ref)
@@ -250,7 +272,9 @@ class FakeEngine:
         image = self.local_tags[ref]
         self.registry.put_blob(parsed.repository, json.dumps(self.images[image], sort_keys=True).encode())
         self.pushed.append(ref)
-        return self.registry.image_of(parsed.repository, parsed.reference, image)
+        blobs = tuple(self.registry.put_blob(parsed.repository, self.layer_tars.get(d) or layer_tar({}))
+                      for d in self.images[image].get("layers") or [])
+        return self.registry.image_of(parsed.repository, parsed.reference, image, blobs)
 
     def tag(self, image: str, ref: str) -> None:
         self.local_tags[ref] = image

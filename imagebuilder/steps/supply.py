@@ -1,0 +1,272 @@
+"""The supply-chain gate of publish: each image's SBOM, and the vulnerability gate on it, before any public tag of
+its entry moves.
+
+The SBOM is about the digest publish is about to tag: found beside it in the registry (a trusted signature, this
+very digest), else read from that digest's own layers in the registry (the dpkg database and every Python
+distribution of every layer: `supply.inventory`), signed and stored beside it (`evidence.sboms`). An image's
+contents are its parent's plus its own layers: a node's inventory is computed once per run and every image built
+on it starts from it (a layer is read once per machine: `LocalLayers`), and each component says which layer
+brought it. The gate (`supply.policy`) judges the document that was signed, against OSV advisories the matrix
+names (`vulnerabilities:`), loaded once before anything runs; an entry with a blocking finding on any of its nodes
+is not published, and says which advisory, package, version and layer, and what fixes it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from .. import __version__
+from ..errors import EngineError, InputError
+from ..evidence.sboms import Found, LocalLayers, RegistrySboms, sbom_tag
+from ..plan.plan import Node
+from ..supply import osv
+from ..supply.inventory import Inventory, LayerFacts, read_layer
+from ..supply.policy import Installed, Policy, Verdict, judge, no_data
+from .context import RunContext
+
+DEB_ECOSYSTEM = "Debian"
+
+
+@dataclass(frozen=True)
+class Sbom:
+    """One image's SBOM as this run holds it: the document, the inventory it was made from when this run read
+    the layers (None when it was found beside the digest), and where it is."""
+
+    document: Mapping[str, Any]
+    inventory: Inventory | None
+    where: str
+    source: str  # computed | found | reused (an image of this run already had it)
+    signer: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        from ..supply import cyclonedx
+
+        kinds = [c[0] for c in cyclonedx.components_of(self.document)]
+        return {"where": self.where, "source": self.source, "signer": self.signer, "format": "CycloneDX "
+                f"{self.document.get('specVersion')}", "components": len(kinds), "deb": kinds.count("deb"),
+                "python": kinds.count("python")}
+
+
+def installed(document: Mapping[str, Any], release: str | None) -> list[Installed]:
+    """What the gate looks up for each component of a CycloneDX document: a Debian package by its source package
+    and version (OSV's Debian records name sources), in the image's Debian release; a Python distribution by its
+    name and version."""
+    out = []
+    for component in document.get("components") or []:
+        if not isinstance(component, Mapping):
+            continue
+        props = {str(p.get("name")): str(p.get("value")) for p in component.get("properties") or []
+                 if isinstance(p, Mapping)}
+        purl = str(component.get("purl") or "")
+        name, version = str(component.get("name")), str(component.get("version"))
+        layer = props.get("imagebuilder:layer", "?")
+        if purl.startswith("pkg:deb/"):
+            source, _, source_version = props.get("imagebuilder:source", f"{name} {version}").partition(" ")
+            query = osv.Query(f"{DEB_ECOSYSTEM}:{release}" if release else DEB_ECOSYSTEM, source,
+                              source_version or version)
+            ref = f"deb {name} {version}" + (f" (source {source} {source_version})" if source != name else "")
+        elif purl.startswith("pkg:pypi/"):
+            query = osv.Query("PyPI", name, version)
+            ref = f"pypi {name} {version} in {props.get('imagebuilder:path', '?')}"
+        else:
+            continue
+        out.append(Installed(query, ref, layer))
+    return out
+
+
+def release_of(document: Mapping[str, Any]) -> str | None:
+    """The Debian release of the image (`debian-12` -> `12`), from the distro its deb purls name."""
+    for component in document.get("components") or []:
+        purl = str(component.get("purl") or "") if isinstance(component, Mapping) else ""
+        if purl.startswith("pkg:deb/") and "distro=debian-" in purl:
+            return purl.split("distro=debian-", 1)[1].split("&", 1)[0]
+    return None
+
+
+@dataclass
+class SupplyChain:
+    """Publish's collaborator for SBOMs and the vulnerability gate. `today` decides which exceptions expired."""
+
+    dry_run: bool = False
+    today: datetime.date = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date())
+    _advisories: dict[tuple[Path, ...], osv.Advisories] = field(default_factory=dict)
+    _held: dict[str, Sbom] = field(default_factory=dict)  # manifest digest -> its SBOM (this run)
+    _inventories: dict[str, Inventory] = field(default_factory=dict)  # manifest digest -> what it holds
+    _locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, run: RunContext) -> None:
+        """Every entry's vulnerability data loaded (once per set of files) before anything runs: a file that is
+        not OSV data, or a matrix that requires data and has none, is an input error now."""
+        for entry in run.plan.entries():
+            settings = entry.vulnerabilities
+            advisories = self.advisories(settings.data)
+            why = no_data(settings.policy, advisories)
+            if why is not None:
+                raise InputError(f"{entry.id}: {why}", where=entry.where)
+        for data, advisories in self._advisories.items():
+            if data:
+                run.logs.say(f"[dim]vulnerability data: {escape(advisories.summary())}[/]")
+
+    def advisories(self, data: tuple[Path, ...]) -> osv.Advisories:
+        with self._lock:
+            if data not in self._advisories:
+                self._advisories[data] = osv.Advisories.load_all(data)
+            return self._advisories[data]
+
+    def check(self, run: RunContext, nodes: Sequence[Node], digests: Mapping[str, str]) -> dict[str, str]:
+        """The SBOM of each node's digest (found, or made and, unless --dry-run, signed beside it), then the gate
+        on it; the nodes that block, and why. A node whose SBOM could not be made blocks too (`EngineError`)."""
+        blocked: dict[str, str] = {}
+        for node in nodes:
+            sbom = self.sbom(run, node, digests)
+            verdict = self.judge(run, node, sbom)
+            if verdict.blocked:
+                blocked[node.id] = verdict.why()
+        return blocked
+
+    def judge(self, run: RunContext, node: Node, sbom: Sbom) -> Verdict:
+        settings = node.entry.vulnerabilities
+        advisories = self.advisories(settings.data)
+        verdict = judge(installed(sbom.document, release_of(sbom.document)), advisories, settings.policy, self.today)
+        run.ledger.update(node.id, vulnerabilities={**verdict.to_json(), "policy": policy_json(settings.policy)})
+        for finding in verdict.findings:
+            if finding.outcome in ("blocks", "expired"):
+                run.logs.say(f"[bold red]  ✗ {escape(node.id)}: {escape(finding.why())}[/]")
+            elif finding.outcome == "allowed":
+                run.logs.say(f"[yellow]  {escape(node.id)}: {escape(finding.why())}[/]")
+        if not verdict.findings:
+            run.logs.say(f"[dim]  {escape(node.id)}: no known vulnerability ({escape(verdict.data)})[/]")
+        return verdict
+
+    def sbom(self, run: RunContext, node: Node, digests: Mapping[str, str]) -> Sbom:
+        """The SBOM of the node's digest: this run's, the registry's (signed by a trusted key), or made now."""
+        digest = digests.get(node.id) or run.ledger[node.id].digest
+        if digest is None:
+            raise EngineError(f"{node.id} has no digest in the registry: no SBOM")
+        with self._lock:
+            lock = self._locks.setdefault(digest, threading.Lock())
+        with lock:
+            if digest in self._held:
+                held = self._held[digest]
+                sbom = Sbom(held.document, held.inventory, held.where, "reused", held.signer)
+            else:
+                sbom = self._held[digest] = self.find_or_make(run, node, digest, digests)
+        run.ledger.update(node.id, sbom=sbom.summary())
+        return sbom
+
+    def find_or_make(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str]) -> Sbom:
+        host, repo, _ = run.key_tag(node)
+        store = RegistrySboms(run.registries(host), run.keys.trust, run.keys.signer)
+        found: Found = store.lookup(repo, digest)
+        where = f"registry {host}/{repo}:{sbom_tag(digest)}"
+        if found.sbom is not None:
+            run.logs.say(f"[dim]  {escape(node.id)}: SBOM found beside {digest[:19]} (signed by "
+                         f"{escape(found.sbom.signer())})[/]")
+            return Sbom(found.sbom.document, None, where, "found", found.sbom.signer())
+        if found.rejected is not None:
+            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(found.rejected)}; made again[/]")
+        inventory = self.inventory(run, node, digest, digests)
+        from ..supply import cyclonedx  # (its library takes a tenth of a second to import: only when one is made)
+
+        document = cyclonedx.document(inventory, image=f"{host}/{repo}", digest=digest, tool_version=__version__)
+        if self.dry_run:
+            return Sbom(document, inventory, f"would write {where} (--dry-run)", "computed")
+        store.put(repo, digest, document, node=node.id)
+        signer = run.keys.signer.public.label()
+        run.logs.say(f"[dim]  {escape(node.id)}: SBOM of {len(inventory.components)} components signed beside "
+                     f"{digest[:19]}[/]")
+        return Sbom(document, inventory, f"{where} (written by this run)", "computed", signer)
+
+    def inventory(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str]) -> Inventory:
+        """What the image `digest` holds: its parent's inventory (this run's, computed once) with its own layers
+        read over it; a root image's base-image layers are labelled as the base image's."""
+        with self._lock:
+            if digest in self._inventories:
+                return self._inventories[digest]
+        host, repo, _ = run.key_tag(node)
+        client = run.registries(host)
+        layers, diff_ids = image_layers(client, repo, digest)
+        below: list[str] = []
+        inventory = Inventory.empty()
+        if node.parent is not None:
+            parent = run.plan.node(node.parent)
+            parent_digest = digests.get(parent.id) or run.ledger[parent.id].digest
+            if parent_digest is not None:
+                parent_inventory = self.inventory(run, parent, parent_digest, digests)
+                below = image_layers(client, repo, parent_digest)[1]
+                if diff_ids[:len(below)] == below:
+                    inventory = parent_inventory
+                else:
+                    below = []  # (not built on it: every layer is read)
+        base_layers = self.base_layers(run, node) if node.parent is None else []
+        if base_layers and diff_ids[:len(base_layers)] != base_layers:
+            base_layers = []
+        cache = LocalLayers(run.cache_dir / "sbom", run.keys.trust, run.keys.signer)
+        start = len(below)
+        for index in range(start, len(diff_ids)):
+            label = f"base image {node.base_image}" if index < len(base_layers) else node.layer.name
+            facts = self.layer(run, node, cache, repo, client, layers[index], diff_ids[index])
+            inventory = inventory.apply(facts, label, diff_ids[index])
+        with self._lock:
+            self._inventories[digest] = inventory
+        return inventory
+
+    @staticmethod
+    def layer(run: RunContext, node: Node, cache: LocalLayers, repo: str, client: Any, blob: Mapping[str, Any],
+              diff_id: str) -> LayerFacts:
+        cached = cache.get(diff_id)
+        if cached is not None:
+            try:
+                return LayerFacts.from_json(cached)
+            except (KeyError, TypeError, ValueError):
+                pass  # (an older format: read again)
+        digest = str(blob["digest"])
+        run.logs.say(f"[dim]  {escape(node.id)}: reading layer {digest[:19]} ({int(blob.get('size') or 0) / 2**20:.0f} "
+                     "MiB) for its SBOM[/]")
+        with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
+            facts = read_layer(stream)
+        cache.put(diff_id, facts.to_json())
+        return facts
+
+    @staticmethod
+    def base_layers(run: RunContext, node: Node) -> list[str]:
+        """The diff_ids of the base image a root node was built on (from the engine), or none when unknown."""
+        base = run.ledger[node.id].base or {}
+        image = base.get("id")
+        if not image:
+            return []
+        try:
+            info = run.images.worker().inspect(str(image))
+        except EngineError:
+            return []
+        return [str(d) for d in (info.get("RootFS") or {}).get("Layers") or []]
+
+
+def image_layers(client: Any, repo: str, digest: str) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The layer blobs of an image manifest and their diff_ids (its config's), index for index."""
+    body, _ = client.manifest(repo, digest)
+    try:
+        manifest = json.loads(body)
+        layers = list(manifest["layers"])
+        config = json.loads(client.blob(repo, str(manifest["config"]["digest"])))
+        diff_ids = [str(d) for d in config["rootfs"]["diff_ids"]] if layers or "rootfs" in config else []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EngineError(f"{repo}@{digest[:19]} is not an image manifest with a config ({exc})") from None
+    if len(layers) != len(diff_ids):
+        raise EngineError(f"{repo}@{digest[:19]}: {len(layers)} layers but {len(diff_ids)} diff_ids")
+    return layers, diff_ids
+
+
+def policy_json(policy: Policy) -> dict[str, Any]:
+    return {"block": policy.block, "unknown": policy.unknown, "require_data": policy.require_data,
+            "allow": [{"id": a.id, "reason": a.reason, "expires": a.expires.isoformat(), "packages": list(a.packages),
+                       "where": a.where} for a in policy.allow]}

@@ -1,0 +1,252 @@
+"""The vulnerability gate's rule: which known vulnerabilities of an image's packages block publishing it. Pure.
+
+Each installed package (`Installed`: what it is, where in the image, which layer brought it) is looked up in the
+OSV advisories (`osv.Advisories`); each advisory that affects it is a finding. A finding's level is the
+advisory's severity, or `Policy.unknown` when the advisory states none: unknown is not safe, so it counts as
+`high` unless the matrix says otherwise. A finding at or above `Policy.block` blocks, unless an exception
+(`Allowance`) covers it: one that names the advisory (its id or any alias, e.g. the CVE) and, when it lists
+packages, the package. An exception is valid through its `expires` day; after that it no longer lets the finding
+through, and the finding says which exception expired and when. `block: none` reports findings and blocks
+nothing. One advisory found twice on one component is one finding.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from ..errors import InputError, Where, did_you_mean
+from . import osv
+
+LEVELS = osv.LEVELS  # ("low", "medium", "high", "critical")
+THRESHOLDS = (*LEVELS, "none")  # `block: none`: nothing blocks, findings are reported
+OUTCOMES = ("blocks", "expired", "allowed", "below")
+BLOCKING = ("blocks", "expired")
+OSV_EXPORTS = ("https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip",
+               "https://osv-vulnerabilities.storage.googleapis.com/Debian/all.zip")
+
+
+def _where(where: str | None) -> Where | None:
+    return Where(where) if where else None
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """An exception: the advisory `id` (or any of its aliases, e.g. a CVE; any case) does not block until the end
+    of `expires`, on `packages` only when some are named. `reason` says why; `where` is where it was written."""
+
+    id: str
+    reason: str
+    expires: datetime.date
+    packages: tuple[str, ...] = ()
+    where: str | None = None  # "matrix.yaml:14"
+
+    def __post_init__(self) -> None:
+        if not self.id.strip():
+            raise InputError("an exception needs the id of the advisory it is for", where=_where(self.where))
+        if not self.reason.strip():
+            raise InputError(f"the exception for {self.id} needs a reason", where=_where(self.where))
+        object.__setattr__(self, "packages", tuple(self.packages))
+
+    def covers(self, names: Iterable[str], package: str) -> bool:
+        """Whether it is for an advisory known by `names` (id and aliases), found on `package`."""
+        wanted = self.id.strip().casefold()
+        if not any(name.casefold() == wanted for name in names):
+            return False
+        return not self.packages or canonicalize_name(package) in {canonicalize_name(p) for p in self.packages}
+
+    def valid_on(self, day: datetime.date) -> bool:
+        """`expires` is the last day it is valid."""
+        return day <= self.expires
+
+    def place(self) -> str:
+        return f" ({self.where})" if self.where else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "reason": self.reason, "expires": self.expires.isoformat(),
+                "packages": list(self.packages), "where": self.where}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """`block`: the lowest level that blocks (`none`: nothing does); `unknown`: the level assumed for an advisory
+    that states no severity (unknown is not safe: `high` by default); `allow`: the exceptions; `require_data`:
+    refuse to judge without vulnerability data (`no_data`)."""
+
+    block: str = "high"
+    unknown: str = "high"
+    allow: tuple[Allowance, ...] = ()
+    require_data: bool = False
+
+    def __post_init__(self) -> None:
+        for key, value, allowed in (("block", self.block, THRESHOLDS), ("unknown", self.unknown, LEVELS)):
+            if value.strip().lower() not in allowed:
+                raise InputError(f"vulnerabilities.{key}: {value!r} is not one of {', '.join(allowed)}",
+                                 hint=did_you_mean(value.strip().lower(), allowed))
+            object.__setattr__(self, key, value.strip().lower())
+        object.__setattr__(self, "allow", tuple(self.allow))
+
+    def blocks_at(self, level: str) -> bool:
+        """Whether a finding of `level` is at or above the threshold."""
+        return self.block != "none" and LEVELS.index(level) >= LEVELS.index(self.block)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A package in an image: what to look up (`query`), which component it is (`ref`, e.g. `pypi jinja2 3.1.4 in
+    /opt/venv/lib/python3.11/site-packages`) and the layer that brought it (`task`, `base image debian:bookworm`)."""
+
+    query: osv.Query
+    ref: str
+    layer: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """An advisory that affects an installed package, judged. `level` is the level used (`unknown`'s when the
+    advisory states none: then `level_known` is False). `outcome`: `blocks`; `expired` (an exception covers it
+    but expired: it blocks); `allowed` (a valid exception covers it); `below` (under the threshold: reported)."""
+
+    id: str
+    aliases: tuple[str, ...]
+    summary: str
+    package: str
+    version: str
+    ecosystem: str
+    ref: str
+    layer: str
+    level: str
+    level_known: bool
+    score: float | None
+    source: str  # where the severity came from ("CVSS:3.1 7.5"), or why it is unknown
+    fixed: tuple[str, ...]
+    outcome: str
+    allowance: Allowance | None = None
+    url: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        return self.outcome in BLOCKING
+
+    def rating(self) -> str:
+        """`medium 5.4`, `high (GHSA database severity HIGH)`, or `severity unknown, counted as high`."""
+        if not self.level_known:
+            return f"severity unknown, counted as {self.level}"
+        return f"{self.level} {self.score:.1f}" if self.score is not None else f"{self.level} ({self.source})"
+
+    def why(self) -> str:
+        """One line: `GHSA-h75v-3vvj-5mfj (CVE-2024-34064, medium 5.4): pypi jinja2 3.1.3 in /opt/venv/...
+        (layer task); fixed in 3.1.4`, and what an exception did."""
+        cves = [a for a in self.aliases if a.upper().startswith("CVE-")]
+        label = ", ".join([*cves, self.rating()])
+        what = self.ref or f"{self.package} {self.version}"
+        fix = f"fixed in {' or '.join(self.fixed)}" if self.fixed else "no fixed version known"
+        line = f"{self.id} ({label}): {what} (layer {self.layer}); {fix}"
+        allowance = self.allowance
+        if self.outcome == "expired" and allowance is not None:
+            line += f"; the exception {allowance.id} expired on {allowance.expires.isoformat()}{allowance.place()}"
+        elif self.outcome == "allowed" and allowance is not None:
+            line += (f"; allowed by the exception {allowance.id} until {allowance.expires.isoformat()}"
+                     f"{allowance.place()}: {allowance.reason}")
+        elif self.outcome == "below":
+            line += "; below the threshold"
+        return line
+
+    def to_json(self) -> dict[str, Any]:
+        allowance = self.allowance
+        return {"id": self.id, "aliases": list(self.aliases), "summary": self.summary, "package": self.package,
+                "version": self.version, "ecosystem": self.ecosystem, "ref": self.ref, "layer": self.layer,
+                "level": self.level, "level_known": self.level_known, "score": self.score,
+                "severity_source": self.source, "fixed": list(self.fixed), "outcome": self.outcome, "url": self.url,
+                "allowance": allowance.to_json() if allowance is not None else None,
+                # flat, for reports: the exception that let it through, or expired
+                "exception": allowance.id if allowance is not None else None,
+                "reason": allowance.reason if allowance is not None else None,
+                "expires": allowance.expires.isoformat() if allowance is not None else None,
+                "why": self.why()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate on one image: its findings (blocking first, then the worst, then by id) and the data they come
+    from (`data`: the advisories' summary line, or `no vulnerability data`)."""
+
+    findings: tuple[Finding, ...]
+    data: str
+
+    @property
+    def blocked(self) -> bool:
+        return any(f.blocking for f in self.findings)
+
+    @property
+    def blocking(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.blocking)
+
+    def counts(self) -> dict[str, int]:
+        return {outcome: sum(f.outcome == outcome for f in self.findings) for outcome in OUTCOMES}
+
+    def why(self) -> str:
+        """One line: the first blocking finding and how many more block; else what was found."""
+        blocking = self.blocking
+        if blocking:
+            more = len(blocking) - 1
+            return blocking[0].why() + (f" (and {more} more blocking finding{'s' if more > 1 else ''})" if more else "")
+        if not self.findings:
+            return f"no known vulnerability ({self.data})"
+        counts = self.counts()
+        parts = [f"{n} {'allowed by an exception' if outcome == 'allowed' else 'below the threshold'}"
+                 for outcome, n in counts.items() if n]
+        return f"nothing blocks: {len(self.findings)} known ({', '.join(parts)}; {self.data})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"blocked": self.blocked, "data": self.data, "counts": self.counts(),
+                "findings": [f.to_json() for f in self.findings]}
+
+
+def _finding(item: Installed, match: osv.Match, policy: Policy, today: datetime.date) -> Finding:
+    advisory, severity = match.advisory, match.rated
+    level = severity.level if severity.level is not None else policy.unknown
+    covering = [a for a in policy.allow if a.covers(advisory.names(), item.query.name)]
+    allowance = max(covering, key=lambda a: a.expires) if covering else None
+    if not policy.blocks_at(level):
+        outcome = "below"
+    elif allowance is None:
+        outcome = "blocks"
+    else:
+        outcome = "allowed" if allowance.valid_on(today) else "expired"
+    return Finding(advisory.id, advisory.aliases, advisory.summary, item.query.name, item.query.version,
+                   item.query.ecosystem, item.ref, item.layer, level, severity.level is not None, severity.score,
+                   severity.source, match.fixed, outcome, allowance, advisory.url)
+
+
+def _order(finding: Finding) -> tuple[int, int, str, str]:
+    return (0 if finding.blocking else 1, -LEVELS.index(finding.level), finding.id, finding.ref)
+
+
+def judge(installed: Iterable[Installed], advisories: osv.Advisories, policy: Policy,
+          today: datetime.date) -> Verdict:
+    """The findings on an image's packages, judged by `policy` on `today` (which exceptions still hold)."""
+    seen: set[tuple[str, str]] = set()
+    findings = []
+    for item in installed:
+        component = item.ref or f"{item.query.ecosystem} {item.query.name} {item.query.version}"
+        for match in advisories.matching(item.query):
+            if (match.advisory.id, component) in seen:
+                continue
+            seen.add((match.advisory.id, component))
+            findings.append(_finding(item, match, policy, today))
+    return Verdict(tuple(sorted(findings, key=_order)), advisories.summary())
+
+
+def no_data(policy: Policy, advisories: osv.Advisories) -> str | None:
+    """Why the gate refuses to judge: the matrix requires vulnerability data and there is none; else None."""
+    if not policy.require_data or advisories.count:
+        return None
+    return (f"the matrix requires vulnerability data (vulnerabilities.require_data), but it has "
+            f"{advisories.summary() if advisories.sources else 'none'}: download OSV's export of each ecosystem "
+            f"the images hold ({' and '.join(OSV_EXPORTS)}) and name the files or their folder in "
+            "vulnerabilities.data")

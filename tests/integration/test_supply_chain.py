@@ -1,0 +1,193 @@
+"""The supply-chain gate on the real engine and registry: each published image's SBOM is what its own files say
+(dpkg's database, `pip list` of every environment), signed beside its digest and computed once for a node that
+two entries share; a feed of real published advisories (jinja2's, for the older wheel a test layer installs)
+blocks that image, an exception lets it through, and an expired one blocks again. Nothing blocked is tagged."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuilder.evidence import attestation
+from imagebuilder.evidence.sboms import ARTIFACT_TYPE, PREDICATE_TYPE, RegistrySboms, sbom_tag
+from imagebuilder.evidence.signing import Signer
+from imagebuilder.ports.engine import DockerEngine
+from imagebuilder.ports.registry import Registry
+from imagebuilder.supply import cyclonedx
+
+from .conftest import REGISTRY, ROOT, Chain, CliRun, registry_tags, report, session_trust
+
+FEED = ROOT / "tests" / "unit" / "data" / "osv"
+OLDER = "3.1.4"  # jinja2 3.1.4: GHSA-h75v-3vvj-5mfj, GHSA-q2x7-8rv6-6q7h (fixed in 3.1.5), GHSA-cpwx-vrp4-4pq7 (3.1.6)
+JINJA2 = ("GHSA-h75v-3vvj-5mfj", "GHSA-q2x7-8rv6-6q7h", "GHSA-cpwx-vrp4-4pq7")
+TWIN = "itest/bookworm-twin:latest"  # debian:bookworm under a second name: a second entry on the same base image
+
+# What the image's own tools say is installed: every Debian package dpkg calls installed, and `pip list` of every
+# folder that holds a Python distribution (found by its metadata folder, wherever it is).
+INSIDE = r"""
+dpkg-query -W -f '${db:Status-Abbrev}\t${Package}\t${Version}\n' | awk -F'\t' '$1 ~ /^ii/ {print "deb\t" $2 "\t" $3}'
+find / -xdev \( -name '*.dist-info' -o -name '*.egg-info' \) -prune -print 2>/dev/null | xargs -n1 dirname | sort -u |
+while read -r dir; do
+  /opt/venv/bin/python -m pip list --disable-pip-version-check --path "$dir" --format freeze |
+    sed "s|==|\t|; s|$|\t$dir|; s|^|python\t|"
+done
+"""
+
+
+def write_matrix(folder: Path, repository: str, wheelhouse: Path, allow: str = "") -> Path:
+    """Two entries: the chain's on debian:bookworm, and one on the same image under a second name whose leaf
+    installs the older jinja2; they share the base and business nodes. The gate blocks from `medium` up and
+    requires data."""
+    path = folder / "matrix.yaml"
+    path.write_text(f"""version: 1
+base_image: debian:bookworm
+registry: {REGISTRY}/itest
+repository: {repository}
+layers: [base, business, task]
+layers_path: [layers]
+torch_extras: []
+build:
+  wheelhouse: {wheelhouse}
+  pip_index_url: {{cpu: "https://pypi.org/simple"}}
+matrix:
+  torch: ["2.13.0"]
+  accelerator: [cpu]
+  python: ["3.11"]
+  base_image: [debian:bookworm, {TWIN}]
+include:
+  - base_image: {TWIN}
+    layers: [base, business, older]
+vulnerabilities:
+  data: [feed]
+  block: medium
+  require_data: true
+  allow: [{allow}]
+""", encoding="utf-8")
+    return path
+
+
+def feed(folder: Path) -> Path:
+    """The jinja2 advisories of the fixture feed (copies of GitHub's published records)."""
+    out = folder / "feed"
+    out.mkdir()
+    for record in FEED.rglob("*.json"):
+        if json.loads(record.read_text(encoding="utf-8")).get("id") in JINJA2:
+            shutil.copy(record, out / record.name)
+    assert len(list(out.iterdir())) == len(JINJA2)
+    return out
+
+
+def inside(engine: DockerEngine, image: str) -> set[tuple[str, str, str, str]]:
+    result = engine.run(image, ["sh", "-c", INSIDE], timeout=120, user="root")
+    assert result.exit_code == 0, result.logs[-2000:]
+    out = set()
+    for line in result.logs.splitlines():
+        fields = line.split("\t")
+        if fields[0] == "deb":
+            out.add(("deb", fields[1], fields[2], "/var/lib/dpkg/status"))
+        elif fields[0] == "python":
+            out.add(("python", fields[1].lower().replace("_", "-"), fields[2], fields[3]))
+    return out
+
+
+def listed(document: dict[str, object]) -> set[tuple[str, str, str, str]]:
+    return {(kind, name.lower().replace("_", "-") if kind == "python" else name, version,
+             path if kind == "python" else "/var/lib/dpkg/status")
+            for kind, name, version, path, _ in cyclonedx.components_of(document)}
+
+
+def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, wheelhouse: Path, cpu_chain: Chain,
+                                         repository: str, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    for layer in ("base", "business", "task"):
+        cpu_chain.image(engine, layer)  # (on the engine: the chain's images, nothing of A builds)
+    engine.tag(engine.image_id("debian:bookworm") or "", TWIN)
+    layers = tmp_path / "layers"
+    shutil.copytree(cpu_chain.folder / "layers", layers)
+    (layers / "older").mkdir()
+    (layers / "older" / "Dockerfile.j2").write_text(
+        "FROM {{ parent_image }}\n"
+        f"RUN PIP_CERT=/etc/ssl/certs/ca-certificates.crt /opt/venv/bin/pip install --no-deps jinja2=={OLDER}\n")
+    feed(tmp_path)
+    matrix = write_matrix(tmp_path, repository, wheelhouse)
+    repo = f"itest/{repository}"
+
+    # 1. A build of both entries: the twin entry's leaf has the older jinja2, which the feed says is vulnerable.
+    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r1"))
+    assert run.code == 1, run.text[-3000:]
+    nodes = {n["node"]: n for n in report(tmp_path / "r1")["nodes"]}
+    twin = {n["layer"]: n for n in nodes.values() if n["entry"].endswith("bookworm-twin")}
+    stock = {n["layer"]: n for n in nodes.values() if not n["entry"].endswith("bookworm-twin")}
+    assert [n["publish"] for n in stock.values()] == ["pushed"] * 3, run.text[-3000:]
+    assert twin["older"]["publish"] == "failed" and twin["base"]["publish"] == "held", run.text[-3000:]
+    found = {f["id"]: f for f in twin["older"]["vulnerabilities"]["findings"]}
+    assert set(found) == set(JINJA2) and {f["outcome"] for f in found.values()} == {"blocks"}
+    assert {f["layer"] for f in found.values()} == {"older"} and found[JINJA2[0]]["fixed"] == ["3.1.5"]
+    assert "blocked by the vulnerability gate" in twin["older"]["error"] and JINJA2[0] in twin["older"]["error"]
+    assert stock["task"]["vulnerabilities"]["findings"] == []  # torch's own jinja2 is newer than every fix
+    published = registry_tags(registry, repo)
+    assert [t for t in published if "twin" in t] == [] and all(t.split(":")[-1] in published
+                                                              for n in stock.values() for t in n["tags"])
+    # The shared nodes' SBOMs were made once: the second entry reused the first's.
+    assert twin["base"]["digest"] == stock["base"]["digest"]
+    for layer in ("base", "business"):
+        sources = sorted([twin[layer]["sbom"]["source"], stock[layer]["sbom"]["source"]])
+        assert sources == ["computed", "reused"], (layer, sources)
+        assert run.out.count(f"signed beside {stock[layer]['digest'][:19]}") == 1
+    # Each SBOM is what the image's own files say, components attributed to the layer that brought them.
+    client = Registry.for_host(registry)
+    store = RegistrySboms(client, session_trust())
+    for node in (stock["task"], twin["older"]):
+        signed = store.lookup(repo, node["digest"]).sbom
+        assert signed is not None
+        document = dict(signed.document)
+        assert cyclonedx.validate(document) is None
+        assert listed(document) == inside(engine, node["image"])
+        brought = {c.name.lower(): c.layer for c in cyclonedx.components_of(document)}
+        assert brought["libc6"] == "base image debian:bookworm" and brought["torch"] == "base"
+        assert brought["transformers"] == "business" and brought["jinja2"] == ("older" if node is twin["older"]
+                                                                                else "base")
+    shown = cli("sbom", f"{registry}/{repo}@{stock['task']['digest']}")
+    assert shown.code == 0 and json.loads(shown.out)["metadata"]["component"]["version"] == stock["task"]["digest"]
+
+    # 2. An exception that expired: blocked again, and it says so.
+    expired = ", ".join(f"{{id: {i}, reason: 'no template from users', expires: 2025-01-31}}" for i in JINJA2)
+    write_matrix(tmp_path, repository, wheelhouse, expired)
+    run = cli("publish", "--matrix", str(matrix), "--report", str(tmp_path / "r2"))
+    assert run.code == 1 and "expired" in run.text, run.text[-3000:]
+    older = next(n for n in report(tmp_path / "r2")["nodes"] if n["layer"] == "older")
+    assert {f["outcome"] for f in older["vulnerabilities"]["findings"]} == {"expired"}
+    assert older["sbom"]["source"] == "found"  # (signed beside its digest by the build)
+    assert [t for t in registry_tags(registry, repo) if "twin" in t] == []
+
+    # 3. Exceptions in force: --dry-run says it would publish, then it is published.
+    allowed = expired.replace("2025-01-31", "2099-12-31")
+    write_matrix(tmp_path, repository, wheelhouse, allowed)
+    dry = cli("publish", "--matrix", str(matrix), "--report", str(tmp_path / "r3"), "--dry-run")
+    assert dry.code == 0 and "allowed until 2099-12-31" in dry.text, dry.text[-3000:]
+    assert [t for t in registry_tags(registry, repo) if "twin" in t] == []
+    run = cli("publish", "--matrix", str(matrix), "--report", str(tmp_path / "r4"))
+    assert run.code == 0, run.text[-3000:]
+    older = next(n for n in report(tmp_path / "r4")["nodes"] if n["layer"] == "older")
+    assert {f["outcome"] for f in older["vulnerabilities"]["findings"]} == {"allowed"} and older["publish"] == "pushed"
+    assert all(t.split(":")[-1] in registry_tags(registry, repo) for t in older["tags"])
+
+    # 4. The SBOM counts only as signed by a trusted key, about this digest: one changed after it was signed, or
+    # signed by a key nobody here trusts, is refused, naming why (the rules of pass records).
+    digest = stock["task"]["digest"]
+    stored = attestation.read(client, repo, sbom_tag(digest), ARTIFACT_TYPE)
+    assert stored is not None
+    envelope = stored[1]
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["components"] = statement["predicate"]["components"][1:]  # one component hidden
+    tampered = {**envelope, "payload": base64.b64encode(json.dumps(statement).encode()).decode()}
+    foreign = Signer.generate("a stranger").sign(json.dumps(statement).encode())
+    for forged, why in ((tampered, "does not verify"), (foreign, "untrusted key")):
+        attestation.put(client, repo, sbom_tag(digest), forged, artifact_type=ARTIFACT_TYPE, subject=digest,
+                        predicate_type=PREDICATE_TYPE, annotations={})
+        found = store.lookup(repo, digest)
+        assert found.sbom is None and found.rejected is not None and why in found.rejected, found
+        shown = cli("sbom", f"{registry}/{repo}@{digest}")
+        assert shown.code == 1 and why in shown.err and "Traceback" not in shown.err, shown.text[-2000:]
