@@ -630,6 +630,12 @@ class _Loader:
             where = self.doc.where(path)
             allow.append(Allowance(self.scalar(m["id"], "advisory", (*path, "id")), reason.strip(), day, names,
                                    f"{Path(where.file).name}:{where.line}"))
+        if require and not data:
+            raise self.fail("`require_data: true` and no `data:`: the vulnerability gate would have nothing to judge "
+                            "with", merged.path("require_data"),
+                            hint="download OSV's export of each ecosystem the images hold (e.g. "
+                                 "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip) in the nightly and "
+                                 "name it in vulnerabilities.data")
         policy = Policy(block=self.setting(merged, "vulnerabilities.block"),
                         unknown=self.setting(merged, "vulnerabilities.unknown"), allow=tuple(allow),
                         require_data=require)

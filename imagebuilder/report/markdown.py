@@ -53,10 +53,18 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
             lines += _performance_rows(r)
     scanned = [r for r in results if r.vulnerabilities]
     if scanned:
-        lines += ["", "### Vulnerabilities", "", "| node | SBOM | verdict | advisory | severity | package | layer | "
-                  "fixed in |", "|---|---|---|---|---|---|---|---|"]
-        for r in scanned:
-            lines += _vulnerability_rows(r)
+        found = [r for r in scanned if (r.vulnerabilities or {}).get("findings")]
+        blocked = sum(bool((r.vulnerabilities or {}).get("blocked")) for r in scanned)
+        data = "; ".join(dict.fromkeys(str((r.vulnerabilities or {}).get("data")) for r in scanned))
+        lines += ["", "### Vulnerabilities", "", f"{len(scanned)} images checked against {_md(data)}: "
+                  f"{len(found)} with known vulnerabilities, **{blocked} blocked**." if blocked else
+                  f"{len(scanned)} images checked against {_md(data)}: {len(found)} with known vulnerabilities, "
+                  "none blocked."]
+        if found:
+            lines += ["", "| node | SBOM | outcome | advisory | severity | package | layer | fixed in |",
+                      "|---|---|---|---|---|---|---|---|"]
+            for r in found:
+                lines += _vulnerability_rows(r)
     gaps = [r for r in results if r.untested or r.allowed_skips or r.publish == PublishStatus.STAGED]
     if gaps:
         lines += ["", "### Not fully tested", ""]
@@ -95,17 +103,11 @@ def _performance_rows(r: NodeRecord) -> list[str]:
 
 
 def _vulnerability_rows(r: NodeRecord) -> list[str]:
-    """The gate's findings on the node (blocking first), or one row saying it found nothing, or had no data."""
-    found = r.vulnerabilities or {}
+    """The gate's findings on the node, blocking first."""
     sbom = r.sbom or {}
     components = f"{sbom.get('components', '?')} components" if sbom else "-"
-    verdict = "**blocked**" if found.get("blocked") else "ok"
-    findings = list(found.get("findings") or [])
-    if not findings:
-        return [f"| `{r.node}` | {components} | {verdict} | none known ({_md(str(found.get('data') or ''))}) "
-                "| | | | |"]
     out = []
-    for f in findings:
+    for f in (r.vulnerabilities or {}).get("findings") or []:
         outcome = {"blocks": "**blocks**", "expired": f"**blocks** (exception expired {f.get('expires')})",
                    "allowed": f"allowed until {f.get('expires')}: {_md(str(f.get('reason') or ''))}",
                    "below": "below the threshold"}.get(str(f.get("outcome")), str(f.get("outcome")))

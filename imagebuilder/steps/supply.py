@@ -143,7 +143,10 @@ class SupplyChain:
                 run.logs.say(f"[bold red]  ✗ {escape(node.id)}: {escape(finding.why())}[/]")
             elif finding.outcome == "allowed":
                 run.logs.say(f"[yellow]  {escape(node.id)}: {escape(finding.why())}[/]")
-        if not verdict.findings:
+        if not advisories.count:
+            run.logs.say(f"[yellow]  {escape(node.id)}: no vulnerability data: nothing was checked "
+                         "(vulnerabilities.data)[/]")
+        elif not verdict.findings:
             run.logs.say(f"[dim]  {escape(node.id)}: no known vulnerability ({escape(verdict.data)})[/]")
         return verdict
 

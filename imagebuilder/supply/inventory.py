@@ -352,7 +352,7 @@ def read_layer(stream: BinaryIO) -> LayerFacts:
     (the dpkg status file's packages, each metadata file's headers, INSTALLER and os-release files).
     Raises tarfile.TarError for what is not a tar stream."""
     reader = _LayerReader()
-    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:  # (its default buffer: larger ones copy more per read)
         for member in tar:
             reader.take(tar, member)
     return reader.facts()

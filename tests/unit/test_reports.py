@@ -239,3 +239,32 @@ def test_a_report_json_from_anywhere_never_breaks_the_page(tmp_path: Path) -> No
     view = html.page(load(tmp_path))
     assert [c.node for c in view.cards] == ["a/os", "b/os", "c/os", "d/task", "d/eval"]
     assert view.layers == ("os", "task", "eval")  # columns by node name: d/eval is not hidden behind d/task
+
+
+def test_vulnerability_findings_are_in_every_report(tmp_path: Path) -> None:
+    """The gate's verdict per node: report.json keeps it whole, summary.md lists the findings (blocking first),
+    report.html shows them on the image's card, escaped, and its search finds the advisory ids."""
+    finding = {"id": "GHSA-q2x7-8rv6-6q7h", "aliases": ["CVE-2024-56326"], "package": "Jinja2", "version": "3.1.4",
+               "layer": "older", "level": "medium", "level_known": True, "fixed": ["3.1.5"], "outcome": "expired",
+               "expires": "2026-01-31", "reason": "<b>ours</b>", "summary": "sandbox breakout <script>x</script>"}
+    gated = NodeRecord("e5/older", "e5", "older", True, build=BuildStatus.BUILT, publish=PublishStatus.FAILED,
+                       error="blocked by the vulnerability gate: GHSA-q2x7-8rv6-6q7h",
+                       sbom={"components": 212, "deb": 130, "python": 82, "format": "CycloneDX 1.7",
+                             "source": "computed", "where": "registry r/x:sha256-aa.sbom", "signer": "ab12 (key)"},
+                       vulnerabilities={"blocked": True, "data": "5 advisories (PyPI) as of 2025-11-03",
+                                        "findings": [finding]})
+    clean = NodeRecord("e5/base", "e5", "base", False, build=BuildStatus.CACHED, publish=PublishStatus.HELD,
+                       vulnerabilities={"blocked": False, "data": "5 advisories (PyPI) as of 2025-11-03",
+                                        "findings": []})
+    write_reports([clean, gated], tmp_path, {"tool": "imagebuilder"})
+    node = next(n for n in json.loads((tmp_path / "report.json").read_text())["nodes"] if n["node"] == "e5/older")
+    assert node["vulnerabilities"]["findings"][0]["id"] == "GHSA-q2x7-8rv6-6q7h" and node["sbom"]["components"] == 212
+    text = (tmp_path / "summary.md").read_text()
+    assert "2 images checked against 5 advisories (PyPI) as of 2025-11-03: 1 with known vulnerabilities, " \
+           "**1 blocked**." in text
+    assert "| `e5/older` | 212 components | **blocks** (exception expired 2026-01-31) | GHSA-q2x7-8rv6-6q7h | " \
+           "medium | Jinja2 3.1.4 | older | 3.1.5 |" in text
+    page = (tmp_path / "report.html").read_text()
+    assert "BLOCKED by known vulnerabilities" in page and "blocks: the exception expired 2026-01-31" in page
+    assert "<script>x</script>" not in page and "CycloneDX 1.7: 212 components (130 Debian, 82 Python)" in page
+    assert "ghsa-q2x7-8rv6-6q7h" in page  # (the card's search text, lower-cased)

@@ -1,0 +1,233 @@
+"""The supply-chain gate of publish on the fakes: each image's SBOM is read from the layers of the digest being
+published (a parent's once, its children built on it), signed beside that digest and counted only as signed by a
+trusted key about that digest; the vulnerability gate blocks an entry on a finding at or above the matrix's
+severity, lets an unexpired exception through, blocks again once it expired, and tags nothing it blocks."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
+
+from imagebuilder.errors import InputError
+from imagebuilder.evidence import attestation, passes
+from imagebuilder.evidence.passes import PassRecord
+from imagebuilder.evidence.sboms import ARTIFACT_TYPE, PREDICATE_TYPE, RegistrySboms, sbom_tag
+from imagebuilder.evidence.signing import Signer, Trust, statement
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import keys
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.render import Renderer
+from imagebuilder.steps.context import RunContext
+from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
+from imagebuilder.steps.publish import Publish
+from imagebuilder.steps.supply import SupplyChain
+from imagebuilder.supply import cyclonedx
+
+from ..conftest import MatrixWriter
+from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
+
+REPO = "ml/pytorch"
+FEED = Path(__file__).parent / "data" / "osv"
+STATUS = """Package: libc6
+Status: install ok installed
+Architecture: amd64
+Source: glibc
+Version: 2.36-9+deb12u2
+
+Package: zlib1g
+Status: install ok installed
+Architecture: amd64
+Source: zlib
+Version: 1:1.2.13.dfsg-1
+"""
+LAYERS: dict[str, dict[str, bytes]] = {  # what each node's own layer holds
+    "base": {"var/lib/dpkg/status": STATUS.encode(),
+             "usr/lib/os-release": b'ID=debian\nVERSION_ID="12"\n'},
+    "business": {"opt/venv/lib/python3.11/site-packages/jinja2-3.1.4.dist-info/METADATA":
+                 b"Metadata-Version: 2.1\nName: Jinja2\nVersion: 3.1.4\nLicense-Expression: BSD-3-Clause\n\n"},
+    "task": {"opt/venv/lib/python3.11/site-packages/.wh.jinja2-3.1.4.dist-info": b"",
+             "opt/venv/lib/python3.11/site-packages/jinja2-3.1.6.dist-info/METADATA":
+             b"Metadata-Version: 2.1\nName: Jinja2\nVersion: 3.1.6\n\n"},
+}
+GLIBC = "DSA-5514-1"  # glibc, fixed in 2.36-9+deb12u3 for Debian 12: no severity stated (`unknown` rates it)
+JINJA2 = ("GHSA-cpwx-vrp4-4pq7", "GHSA-gmj6-6f8f-6699", "GHSA-q2x7-8rv6-6q7h")  # jinja2 < 3.1.5 / 3.1.6, medium
+
+
+@dataclass
+class Machine:
+    run: RunContext
+    engine: FakeEngine
+    registry: FakeRegistry
+    display: FakeDisplay
+
+    def publish(self, **options: Any) -> bool:
+        nodes = list(self.run.plan.nodes)
+        return Publish(supply=SupplyChain(dry_run=bool(options.get("dry_run"))), **options).entry(self.run, nodes)
+
+    def node(self, layer: str) -> dict[str, Any]:
+        record = next(r for r in self.run.ledger.records() if r.layer == layer)
+        return {"publish": record.publish, "sbom": record.sbom, "vulnerabilities": record.vulnerabilities,
+                "digest": record.digest, "error": record.error}
+
+    def public_tags(self) -> dict[str, str]:
+        return self.registry.public_tags(REPO)
+
+
+def make(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path, vulnerabilities: str,
+         registry: FakeRegistry | None = None) -> Machine:
+    path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n"
+                        + vulnerabilities)
+    plan = keys.assign(plan_mod.make(matrix_mod.load(path, table, env={}), Renderer()),
+                       {"debian:bookworm": "sha256:" + "f" * 64})
+    registry = registry or FakeRegistry()
+    engine, display = FakeEngine(registry), FakeDisplay()
+    run = context(plan, engine, tmp_path / "machine", display=display)
+    layers: list[str] = []
+    below = "sha256:" + "f" * 64
+    for node in plan.nodes:  # each node's image: its parent's layers and one of its own, and what it was built on
+        tar = layer_tar(LAYERS[node.layer.name])
+        diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
+        engine.layer_tars[diff_id] = tar
+        layers = [*layers, diff_id]
+        image = below = engine.add({"config": {"Labels": {"node": node.id,
+                                                          "org.opencontainers.image.base.digest": below}},
+                                    "layers": layers, "rootfs": {"type": "layers", "diff_ids": layers}})
+        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
+                          verify=VerifyStatus.PASSED if node.leaf else None)
+        if node.leaf:
+            run.ledger.update(node.id, record=PassRecord(passes.PASSED, config=image, spec=run.specs.key(node),
+                                                         node=node.id, entry=node.entry.id, date="2026-11-26",
+                                                         suite=passes.suite_hash()))
+    return Machine(run, engine, registry, display)
+
+
+def gate(allow: str = "", block: str = "medium") -> str:
+    return f"vulnerabilities:\n  data: [{FEED}]\n  block: {block}\n  allow: [{allow}]\n"
+
+
+def exception(ids: tuple[str, ...], expires: str) -> str:
+    return ", ".join(f"{{id: {i}, reason: 'templates are ours only', expires: {expires}}}" for i in ids)
+
+
+def test_a_vulnerable_image_blocks_its_entry_and_nothing_is_tagged(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate())
+    assert not m.publish()
+    assert m.public_tags() == {}
+    base, business, task = m.node("base"), m.node("business"), m.node("task")
+    assert base["publish"] == PublishStatus.FAILED and business["publish"] == task["publish"] == PublishStatus.HELD
+    assert "blocked by the vulnerability gate" in str(base["error"]) and GLIBC in str(base["error"])
+    found = {f["id"]: f for f in business["vulnerabilities"]["findings"]}
+    assert set(found) == {GLIBC, *JINJA2} and {f["outcome"] for f in found.values()} == {"blocks"}
+    assert found[GLIBC]["layer"] == "base" and found[GLIBC]["level"] == "high" and not found[GLIBC]["level_known"]
+    assert found["GHSA-q2x7-8rv6-6q7h"]["layer"] == "business" and found["GHSA-q2x7-8rv6-6q7h"]["fixed"] == ["3.1.5"]
+    # the task layer replaced jinja2 3.1.4 by 3.1.6 (a whiteout and a new dist-info): only glibc is left on it
+    assert {f["id"] for f in task["vulnerabilities"]["findings"]} == {GLIBC}
+    assert any("DSA-5514-1" in line and "libc6" in line for line in m.display.said)
+
+
+def test_each_sbom_is_of_its_own_layers_signed_beside_its_digest_and_a_parents_is_made_once(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")))
+    opened: list[str] = []
+    real = m.registry.open_blob
+    m.registry.open_blob = lambda repo, digest: (opened.append(digest), real(repo, digest))[1]  # type: ignore[method-assign]
+    assert m.publish(), m.display.said
+    assert len(opened) == len(set(opened)) == 3  # every layer read once: children start from their parent's
+    store = RegistrySboms(m.registry, m.run.keys.trust)
+    task = store.lookup(REPO, m.node("task")["digest"]).sbom
+    assert task is not None and cyclonedx.validate(dict(task.document)) is None
+    assert [(c.kind, c.name, c.version, c.path, c.layer) for c in cyclonedx.components_of(task.document)] == [
+        ("deb", "libc6", "2.36-9+deb12u2", "/var/lib/dpkg/status", "base"),
+        ("deb", "zlib1g", "1:1.2.13.dfsg-1", "/var/lib/dpkg/status", "base"),
+        ("python", "Jinja2", "3.1.6", "/opt/venv/lib/python3.11/site-packages", "task")]
+    assert m.node("task")["sbom"]["source"] == "computed" and m.node("task")["sbom"]["components"] == 3
+    assert {f["outcome"] for f in m.node("business")["vulnerabilities"]["findings"]} == {"allowed"}
+    # A second run finds them beside the digests (signed by a trusted key): nothing is read again.
+    again = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")), m.registry)
+    opened.clear()
+    assert again.publish(), again.display.said
+    assert opened == [] and again.node("task")["sbom"]["source"] == "found"
+
+
+def test_an_expired_exception_blocks_again_and_says_so(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2026-01-31")))
+    assert not m.publish() and m.public_tags() == {}
+    found = m.node("business")["vulnerabilities"]["findings"]
+    assert {f["outcome"] for f in found} == {"expired"} and all(f["expires"] == "2026-01-31" for f in found)
+    assert "expired on 2026-01-31" in str(m.node("base")["error"])
+
+
+def test_dry_run_lists_what_would_block_and_writes_nothing(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate())
+    assert not m.publish(dry_run=True)
+    assert "would be blocked by the vulnerability gate" in str(m.node("base")["error"])
+    assert not [t for (_, t) in m.registry.tagged if t.endswith(".sbom")] and m.public_tags() == {}
+    assert str(m.node("task")["sbom"]["where"]).startswith("would write")
+
+
+def test_block_none_reports_and_publishes(write_matrix: MatrixWriter, header: str, table: CompatTable,
+                                          tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate(block="none"))
+    assert m.publish(), m.display.said
+    assert {f["outcome"] for f in m.node("business")["vulnerabilities"]["findings"]} == {"below"}
+    assert len(m.public_tags()) == 3 and len([t for (_, t) in m.registry.tagged if t.endswith(".sbom")]) == 3
+
+
+def test_vulnerability_data_that_is_not_osv_stops_the_run_before_anything(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    bad = tmp_path / "feed.json"
+    bad.write_text("not json", encoding="utf-8")
+    m = make(write_matrix, header, table, tmp_path, f"vulnerabilities: {{data: [{bad}]}}\n")
+    with pytest.raises(InputError, match="not JSON"):
+        Publish().start(m.run)
+
+
+def signed(document: dict[str, Any], digest: str, signer: Signer) -> dict[str, Any]:
+    return signer.sign(statement("127.0.0.1:5000/ml/pytorch", digest, PREDICATE_TYPE, document))
+
+
+def test_an_sbom_counts_only_signed_by_a_trusted_key_about_its_digest() -> None:
+    registry, verifier, stranger = FakeRegistry(), Signer.generate("the stager"), Signer.generate("a stranger")
+    digest, _ = registry.image(REPO, "cache-a", "published")
+    other, _ = registry.image(REPO, "cache-b", "another")
+    store = RegistrySboms(registry, Trust((verifier.public,)), verifier)
+    document = {"bomFormat": "CycloneDX", "specVersion": "1.7", "metadata": {"component": {"version": digest}},
+                "components": [{"name": "jinja2", "version": "3.1.6", "purl": "pkg:pypi/jinja2@3.1.6"}]}
+    tag = store.put(REPO, digest, document, node="e/task")
+    assert tag == sbom_tag(digest) and store.lookup(REPO, digest).sbom is not None
+    # Any DSSE implementation verifies it (securesystemslib here), as the in-toto Statement of a CycloneDX BOM.
+    stored = attestation.read(registry, REPO, tag, ARTIFACT_TYPE)
+    assert stored is not None and stored[0] == digest
+    key = SSlibKey(verifier.public.keyid, "ed25519", "ed25519", {"public": verifier.public.raw})
+    Envelope.from_dict(copy.deepcopy(stored[1])).verify([key], 1)  # (from_dict consumes its input)
+    payload = json.loads(base64.b64decode(stored[1]["payload"]))
+    assert payload["predicateType"] == "https://cyclonedx.org/bom" and payload["predicate"] == document
+
+    def put(envelope: dict[str, Any], subject: str = digest) -> str | None:
+        attestation.put(registry, REPO, tag, envelope, artifact_type=ARTIFACT_TYPE, subject=subject,
+                        predicate_type=PREDICATE_TYPE, annotations={})
+        found = store.lookup(REPO, digest)
+        assert found.sbom is None
+        return found.rejected
+
+    tampered = copy.deepcopy(stored[1])
+    changed = {**payload, "predicate": {**document, "components": []}}  # a component hidden after signing
+    tampered["payload"] = base64.b64encode(json.dumps(changed).encode()).decode()
+    assert "does not verify" in str(put(tampered))
+    assert "untrusted key" in str(put(signed(document, digest, stranger)))
+    assert "another image" in str(put(signed(document, other, verifier), other))  # another image's, copied here
+    assert "describes" in str(put(signed({**document, "metadata": {"component": {"version": other}}}, digest,
+                                         verifier)))
