@@ -202,6 +202,23 @@ class DockerEngine:
         except (docker.errors.APIError, tarfile.TarError) as exc:
             raise EngineError(f"reading the layers of {image[:19]}: {exc}") from None
 
+    def layer_folders(self, image: str) -> list[str] | None:
+        """The image's layers as folders of the engine's own storage, bottom first, one per entry of its
+        RootFS.Layers, where the engine is on this machine (overlay2) and they are readable; None otherwise."""
+        try:
+            info = self.inspect(image)
+        except EngineError:
+            return None
+        driver = info.get("GraphDriver") or {}
+        data = driver.get("Data") or {}
+        if driver.get("Name") != "overlay2" or not data.get("UpperDir"):
+            return None
+        dirs = [str(data["UpperDir"]), *(str(data["LowerDir"]).split(":") if data.get("LowerDir") else [])]
+        if len(dirs) != len((info.get("RootFS") or {}).get("Layers") or []) or \
+                not all(os.path.isdir(d) and os.access(d, os.R_OK | os.X_OK) for d in dirs):
+            return None
+        return dirs[::-1]
+
     def history(self, image: str) -> list[dict[str, Any]]:
         """The image's build history, newest step first (each with the instruction that made it)."""
         try:

@@ -28,7 +28,7 @@ from ..errors import EngineError, InputError
 from ..evidence.sboms import Found, LocalLayers, RegistrySboms, sbom_tag
 from ..plan.plan import Node
 from ..supply import osv
-from ..supply.inventory import Inventory, LayerFacts, read_layer
+from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
 from ..supply.policy import Installed, Policy, Verdict, judge, no_data
 from .context import RunContext
 
@@ -163,7 +163,7 @@ class SupplyChain:
                 sbom = Sbom(held.document, held.inventory, held.where, "reused", held.signer)
             else:
                 sbom = self._held[digest] = self.find_or_make(run, node, digest, digests)
-        run.ledger.update(node.id, sbom=sbom.summary())
+        run.ledger.update(node.id, sbom=sbom.summary(), digest=digest)  # (what was judged, also when it is blocked)
         return sbom
 
     def find_or_make(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str]) -> Sbom:
@@ -214,29 +214,49 @@ class SupplyChain:
         if base_layers and diff_ids[:len(base_layers)] != base_layers:
             base_layers = []
         cache = LocalLayers(run.cache_dir / "sbom", run.keys.trust, run.keys.signer)
-        start = len(below)
-        for index in range(start, len(diff_ids)):
+        folders = self.folders(run, client, repo, digest, diff_ids)
+        for index in range(len(below), len(diff_ids)):
             label = f"base image {node.base_image}" if index < len(base_layers) else node.layer.name
-            facts = self.layer(run, node, cache, repo, client, layers[index], diff_ids[index])
+            facts = self.layer(run, node, cache, (repo, client, layers[index]), diff_ids[index],
+                               folders[index] if folders else None)
             inventory = inventory.apply(facts, label, diff_ids[index])
         with self._lock:
             self._inventories[digest] = inventory
         return inventory
 
     @staticmethod
-    def layer(run: RunContext, node: Node, cache: LocalLayers, repo: str, client: Any, blob: Mapping[str, Any],
-              diff_id: str) -> LayerFacts:
+    def folders(run: RunContext, client: Any, repo: str, digest: str, diff_ids: list[str]) -> list[str] | None:
+        """The image's layers as folders of this engine's storage, when the engine holds this very image (its ID
+        is the manifest's config digest, its layers these diff_ids) on this machine; None otherwise."""
+        body, _ = client.manifest(repo, digest)
+        image = str(json.loads(body)["config"]["digest"])
+        engine = run.images.worker()
+        if engine.image_id(image) is None:
+            return None
+        if [str(d) for d in (engine.inspect(image).get("RootFS") or {}).get("Layers") or []] != diff_ids:
+            return None
+        return engine.layer_folders(image)
+
+    @staticmethod
+    def layer(run: RunContext, node: Node, cache: LocalLayers, blob: tuple[str, Any, Mapping[str, Any]],
+              diff_id: str, folder: str | None) -> LayerFacts:
+        """What one layer holds: as read before (the cache, by diff_id), else from its folder in this engine's
+        storage, else from its blob in the registry (streamed, its digest checked)."""
         cached = cache.get(diff_id)
         if cached is not None:
             try:
                 return LayerFacts.from_json(cached)
             except (KeyError, TypeError, ValueError):
                 pass  # (an older format: read again)
-        digest = str(blob["digest"])
-        run.logs.say(f"[dim]  {escape(node.id)}: reading layer {digest[:19]} ({int(blob.get('size') or 0) / 2**20:.0f} "
-                     "MiB) for its SBOM[/]")
-        with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
-            facts = read_layer(stream)
+        if folder is not None:
+            facts = read_folder(folder)
+        else:
+            repo, client, layer = blob
+            digest = str(layer["digest"])
+            run.logs.say(f"[dim]  {escape(node.id)}: reading layer {digest[:19]} "
+                         f"({int(layer.get('size') or 0) / 2**20:.0f} MiB) for its SBOM[/]")
+            with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
+                facts = read_layer(stream)
         cache.put(diff_id, facts.to_json())
         return facts
 

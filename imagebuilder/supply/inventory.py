@@ -16,9 +16,13 @@ from __future__ import annotations
 import email.message
 import email.parser
 import email.policy
+import functools
+import io
+import os
 import posixpath
 import re
 import shlex
+import stat
 import tarfile
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
@@ -289,6 +293,7 @@ class _LayerReader:
         self.opaques: set[str] = set()
 
     def take(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        """One member of a layer tar, in order."""
         path = _normal(member.name)
         parent, base = posixpath.split(path)
         if base.startswith(_WHITEOUT):
@@ -299,18 +304,42 @@ class _LayerReader:
             return
         if member.islnk():
             self._link(path, _normal(member.linkname))
-            return
-        if not member.isreg():
-            return
+        elif member.isreg():
+            self.file(path, member.size, lambda: self._open(tar, member))
+
+    def file(self, path: str, size: int, open_: Callable[[], IO[bytes]]) -> None:
+        """A regular file of the layer: read when it says what is installed."""
+        parent, base = posixpath.split(path)
         if parent == _DPKG_DIR and base in _STATUS_NAMES:
-            if member.size <= STATUS_LIMIT:
-                self.statuses[path] = _parse_status(self._open(tar, member))
+            if size <= STATUS_LIMIT:
+                self.statuses[path] = _parse_status(open_())
         elif _metadata_file(path):
-            self.metas[path] = _meta(self._open(tar, member))
+            self.metas[path] = _meta(open_())
         elif base == "INSTALLER" and parent.endswith(".dist-info"):
-            self.installers[path] = self._open(tar, member).read(SMALL_LIMIT).decode("utf-8", "replace").strip()
+            self.installers[path] = open_().read(SMALL_LIMIT).decode("utf-8", "replace").strip()
         elif path in OS_RELEASE:
-            self.os_release[path] = _os_release(self._open(tar, member), path)
+            self.os_release[path] = _os_release(open_(), path)
+
+    def folder(self, root: str) -> None:
+        """A layer as a folder of the engine's own storage (overlay2's diff folder): whiteouts are character
+        devices 0/0, an opaque folder carries the `trusted.overlay.opaque` attribute. Symbolic links are not
+        followed (a link is no file of the layer's)."""
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            with os.scandir(root + rel or "/") as entries:
+                for entry in entries:
+                    path = f"{rel}/{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        if _opaque(entry.path):
+                            self.opaques.add(path)
+                        stack.append(path)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                        self.whiteouts.add(path)
+                    elif stat.S_ISREG(st.st_mode) and _wanted(path):
+                        self.file(path, st.st_size, functools.partial(_contents, entry.path))
 
     @staticmethod
     def _open(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
@@ -344,6 +373,34 @@ class _LayerReader:
         return LayerFacts(self.statuses.get(DPKG_STATUS), tuple(sorted(dists, key=lambda d: d.metadata)),
                           tuple(self.os_release[p] for p in sorted(self.os_release)),
                           tuple(sorted(self.whiteouts)), tuple(sorted(self.opaques)))
+
+
+def _contents(path: str) -> IO[bytes]:
+    """A file of a layer folder, read whole (the files `_wanted` names are small) and closed."""
+    with open(path, "rb") as f:
+        return io.BytesIO(f.read(STATUS_LIMIT))
+
+
+def _opaque(path: str) -> bool:
+    try:
+        return os.getxattr(path, "trusted.overlay.opaque", follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _wanted(path: str) -> bool:
+    """Whether a file may say what is installed (the files `_LayerReader.file` reads)."""
+    parent, base = posixpath.split(path)
+    return (parent == _DPKG_DIR and base in _STATUS_NAMES) or _metadata_file(path) or path in OS_RELEASE or \
+        (base == "INSTALLER" and parent.endswith(".dist-info"))
+
+
+def read_folder(root: str) -> LayerFacts:
+    """The facts of one layer from its folder in the engine's storage (what `read_layer` reads from its tar),
+    without decompressing anything: seconds less per GB of layer."""
+    reader = _LayerReader()
+    reader.folder(root.rstrip("/"))
+    return reader.facts()
 
 
 def read_layer(stream: BinaryIO) -> LayerFacts:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,9 @@ from imagebuilder.evidence.sboms import ARTIFACT_TYPE, PREDICATE_TYPE, RegistryS
 from imagebuilder.evidence.signing import Signer
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
+from imagebuilder.steps.supply import image_layers
 from imagebuilder.supply import cyclonedx
+from imagebuilder.supply.inventory import read_folder, read_layer
 
 from .conftest import REGISTRY, ROOT, Chain, CliRun, registry_tags, report, session_trust
 
@@ -133,7 +136,7 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
     assert [t for t in published if "twin" in t] == [] and all(t.split(":")[-1] in published
                                                               for n in stock.values() for t in n["tags"])
     # The shared nodes' SBOMs were made once: the second entry reused the first's.
-    assert twin["base"]["digest"] == stock["base"]["digest"]
+    assert all(twin[layer]["digest"] == stock[layer]["digest"] for layer in ("base", "business"))
     for layer in ("base", "business"):
         sources = sorted([twin[layer]["sbom"]["source"], stock[layer]["sbom"]["source"]])
         assert sources == ["computed", "reused"], (layer, sources)
@@ -151,6 +154,19 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
         assert brought["libc6"] == "base image debian:bookworm" and brought["torch"] == "base"
         assert brought["transformers"] == "business" and brought["jinja2"] == ("older" if node is twin["older"]
                                                                                 else "base")
+    # The older layer as this engine stores it (overlay2's folder, what the SBOM was read from) and as the registry
+    # holds it (its blob, what another machine reads) say the same, its whiteout of torch's jinja2 included.
+    layers, diff_ids = image_layers(client, repo, twin["older"]["digest"])
+    below = len(image_layers(client, repo, twin["business"]["digest"])[1])
+    folders = engine.layer_folders(twin["older"]["image"])
+    assert folders is not None and len(folders) == len(diff_ids) > below
+    whiteouts = []
+    for layer, folder in zip(layers[below:], folders[below:], strict=True):
+        with client.open_blob(repo, layer["digest"]) as blob:
+            from_blob = read_layer(blob)
+        assert read_folder(folder) == from_blob
+        whiteouts += from_blob.whiteouts
+    assert any(re.search(r"/jinja2-[0-9.]+\.dist-info$", w) for w in whiteouts), whiteouts  # (torch's jinja2)
     shown = cli("sbom", f"{registry}/{repo}@{stock['task']['digest']}")
     assert shown.code == 0 and json.loads(shown.out)["metadata"]["component"]["version"] == stock["task"]["digest"]
 

@@ -198,6 +198,7 @@ class FakeEngine:
     model: str = H100  # what they are
     files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
     layer_tars: dict[str, bytes] = field(default_factory=dict)  # diff_id -> the layer's tar as pushed (default: empty)
+    folders: dict[str, list[str]] = field(default_factory=dict)  # image ID -> its layers as folders (local storage)
     # (image, expect, commands, GPUs seen) -> what the suite in the container reports
     report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] | None = None
     run_labels: dict[str, str] = field(default_factory=dict)
@@ -232,6 +233,9 @@ class FakeEngine:
 
     def layer_files(self, image: str, top: int) -> Iterator[tuple[str, int, BinaryIO]]:
         return iter([(path, len(data), io.BytesIO(data)) for path, data in self.files.get(image, [])])
+
+    def layer_folders(self, image: str) -> list[str] | None:
+        return self.folders.get(image)
 
     def insecure_registries(self) -> tuple[str, ...]:
         return ()

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ from imagebuilder.supply.inventory import (
     Inventory,
     LayerFacts,
     OsRelease,
+    read_folder,
     read_layer,
 )
 
@@ -352,3 +356,35 @@ def test_json_round_trips() -> None:
 def test_not_a_tar() -> None:
     with pytest.raises(tarfile.TarError):
         read_layer(io.BytesIO(b"not a tar at all" * 100))
+
+
+def as_folder(entries: Iterable[tuple[str, Content]], root: Path) -> Path:
+    """The same layer as overlay2 keeps it in the engine's storage: a whiteout is a character device 0/0, an
+    opaque folder has the attribute trusted.overlay.opaque=y (root makes both, as dockerd does)."""
+    for name, content in entries:
+        path = root / name.lstrip("./").lstrip("/") if name not in ("./", "/") else root
+        base = path.name
+        if base == ".wh..wh..opq":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.setxattr(path.parent, "trusted.overlay.opaque", b"y")
+        elif base.startswith(".wh."):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(path.parent / base[4:], 0o600 | stat.S_IFCHR, 0)
+        elif content is None:
+            path.mkdir(parents=True, exist_ok=True)
+        elif isinstance(content, Symlink):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(content.target)
+        elif isinstance(content, Link):
+            os.link(root / content.target.lstrip("./").lstrip("/"), path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return root
+
+
+def test_a_layer_folder_of_the_engines_storage_reads_as_its_tar(tmp_path: Path) -> None:
+    """`read_folder` (overlay2's diff folder, no decompression) and `read_layer` (the blob) agree, whiteouts and
+    opaque folders included (the integration test compares the two on a real engine's layer with a whiteout)."""
+    for i, entries in enumerate((BASE_LAYER, SECOND_LAYER, THIRD_LAYER)):
+        assert read_folder(str(as_folder(entries, tmp_path / str(i)))) == read(entries), i
