@@ -137,18 +137,9 @@ class PassRecord:
         return self.passed and (self.gpu_verified or not gpus_here)
 
 
-class RecordRegistry(Protocol):
-    """What pass records need of a registry (the real `registry.Registry`, or a fake in unit tests)."""
-
-    def manifest_digest(self, repo: str, reference: str) -> str | None: ...
-
-    def manifest(self, repo: str, reference: str) -> tuple[bytes, str]: ...
-
-    def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str: ...
-
-    def blob(self, repo: str, digest: str) -> bytes: ...
-
-    def put_blob(self, repo: str, data: bytes) -> str: ...
+class RecordRegistry(attestation.Store, Protocol):
+    """What pass records need of a registry (the real `registry.Registry`, or a fake in unit tests): what any
+    attestation needs, and the repository's tags (a GPU model's verdicts are found among them)."""
 
     def tags(self, repo: str) -> list[str]: ...
 

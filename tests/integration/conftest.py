@@ -336,8 +336,10 @@ def itest_matrix(tmp: Path, repository: str, *, layers: str, body: str, extra: s
 
 
 def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, extra: str = "",
-               flavor: str = "runtime") -> Path:
-    """torch 2.13.0 for the CPU, from the wheelhouse (its dependencies from PyPI)."""
+               flavor: str = "runtime", base_images: tuple[str, ...] = ()) -> Path:
+    """torch 2.13.0 for the CPU, from the wheelhouse (its dependencies from PyPI); `base_images`: an axis of
+    base images (an entry on each)."""
+    axis = f"base_image: [{', '.join(base_images)}]" if base_images else ""
     return itest_matrix(tmp, repository, layers=layers, extra=extra, body=f"""
         torch_extras: []
         build:
@@ -348,6 +350,7 @@ def cpu_matrix(tmp: Path, repository: str, wheelhouse: Path, *, layers: str, ext
           accelerator: [cpu]
           python: ["3.11"]
           flavor: [{flavor}]
+          {axis}
         """)
 
 
