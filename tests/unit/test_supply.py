@@ -29,6 +29,7 @@ from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.render import Renderer
 from imagebuilder.steps.context import RunContext
 from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
+from imagebuilder.steps.promote import carry_sbom
 from imagebuilder.steps.publish import Publish
 from imagebuilder.steps.supply import SupplyChain
 from imagebuilder.supply import cyclonedx
@@ -231,3 +232,21 @@ def test_an_sbom_counts_only_signed_by_a_trusted_key_about_its_digest() -> None:
     assert "another image" in str(put(signed(document, other, verifier), other))  # another image's, copied here
     assert "describes" in str(put(signed({**document, "metadata": {"component": {"version": other}}}, digest,
                                          verifier)))
+
+
+def test_promote_carries_a_trusted_sbom_into_the_target_repository() -> None:
+    registry, stager = FakeRegistry(), Signer.generate("the stager")
+    digest, _ = registry.image(REPO, "nightly-task", "published")
+    trusted = Trust((stager.public,))
+    document = {"metadata": {"component": {"version": digest}}, "components": []}
+    RegistrySboms(registry, trusted, stager).put(REPO, digest, document, node="e/task")
+    assert carry_sbom(registry, trusted, digest, REPO, "ml/stable")
+    assert RegistrySboms(registry, trusted).lookup("ml/stable", digest).sbom is not None
+    # one nobody here trusts stays behind
+    other, _ = registry.image(REPO, "nightly-other", "other")
+    stranger = Signer.generate("a stranger")
+    attestation.put(registry, REPO, sbom_tag(other), signed({**document, "metadata": {"component": {
+        "version": other}}}, other, stranger), artifact_type=ARTIFACT_TYPE, subject=other,
+        predicate_type=PREDICATE_TYPE, annotations={})
+    assert not carry_sbom(registry, trusted, other, REPO, "ml/stable")
+    assert registry.manifest_digest("ml/stable", sbom_tag(other)) is None
