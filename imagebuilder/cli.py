@@ -61,7 +61,6 @@ from .steps.ledger import NodeRecord, PublishStatus, VerifyStatus
 from .steps.publish import Publish
 from .steps.run import RunOptions, execute
 from .steps.stage import KeyTags, Stage, Staged, check_bases
-from .steps.supply import SupplyChain
 from .steps.verify import Verify
 
 
@@ -724,8 +723,7 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     idempotent: a second run changes nothing and says so."""
     staged, signing = Staged("publish"), Cosign.from_env(True, os.environ)
     steps = (staged, Verify(run_suite=False, host=GpuHost.probe()),
-             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing,
-                     supply=SupplyChain(dry_run=dry_run)))
+             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing))
     records = run_steps(ctx, Common(**common), steps, require=staged, meta={"signing": signing.meta()})
     lacking = sorted({r.entry for r in records if r.leaf and r.verify == VerifyStatus.SKIPPED})
     if lacking:
@@ -787,7 +785,10 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     if not dry_run:
         promote_mod.require_push(registry, moves)
         for move, proof in zip(moves, proofs, strict=True):
-            promote_mod.apply(registry, keys, move, proof, allow_untested=allow_untested)
+            if not promote_mod.apply(registry, keys, move, proof, allow_untested=allow_untested):
+                ctx.out.print(f"[yellow]  {escape(move.target)}: no SBOM that counts beside {move.digest} (published "
+                              "before imagebuilder wrote SBOMs, or signed by a key not trusted here)[/]",
+                              highlight=False, soft_wrap=True)
     changed = sum(m.previous != m.digest for m in moves)
     untested = f", {len(refused)} UNTESTED (--allow-untested)" if refused else ""
     ctx.out.print(f"{len(moves)} tags, {changed} {'would change' if dry_run else 'changed'}{untested}",

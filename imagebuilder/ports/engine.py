@@ -204,7 +204,10 @@ class DockerEngine:
 
     def layer_folders(self, image: str) -> list[str] | None:
         """The image's layers as folders of the engine's own storage, bottom first, one per entry of its
-        RootFS.Layers, where the engine is on this machine (overlay2) and they are readable; None otherwise."""
+        RootFS.Layers, where the engine is on this machine (overlay2, rootful: as root, whose eyes see its
+        `trusted.overlay.*` attributes) and they are readable; None otherwise."""
+        if os.geteuid() != 0:
+            return None
         try:
             info = self.inspect(image)
         except EngineError:

@@ -34,6 +34,7 @@ from typing import Any, BinaryIO, cast
 
 import requests
 import tenacity
+import urllib3
 
 from ..errors import EngineError, RegistryAccess
 from ..secrets.registry_auth import credentials
@@ -264,11 +265,14 @@ class Registry:
         return resp.headers.get("Docker-Content-Digest")
 
     def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
-        """A manifest's exact bytes and media type."""
+        """A manifest's exact bytes and media type; asked by digest, they are checked against it."""
         resp = self._request("GET", f"{repo}/manifests/{reference}", scope=f"repository:{repo}:pull",
                              headers={"Accept": ", ".join(MANIFEST_TYPES)})
         if resp.status_code != 200:
             raise self._failed(resp, f"GET {repo}:{reference}", "pull from", repo)
+        if reference.startswith("sha256:") and "sha256:" + hashlib.sha256(resp.content).hexdigest() != reference:
+            raise EngineError(f"registry {self.host}: the manifest it sent for {repo}@{reference[:19]} does not match "
+                              "that digest")
         return resp.content, resp.headers.get("Content-Type", MANIFEST_TYPES[-1]).split(";")[0]
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
@@ -364,9 +368,10 @@ class Registry:
             reader = _Checked(resp.raw, digest, f"registry {self.host}: blob {digest[:19]} of {repo}")
             try:
                 yield cast(BinaryIO, io.BufferedReader(reader, 1 << 20))
-            except (requests.exceptions.RequestException, OSError, http.client.HTTPException) as exc:
+                reader.finish()
+            except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError,
+                    http.client.HTTPException) as exc:
                 raise EngineError(f"registry {self.host}: reading blob {digest[:19]} of {repo}: {_why(exc)}") from None
-            reader.finish()
         finally:
             resp.close()
 

@@ -56,9 +56,9 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
         found = [r for r in scanned if (r.vulnerabilities or {}).get("findings")]
         blocked = sum(bool((r.vulnerabilities or {}).get("blocked")) for r in scanned)
         data = "; ".join(dict.fromkeys(str((r.vulnerabilities or {}).get("data")) for r in scanned))
-        lines += ["", "### Vulnerabilities", "", f"{len(scanned)} images checked against {_md(data)}: "
+        lines += ["", "### Vulnerabilities", "", f"{len(scanned)} images checked against {_code(data)}: "
                   f"{len(found)} with known vulnerabilities, **{blocked} blocked**." if blocked else
-                  f"{len(scanned)} images checked against {_md(data)}: {len(found)} with known vulnerabilities, "
+                  f"{len(scanned)} images checked against {_code(data)}: {len(found)} with known vulnerabilities, "
                   "none blocked."]
         if found:
             lines += ["", "| node | SBOM | outcome | advisory | severity | package | layer | fixed in |",
@@ -103,19 +103,26 @@ def _performance_rows(r: NodeRecord) -> list[str]:
 
 
 def _vulnerability_rows(r: NodeRecord) -> list[str]:
-    """The gate's findings on the node, blocking first."""
+    """The gate's findings on the node, blocking first. Every value from the data or the image is a code span: it
+    cannot become a link, markup or a cell of its own."""
     sbom = r.sbom or {}
     components = f"{sbom.get('components', '?')} components" if sbom else "-"
     out = []
     for f in (r.vulnerabilities or {}).get("findings") or []:
-        outcome = {"blocks": "**blocks**", "expired": f"**blocks** (exception expired {f.get('expires')})",
-                   "allowed": f"allowed until {f.get('expires')}: {_md(str(f.get('reason') or ''))}",
-                   "below": "below the threshold"}.get(str(f.get("outcome")), str(f.get("outcome")))
-        out.append(f"| `{r.node}` | {components} | {outcome} | {_md(str(f.get('id')))} | "
-                   f"{_md(str(f.get('level')))}{'' if f.get('level_known', True) else ' (assumed)'} | "
-                   f"{_md(str(f.get('package')))} {_md(str(f.get('version')))} | {_md(str(f.get('layer')))} | "
-                   f"{_md(', '.join(f.get('fixed') or []) or '-')} |")
+        outcome = {"blocks": "**blocks**", "expired": f"**blocks** (exception expired {_code(f.get('expires'))})",
+                   "allowed": f"allowed until {_code(f.get('expires'))}: {_code(f.get('reason'))}",
+                   "below": "below the threshold"}.get(str(f.get("outcome")), _code(f.get("outcome")))
+        out.append(f"| `{r.node}` | {components} | {outcome} | {_code(f.get('id'))} | {_code(f.get('level'))}"
+                   f"{'' if f.get('level_known', True) else ' (assumed)'} | "
+                   f"{_code(f.get('package'))} {_code(f.get('version'))} | {_code(f.get('layer'))} | "
+                   f"{_code(', '.join(map(str, f.get('fixed') or [])) or '-')} |")
     return out
+
+
+def _code(value: object) -> str:
+    """A value as a code span of one line (no backtick, pipe or line break of its own)."""
+    text = str(value if value is not None else "").replace("`", "'").replace("\n", " ").replace("|", "/")
+    return f"`{text}`" if text else ""
 
 
 def _md(text: str) -> str:

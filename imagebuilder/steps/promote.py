@@ -158,8 +158,8 @@ def check_target(registry: Registry, trust: Trust, move: Move, tags: list[str]) 
     recorded as another node's (it would take that node's name)."""
     target_repo, tag = split_reference(move.target)[1:]
     if tag.startswith("cache-") or attestation.is_evidence_tag(tag):
-        raise InputError(f"--to gives {move.target}: a {'key' if tag.startswith('cache-') else 'pass record'} tag, "
-                         "which only imagebuilder's own steps write")
+        raise InputError(f"--to gives {move.target}: a {'key' if tag.startswith('cache-') else 'pass record or SBOM'} "
+                         "tag, which only imagebuilder's own steps write")
     if move.previous is None or move.previous == move.digest:
         return
     store, source_repo = RegistryPasses(registry, trust), split_reference(move.source)[1]
@@ -182,42 +182,45 @@ def require_push(registry: Registry, moves: list[Move]) -> None:
                                  hint=f"give it credentials that may push to {registry.host}/{repo}")
 
 
-def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_untested: bool = False) -> None:
-    """Move the tag; bring the pass record along into another repository, or, for an untested digest
-    moved by --allow-untested, leave an `untested` record beside it in the target (signed by this machine)."""
+def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_untested: bool = False) -> bool:
+    """Move the tag; bring its SBOM (first) and pass record along into another repository, or, for an untested
+    digest moved by --allow-untested, leave an `untested` record beside it in the target (signed by this machine).
+    Whether an SBOM that counts is beside the digest in the target."""
     store = RegistryPasses(registry, keys.trust, keys.signer)
     source_repo = split_reference(move.source)[1]
     host, target_repo, tag = split_reference(move.target)
     if proof.record is None and not allow_untested:
         raise Refused(f"promote {move.source}: {proof.why}; not moved")
+    has_sbom = carry_sbom(registry, keys.trust, move.digest, source_repo, target_repo)  # (before the tag moves)
     if move.previous != move.digest:
         registry.copy(source_repo, move.digest, target_repo, tag)
         held = registry.manifest_digest(target_repo, tag)
         if held != move.digest:
             raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
-    if target_repo != source_repo:
-        carry_sbom(registry, keys.trust, move.digest, source_repo, target_repo)
     if proof.record is not None and proof.tag is not None:
         if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
             record_digest = registry.manifest_digest(source_repo, proof.tag)
             if record_digest is not None:
                 registry.copy(source_repo, record_digest, target_repo, proof.tag)
-        return
+        return has_sbom
     config = store.config_digest(source_repo, move.digest) or ""
     store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
                                       entry="", date=passes.now(), suite=passes.suite_hash(),
                                       allowed_by="--allow-untested (promote)").at(move.digest, f"{host}/{target_repo}"))
+    return has_sbom
 
 
 def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, target_repo: str) -> bool:
-    """The image's SBOM goes along into another repository, when the one beside it counts (signed by a trusted
-    key, about this digest); whether one is there now."""
-    tag = sboms.sbom_tag(digest)
-    if registry.manifest_digest(target_repo, tag) is not None:
+    """The image's SBOM goes along into another repository when the one beside it counts (signed by a trusted
+    key, about this digest), over whatever does not count there; whether one that counts is there now."""
+    target = sboms.RegistrySboms(registry, trust)
+    if target.lookup(target_repo, digest).sbom is not None:
         return True
-    if sboms.RegistrySboms(registry, trust).lookup(source_repo, digest).sbom is None:
+    if target_repo == source_repo or target.lookup(source_repo, digest).sbom is None:
         return False
+    tag = sboms.sbom_tag(digest)
     artifact = registry.manifest_digest(source_repo, tag)
-    if artifact is not None:
-        registry.copy(source_repo, artifact, target_repo, tag)
-    return artifact is not None
+    if artifact is None:
+        return False
+    registry.copy(source_repo, artifact, target_repo, tag)
+    return target.lookup(target_repo, digest).sbom is not None

@@ -160,13 +160,12 @@ class Publish:
                 failure = (node, exc.message)
                 break
         if failure is None:  # what is in each image, and whether a known vulnerability keeps it from a tag (its
-            try:  # pass records are bound already: they say what was tested, and a later exception needs no test)
-                blocked = self.supply.check(run, nodes, digests)
-            except ImageBuilderError as exc:
-                blocked = {nodes[-1].id: f"its SBOM could not be made: {exc.message}"}
-            if blocked:
-                bad = next(n for n in nodes if n.id in blocked)
-                failure = (bad, f"{'would be ' if self.dry_run else ''}blocked by the vulnerability gate: "
+            # pass records are bound already: they say what was tested, and a later exception needs no new test)
+            blocked, unmade = self.supply.check(run, nodes, digests, dry_run=self.dry_run)
+            bad = next((n for n in nodes if n.id in unmade or n.id in blocked), None)
+            if bad is not None:
+                failure = (bad, f"not published: its SBOM could not be made ({unmade[bad.id]})" if bad.id in unmade
+                           else f"{'would be ' if self.dry_run else ''}blocked by the vulnerability gate: "
                                 f"{blocked[bad.id]}")
         if failure is not None:
             bad, message = failure

@@ -14,8 +14,13 @@ is not published, and says which advisory, package, version and layer, and what 
 from __future__ import annotations
 
 import datetime
+import gzip
+import hashlib
+import io
 import json
+import tarfile
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +29,12 @@ from typing import Any
 from rich.markup import escape
 
 from .. import __version__
-from ..errors import EngineError, InputError
+from ..errors import EngineError, ImageBuilderError, InputError
 from ..evidence.sboms import Found, LocalLayers, RegistrySboms, sbom_tag
 from ..plan.plan import Node
 from ..supply import osv
 from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
-from ..supply.policy import Installed, Policy, Verdict, judge, no_data
+from ..supply.policy import Installed, Verdict, judge, no_data
 from .context import RunContext
 
 DEB_ECOSYSTEM = "Debian"
@@ -55,11 +60,14 @@ class Sbom:
                 "python": kinds.count("python")}
 
 
-def installed(document: Mapping[str, Any], release: str | None) -> list[Installed]:
-    """What the gate looks up for each component of a CycloneDX document: a Debian package by its source package
-    and version (OSV's Debian records name sources), in the image's Debian release; a Python distribution by its
-    name and version."""
-    out = []
+def installed(document: Mapping[str, Any]) -> tuple[list[Installed], list[str]]:
+    """What the gate looks up for each component of a CycloneDX document, and what it cannot check. A Debian
+    package is looked up by its source package and version (OSV's Debian records name sources) in the image's
+    Debian release; a Python distribution by its name and version, except one Debian installed (its fixes are
+    Debian's, under the upstream version: its deb is looked up). Packages of another distribution (an Ubuntu base)
+    are not matched against Debian's data: they are named as not checked."""
+    out: list[Installed] = []
+    others: dict[str, int] = {}
     for component in document.get("components") or []:
         if not isinstance(component, Mapping):
             continue
@@ -69,33 +77,42 @@ def installed(document: Mapping[str, Any], release: str | None) -> list[Installe
         name, version = str(component.get("name")), str(component.get("version"))
         layer = props.get("imagebuilder:layer", "?")
         if purl.startswith("pkg:deb/"):
+            distro = purl.partition("distro=")[2].split("&", 1)[0]
+            namespace = purl[len("pkg:deb/"):].split("/", 1)[0]
+            if namespace != "debian":
+                others[distro or namespace] = others.get(distro or namespace, 0) + 1
+                continue
+            release = distro[len("debian-"):] if distro.startswith("debian-") else ""
             source, _, source_version = props.get("imagebuilder:source", f"{name} {version}").partition(" ")
             query = osv.Query(f"{DEB_ECOSYSTEM}:{release}" if release else DEB_ECOSYSTEM, source,
                               source_version or version)
             ref = f"deb {name} {version}" + (f" (source {source} {source_version})" if source != name else "")
-        elif purl.startswith("pkg:pypi/"):
+            out.append(Installed(query, ref, layer, name))
+        elif purl.startswith("pkg:pypi/") and props.get("imagebuilder:installer") != "debian":
             query = osv.Query("PyPI", name, version)
-            ref = f"pypi {name} {version} in {props.get('imagebuilder:path', '?')}"
-        else:
-            continue
-        out.append(Installed(query, ref, layer))
-    return out
+            out.append(Installed(query, f"pypi {name} {version} in {props.get('imagebuilder:path', '?')}", layer, name))
+    unchecked = [f"{n} deb packages of {distro} (no OSV data of that distribution is read)"
+                 for distro, n in sorted(others.items())]
+    return out, unchecked
 
 
-def release_of(document: Mapping[str, Any]) -> str | None:
-    """The Debian release of the image (`debian-12` -> `12`), from the distro its deb purls name."""
-    for component in document.get("components") or []:
-        purl = str(component.get("purl") or "") if isinstance(component, Mapping) else ""
-        if purl.startswith("pkg:deb/") and "distro=debian-" in purl:
-            return purl.split("distro=debian-", 1)[1].split("&", 1)[0]
-    return None
+def uncovered(looked_up: Sequence[Installed], advisories: osv.Advisories) -> list[str]:
+    """The ecosystems the image has packages of and the data has no advisory of (what was not checked)."""
+    if not advisories.count:
+        return []
+    have = {osv.ecosystem_parts(e)[0] for e in advisories.ecosystems}
+    need: dict[str, int] = {}
+    for item in looked_up:
+        base = osv.ecosystem_parts(item.query.ecosystem)[0]
+        need[base] = need.get(base, 0) + 1
+    return [f"{n} {base} packages (the data has no {base} advisory)" for base, n in sorted(need.items())
+            if base not in have]
 
 
 @dataclass
 class SupplyChain:
     """Publish's collaborator for SBOMs and the vulnerability gate. `today` decides which exceptions expired."""
 
-    dry_run: bool = False
     today: datetime.date = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date())
     _advisories: dict[tuple[Path, ...], osv.Advisories] = field(default_factory=dict)
     _held: dict[str, Sbom] = field(default_factory=dict)  # manifest digest -> its SBOM (this run)
@@ -122,24 +139,34 @@ class SupplyChain:
                 self._advisories[data] = osv.Advisories.load_all(data)
             return self._advisories[data]
 
-    def check(self, run: RunContext, nodes: Sequence[Node], digests: Mapping[str, str]) -> dict[str, str]:
-        """The SBOM of each node's digest (found, or made and, unless --dry-run, signed beside it), then the gate
-        on it; the nodes that block, and why. A node whose SBOM could not be made blocks too (`EngineError`)."""
+    def check(self, run: RunContext, nodes: Sequence[Node], digests: Mapping[str, str], *,
+              dry_run: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """The SBOM of each node's digest (found, or made and, unless `dry_run`, signed beside it), then the gate
+        on it: the nodes the gate blocks and why, and the nodes whose SBOM could not be made and why."""
         blocked: dict[str, str] = {}
+        failed: dict[str, str] = {}
         for node in nodes:
-            sbom = self.sbom(run, node, digests)
+            try:
+                sbom = self.sbom(run, node, digests, dry_run=dry_run)
+            except ImageBuilderError as exc:
+                failed[node.id] = exc.message
+                run.logs.say(f"[bold red]  ✗ {escape(node.id)}: its SBOM could not be made: {escape(exc.message)}[/]")
+                continue
             verdict = self.judge(run, node, sbom)
             if verdict.blocked:
                 blocked[node.id] = verdict.why()
-        return blocked
+        return blocked, failed
 
     def judge(self, run: RunContext, node: Node, sbom: Sbom) -> Verdict:
         settings = node.entry.vulnerabilities
         advisories = self.advisories(settings.data)
-        verdict = judge(installed(sbom.document, release_of(sbom.document)), advisories, settings.policy, self.today)
-        run.ledger.update(node.id, vulnerabilities={**verdict.to_json(), "policy": policy_json(settings.policy)})
+        looked_up, unchecked = installed(sbom.document)
+        unchecked += uncovered(looked_up, advisories)
+        verdict = judge(looked_up, advisories, settings.policy, self.today)
+        run.ledger.update(node.id, vulnerabilities={**verdict.to_json(), "unchecked": unchecked,
+                                                    "policy": settings.policy.to_json()})
         for finding in verdict.findings:
-            if finding.outcome in ("blocks", "expired"):
+            if finding.blocking:
                 run.logs.say(f"[bold red]  ✗ {escape(node.id)}: {escape(finding.why())}[/]")
             elif finding.outcome == "allowed":
                 run.logs.say(f"[yellow]  {escape(node.id)}: {escape(finding.why())}[/]")
@@ -148,25 +175,30 @@ class SupplyChain:
                          "(vulnerabilities.data)[/]")
         elif not verdict.findings:
             run.logs.say(f"[dim]  {escape(node.id)}: no known vulnerability ({escape(verdict.data)})[/]")
+        if advisories.count and unchecked:
+            run.logs.say(f"[yellow]  {escape(node.id)}: not checked: {escape('; '.join(unchecked))}[/]")
         return verdict
 
-    def sbom(self, run: RunContext, node: Node, digests: Mapping[str, str]) -> Sbom:
+    def lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def sbom(self, run: RunContext, node: Node, digests: Mapping[str, str], *, dry_run: bool = False) -> Sbom:
         """The SBOM of the node's digest: this run's, the registry's (signed by a trusted key), or made now."""
         digest = digests.get(node.id) or run.ledger[node.id].digest
         if digest is None:
             raise EngineError(f"{node.id} has no digest in the registry: no SBOM")
-        with self._lock:
-            lock = self._locks.setdefault(digest, threading.Lock())
-        with lock:
+        with self.lock(f"sbom {digest}"):
             if digest in self._held:
                 held = self._held[digest]
                 sbom = Sbom(held.document, held.inventory, held.where, "reused", held.signer)
             else:
-                sbom = self._held[digest] = self.find_or_make(run, node, digest, digests)
+                sbom = self._held[digest] = self.find_or_make(run, node, digest, digests, dry_run=dry_run)
         run.ledger.update(node.id, sbom=sbom.summary(), digest=digest)  # (what was judged, also when it is blocked)
         return sbom
 
-    def find_or_make(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str]) -> Sbom:
+    def find_or_make(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
+                     dry_run: bool) -> Sbom:
         host, repo, _ = run.key_tag(node)
         store = RegistrySboms(run.registries(host), run.keys.trust, run.keys.signer)
         found: Found = store.lookup(repo, digest)
@@ -177,11 +209,11 @@ class SupplyChain:
             return Sbom(found.sbom.document, None, where, "found", found.sbom.signer())
         if found.rejected is not None:
             run.logs.say(f"[yellow]  {escape(node.id)}: {escape(found.rejected)}; made again[/]")
-        inventory = self.inventory(run, node, digest, digests)
+        inventory = self.inventory(run, node, digest, digests, dry_run=dry_run)
         from ..supply import cyclonedx  # (its library takes a tenth of a second to import: only when one is made)
 
         document = cyclonedx.document(inventory, image=f"{host}/{repo}", digest=digest, tool_version=__version__)
-        if self.dry_run:
+        if dry_run:
             return Sbom(document, inventory, f"would write {where} (--dry-run)", "computed")
         store.put(repo, digest, document, node=node.id)
         signer = run.keys.signer.public.label()
@@ -189,12 +221,17 @@ class SupplyChain:
                      f"{digest[:19]}[/]")
         return Sbom(document, inventory, f"{where} (written by this run)", "computed", signer)
 
-    def inventory(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str]) -> Inventory:
+    def inventory(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
+                  dry_run: bool = False) -> Inventory:
         """What the image `digest` holds: its parent's inventory (this run's, computed once) with its own layers
         read over it; a root image's base-image layers are labelled as the base image's."""
-        with self._lock:
-            if digest in self._inventories:
-                return self._inventories[digest]
+        with self.lock(f"inventory {digest}"):
+            if digest not in self._inventories:
+                self._inventories[digest] = self.read(run, node, digest, digests, dry_run=dry_run)
+            return self._inventories[digest]
+
+    def read(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
+             dry_run: bool) -> Inventory:
         host, repo, _ = run.key_tag(node)
         client = run.registries(host)
         layers, diff_ids = image_layers(client, repo, digest)
@@ -204,7 +241,7 @@ class SupplyChain:
             parent = run.plan.node(node.parent)
             parent_digest = digests.get(parent.id) or run.ledger[parent.id].digest
             if parent_digest is not None:
-                parent_inventory = self.inventory(run, parent, parent_digest, digests)
+                parent_inventory = self.inventory(run, parent, parent_digest, digests, dry_run=dry_run)
                 below = image_layers(client, repo, parent_digest)[1]
                 if diff_ids[:len(below)] == below:
                     inventory = parent_inventory
@@ -213,29 +250,29 @@ class SupplyChain:
         base_layers = self.base_layers(run, node) if node.parent is None else []
         if base_layers and diff_ids[:len(base_layers)] != base_layers:
             base_layers = []
-        cache = LocalLayers(run.cache_dir / "sbom", run.keys.trust, run.keys.signer)
+        cache = LocalLayers(run.cache_dir / "sbom", run.keys.trust, None if dry_run else run.keys.signer)
         folders = self.folders(run, client, repo, digest, diff_ids)
         for index in range(len(below), len(diff_ids)):
             label = f"base image {node.base_image}" if index < len(base_layers) else node.layer.name
             facts = self.layer(run, node, cache, (repo, client, layers[index]), diff_ids[index],
                                folders[index] if folders else None)
             inventory = inventory.apply(facts, label, diff_ids[index])
-        with self._lock:
-            self._inventories[digest] = inventory
         return inventory
 
     @staticmethod
     def folders(run: RunContext, client: Any, repo: str, digest: str, diff_ids: list[str]) -> list[str] | None:
         """The image's layers as folders of this engine's storage, when the engine holds this very image (its ID
         is the manifest's config digest, its layers these diff_ids) on this machine; None otherwise."""
-        body, _ = client.manifest(repo, digest)
-        image = str(json.loads(body)["config"]["digest"])
-        engine = run.images.worker()
-        if engine.image_id(image) is None:
-            return None
-        if [str(d) for d in (engine.inspect(image).get("RootFS") or {}).get("Layers") or []] != diff_ids:
-            return None
-        return engine.layer_folders(image)
+        try:
+            body, _ = client.manifest(repo, digest)
+            image = str(json.loads(body)["config"]["digest"])
+            engine = run.images.worker()
+            if engine.image_id(image) is None or \
+                    [str(d) for d in (engine.inspect(image).get("RootFS") or {}).get("Layers") or []] != diff_ids:
+                return None
+            return engine.layer_folders(image)
+        except (ImageBuilderError, ValueError, KeyError, TypeError):
+            return None  # (the registry's blobs say the same, slower)
 
     @staticmethod
     def layer(run: RunContext, node: Node, cache: LocalLayers, blob: tuple[str, Any, Mapping[str, Any]],
@@ -248,15 +285,19 @@ class SupplyChain:
                 return LayerFacts.from_json(cached)
             except (KeyError, TypeError, ValueError):
                 pass  # (an older format: read again)
+        facts = None
         if folder is not None:
-            facts = read_folder(folder)
-        else:
+            try:
+                facts = read_folder(folder)
+            except OSError as exc:  # (a folder it may not read: the registry's blob says the same)
+                run.logs.say(f"[yellow]  {escape(node.id)}: layer {diff_id[:19]} not readable in the engine's "
+                             f"storage ({escape(str(exc))}); reading its blob[/]")
+        if facts is None:
             repo, client, layer = blob
             digest = str(layer["digest"])
             run.logs.say(f"[dim]  {escape(node.id)}: reading layer {digest[:19]} "
                          f"({int(layer.get('size') or 0) / 2**20:.0f} MiB) for its SBOM[/]")
-            with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
-                facts = read_layer(stream)
+            facts = read_blob(client, repo, layer, diff_id)
         cache.put(diff_id, facts.to_json())
         return facts
 
@@ -289,7 +330,47 @@ def image_layers(client: Any, repo: str, digest: str) -> tuple[list[Mapping[str,
     return layers, diff_ids
 
 
-def policy_json(policy: Policy) -> dict[str, Any]:
-    return {"block": policy.block, "unknown": policy.unknown, "require_data": policy.require_data,
-            "allow": [{"id": a.id, "reason": a.reason, "expires": a.expires.isoformat(), "packages": list(a.packages),
-                       "where": a.where} for a in policy.allow]}
+LAYER_TYPES = {  # a layer blob's media type -> whether it is gzip-compressed (what else is refused, saying so)
+    "application/vnd.docker.image.rootfs.diff.tar.gzip": True,
+    "application/vnd.oci.image.layer.v1.tar+gzip": True,
+    "application/vnd.oci.image.layer.v1.tar": False,
+    "application/vnd.docker.image.rootfs.diff.tar": False,
+}
+
+
+class _Hashed(io.RawIOBase):
+    """A stream read through, hashed as it goes (the uncompressed layer, whose digest is its diff_id)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source, self.hash = source, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        self.hash.update(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def read_blob(client: Any, repo: str, layer: Mapping[str, Any], diff_id: str) -> LayerFacts:
+    """What a layer blob in the registry holds, streamed: its compressed bytes checked against its digest and its
+    tar against its diff_id (the facts are kept by diff_id, so a blob must be what its image's config says)."""
+    digest, media_type = str(layer.get("digest")), str(layer.get("mediaType") or "")
+    if media_type not in LAYER_TYPES:
+        raise EngineError(f"{repo}: layer {digest[:19]} is {media_type or 'of no media type'}; imagebuilder reads "
+                          "gzip-compressed and plain tar layers (not zstd) for SBOMs")
+    what = f"{repo}: layer {digest[:19]}"
+    try:
+        with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
+            tar = _Hashed(gzip.GzipFile(fileobj=stream) if LAYER_TYPES[media_type] else stream)
+            reader = io.BufferedReader(tar, 1 << 16)
+            facts = read_layer(reader)
+            while reader.read(1 << 20):
+                pass  # (to the end: the whole tar is hashed)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise EngineError(f"{what} could not be read as a layer ({exc})") from None
+    if "sha256:" + tar.hash.hexdigest() != diff_id:
+        raise EngineError(f"{what} is not the layer its image's config names ({diff_id[:19]})")
+    return facts

@@ -2,9 +2,9 @@
 document's subject (a container component named by its repository, versioned by its manifest digest) and depends
 on every package it holds, each a library component with its purl, licenses and the layer that brought it.
 
-The same image gives the same document but for its timestamp: the serial number comes from the digest, the
-components and dependencies are sorted. `components_of` reads a document back without the library (the
-vulnerability gate, the tests), `validate` holds one against the JSON schema of `SPEC`."""
+The same image gives the same document but for its timestamp and serial number (CycloneDX: each BOM made has a
+serial of its own): the components and dependencies are sorted. `components_of` reads a document back without the
+library (the vulnerability gate, the tests), `validate` holds one against the JSON schema of `SPEC`."""
 
 from __future__ import annotations
 
@@ -85,16 +85,16 @@ def _image(image: str, digest: str) -> CdxComponent:
                         bom_ref=purl.to_string())
 
 
-def serial_number(digest: str) -> uuid.UUID:
-    """The document's serial number: one image (manifest digest), one number."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, digest)
+def serial_number() -> uuid.UUID:
+    """A new document's serial number (one per BOM made, as CycloneDX asks, even of the same image)."""
+    return uuid.uuid4()
 
 
 def document(inventory: Inventory, *, image: str, digest: str, tool_version: str,
              created: datetime.datetime | None = None) -> dict[str, Any]:
     """The SBOM of the image `image` (a reference; its tag or digest, if any, is not its name) whose manifest is
     `digest`, holding `inventory`, made at `created` (now when None), as a JSON document of SPEC."""
-    bom = Bom(serial_number=serial_number(digest))
+    bom = Bom(serial_number=serial_number())
     bom.metadata.timestamp = created or datetime.datetime.now(datetime.timezone.utc)
     root = _image(image, digest)
     bom.metadata.component = root

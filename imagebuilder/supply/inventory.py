@@ -16,6 +16,7 @@ from __future__ import annotations
 import email.message
 import email.parser
 import email.policy
+import errno
 import functools
 import io
 import os
@@ -382,10 +383,16 @@ def _contents(path: str) -> IO[bytes]:
 
 
 def _opaque(path: str) -> bool:
-    try:
-        return os.getxattr(path, "trusted.overlay.opaque", follow_symlinks=False) == b"y"
-    except OSError:
-        return False
+    """Whether overlayfs marks the folder opaque (as root sees it: `trusted.`; `user.` where overlayfs was
+    mounted with userxattr). An attribute that cannot be read at all is an error: the folder is no layer to read."""
+    for name in ("trusted.overlay.opaque", "user.overlay.opaque"):
+        try:
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+                return True
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+    return False
 
 
 def _wanted(path: str) -> bool:

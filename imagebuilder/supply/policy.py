@@ -52,12 +52,14 @@ class Allowance:
             raise InputError(f"the exception for {self.id} needs a reason", where=_where(self.where))
         object.__setattr__(self, "packages", tuple(self.packages))
 
-    def covers(self, names: Iterable[str], package: str) -> bool:
-        """Whether it is for an advisory known by `names` (id and aliases), found on `package`."""
+    def covers(self, names: Iterable[str], *packages: str) -> bool:
+        """Whether it is for an advisory known by `names` (id and aliases), found on one of `packages` (a deb's
+        source and binary package names, a distribution's name)."""
         wanted = self.id.strip().casefold()
         if not any(name.casefold() == wanted for name in names):
             return False
-        return not self.packages or canonicalize_name(package) in {canonicalize_name(p) for p in self.packages}
+        return not self.packages or bool({canonicalize_name(p) for p in packages if p} &
+                                         {canonicalize_name(p) for p in self.packages})
 
     def valid_on(self, day: datetime.date) -> bool:
         """`expires` is the last day it is valid."""
@@ -90,6 +92,10 @@ class Policy:
             object.__setattr__(self, key, value.strip().lower())
         object.__setattr__(self, "allow", tuple(self.allow))
 
+    def to_json(self) -> dict[str, Any]:
+        return {"block": self.block, "unknown": self.unknown, "require_data": self.require_data,
+                "allow": [a.to_json() for a in self.allow]}
+
     def blocks_at(self, level: str) -> bool:
         """Whether a finding of `level` is at or above the threshold."""
         return self.block != "none" and LEVELS.index(level) >= LEVELS.index(self.block)
@@ -103,6 +109,7 @@ class Installed:
     query: osv.Query
     ref: str
     layer: str
+    package: str = ""  # the name an exception's `packages:` may give, besides the query's (a deb's binary package)
 
 
 @dataclass(frozen=True)
@@ -210,7 +217,7 @@ class Verdict:
 def _finding(item: Installed, match: osv.Match, policy: Policy, today: datetime.date) -> Finding:
     advisory, severity = match.advisory, match.rated
     level = severity.level if severity.level is not None else policy.unknown
-    covering = [a for a in policy.allow if a.covers(advisory.names(), item.query.name)]
+    covering = [a for a in policy.allow if a.covers(advisory.names(), item.query.name, item.package)]
     allowance = max(covering, key=lambda a: a.expires) if covering else None
     if not policy.blocks_at(level):
         outcome = "below"

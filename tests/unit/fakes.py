@@ -257,6 +257,7 @@ class FakeEngine:
         labels = {k: v.replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\") for k, v in _LABEL.findall(block)}
         parent = text.split("FROM ", 1)[1].split()[0]
         layers = [*(self.images.get(parent, {}).get("layers") or []), sha(context)]
+        self.layer_tars.setdefault(sha(context), context)  # (its layer: a tar whose digest is its diff_id)
         sink(f"Successfully built from {parent}")
         return self.add({"config": {"Labels": labels, "Env": []}, "layers": layers,
                          "rootfs": {"type": "layers", "diff_ids": layers}})

@@ -260,10 +260,10 @@ def test_vulnerability_findings_are_in_every_report(tmp_path: Path) -> None:
     node = next(n for n in json.loads((tmp_path / "report.json").read_text())["nodes"] if n["node"] == "e5/older")
     assert node["vulnerabilities"]["findings"][0]["id"] == "GHSA-q2x7-8rv6-6q7h" and node["sbom"]["components"] == 212
     text = (tmp_path / "summary.md").read_text()
-    assert "2 images checked against 5 advisories (PyPI) as of 2025-11-03: 1 with known vulnerabilities, " \
+    assert "2 images checked against `5 advisories (PyPI) as of 2025-11-03`: 1 with known vulnerabilities, " \
            "**1 blocked**." in text
-    assert "| `e5/older` | 212 components | **blocks** (exception expired 2026-01-31) | GHSA-q2x7-8rv6-6q7h | " \
-           "medium | Jinja2 3.1.4 | older | 3.1.5 |" in text
+    assert "| `e5/older` | 212 components | **blocks** (exception expired `2026-01-31`) | `GHSA-q2x7-8rv6-6q7h` | " \
+           "`medium` | `Jinja2` `3.1.4` | `older` | `3.1.5` |" in text
     page = (tmp_path / "report.html").read_text()
     assert "BLOCKED by known vulnerabilities" in page and "blocks: the exception expired 2026-01-31" in page
     assert "<script>x</script>" not in page and "CycloneDX 1.7: 212 components (130 Debian, 82 Python)" in page

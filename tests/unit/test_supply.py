@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import hashlib
 import json
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ from imagebuilder.steps.context import RunContext
 from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.steps.promote import carry_sbom
 from imagebuilder.steps.publish import Publish
-from imagebuilder.steps.supply import SupplyChain
-from imagebuilder.supply import cyclonedx
+from imagebuilder.steps.supply import installed, uncovered
+from imagebuilder.supply import cyclonedx, osv
+from imagebuilder.supply.policy import Allowance, Policy
+from imagebuilder.supply.policy import judge as judge_
 
 from ..conftest import MatrixWriter
 from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
@@ -73,7 +76,7 @@ class Machine:
 
     def publish(self, **options: Any) -> bool:
         nodes = list(self.run.plan.nodes)
-        return Publish(supply=SupplyChain(dry_run=bool(options.get("dry_run"))), **options).entry(self.run, nodes)
+        return Publish(**options).entry(self.run, nodes)
 
     def node(self, layer: str) -> dict[str, Any]:
         record = next(r for r in self.run.ledger.records() if r.layer == layer)
@@ -250,3 +253,47 @@ def test_promote_carries_a_trusted_sbom_into_the_target_repository() -> None:
         predicate_type=PREDICATE_TYPE, annotations={})
     assert not carry_sbom(registry, trusted, other, REPO, "ml/stable")
     assert registry.manifest_digest("ml/stable", sbom_tag(other)) is None
+
+
+def component(name: str, version: str, purl: str, **props: str) -> dict[str, Any]:
+    return {"name": name, "version": version, "purl": purl,
+            "properties": [{"name": f"imagebuilder:{k}", "value": v} for k, v in props.items()]}
+
+
+def test_what_the_gate_looks_up_and_what_it_cannot_check() -> None:
+    """Debs by source package in the image's Debian release; Python distributions from PyPI, but not one Debian
+    installed (its deb is looked up: Debian backports fixes under the upstream version); an Ubuntu base's debs are
+    named as not checked rather than matched against Debian's data."""
+    document = {"components": [
+        component("libssl3", "3.0.11-1~deb12u1", "pkg:deb/debian/libssl3@3.0.11-1~deb12u1?arch=amd64&distro=debian-12",
+                  source="openssl 3.0.11-1~deb12u1", layer="base"),
+        component("Jinja2", "3.1.4", "pkg:pypi/jinja2@3.1.4", path="/opt/venv/lib/python3.11/site-packages",
+                  layer="task"),
+        component("six", "1.16.0", "pkg:pypi/six@1.16.0", path="/usr/lib/python3/dist-packages", installer="debian"),
+        component("libc6", "2.35-0ubuntu3", "pkg:deb/ubuntu/libc6@2.35-0ubuntu3?arch=amd64&distro=ubuntu-22.04")]}
+    looked_up, unchecked = installed(document)
+    assert [(i.query, i.package, i.layer) for i in looked_up] == [
+        (osv.Query("Debian:12", "openssl", "3.0.11-1~deb12u1"), "libssl3", "base"),
+        (osv.Query("PyPI", "Jinja2", "3.1.4"), "Jinja2", "task")]
+    assert unchecked == ["1 deb packages of ubuntu-22.04 (no OSV data of that distribution is read)"]
+    pypi_only = osv.Advisories.load(FEED / "PyPI")
+    assert uncovered(looked_up, pypi_only) == ["1 Debian packages (the data has no Debian advisory)"]
+    # An exception may name the binary package (what dpkg -l shows) or the source (what the advisory names).
+    advisories = osv.Advisories.load(FEED)
+    for named in ("libssl3", "openssl"):
+        allow = Allowance("DSA-5532-1", "not reachable", datetime.date(2099, 1, 1), (named,))
+        verdict = judge_(looked_up[:1], advisories, Policy(block="low", allow=(allow,)), datetime.date(2026, 11, 26))
+        assert [f.outcome for f in verdict.findings] == ["allowed"], named
+
+
+def test_a_blob_that_is_not_the_layer_its_config_names_makes_no_sbom(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    m = make(write_matrix, header, table, tmp_path, gate(block="none"))
+    business = next(n for n in m.run.plan.nodes if n.layer.name == "business")
+    diff_id = m.engine.images[str(m.run.ledger[business.id].image)]["layers"][-1]
+    m.engine.layer_tars[diff_id] = layer_tar({"opt/venv/lib/python3.11/site-packages/x-1.dist-info/METADATA":
+                                              b"Name: x\nVersion: 1\n\n"})  # pushed under the config's diff_id
+    assert not m.publish()
+    assert "its SBOM could not be made" in str(m.node("business")["error"]) and \
+        "is not the layer its image's config names" in str(m.node("business")["error"])
+    assert m.public_tags() == {}
