@@ -30,8 +30,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import IO, Any, BinaryIO
 
-from debian import deb822
-from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 DPKG_STATUS = "/var/lib/dpkg/status"
@@ -206,6 +204,8 @@ def _opt(value: Any) -> str | None:
 def _parse_status(stream: IO[bytes]) -> tuple[Deb, ...]:
     """The installed packages (Status `... ... installed`) of a dpkg status file, read line by line."""
     debs: list[Deb] = []
+    from debian import deb822  # (imported when a status file is read)
+
     for para in deb822.Deb822.iter_paragraphs(stream, use_apt_pkg=False):
         status = para.get("Status", "").split()
         name, version = para.get("Package", "").strip(), para.get("Version", "").strip()
@@ -453,6 +453,8 @@ class Component:
     @property
     def purl(self) -> str:
         """`pkg:deb/debian/libc6@2.36-9?arch=amd64&distro=debian-12`, `pkg:pypi/torch@2.4.0%2Bcu121`."""
+        from packageurl import PackageURL  # (imported when an SBOM is made)
+
         if self.kind == "deb":
             qualifiers = {k: v for k, v in (("arch", self.arch), ("distro", self.distro)) if v}
             namespace = (self.distro or "debian").split("-")[0]  # the os-release ID (deb-based IDs have no "-")

@@ -44,9 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from cvss import CVSS2, CVSS3, CVSS4  # type: ignore[import-untyped, unused-ignore]
-from cvss.exceptions import CVSSError  # type: ignore[import-untyped, unused-ignore]
-from debian.debian_support import Version as DebianVersion
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 from packaging.version import Version as PyPIVersion
@@ -63,7 +60,7 @@ _GITHUB_LEVELS = {"low": "low", "moderate": "medium", "medium": "medium", "high"
 _DEBIAN_URGENCY = {"low": "low", "medium": "medium", "high": "high", "unimportant": "low"}  # else unknown
 _BASES = {"pypi": PYPI, "debian": DEBIAN}
 _NANOS = re.compile(r"(\.\d{6})\d+")  # osv.dev writes nanoseconds; datetime reads up to microseconds
-_CVSS_ERRORS = (CVSSError, ValueError, TypeError, KeyError, IndexError, ArithmeticError, AttributeError)
+_CVSS_ERRORS = (ValueError, TypeError, KeyError, IndexError, ArithmeticError, AttributeError)  # (+ CVSSError)
 
 
 # -- ecosystems: names and version order (the one place that knows them) ---------------------------------------------
@@ -103,6 +100,8 @@ def _version_key(base: str, version: str) -> Ordered | None:
         if base == PYPI:
             return PyPIVersion(version)
         if base == DEBIAN:
+            from debian.debian_support import Version as DebianVersion  # (imported when a deb is compared)
+
             return DebianVersion(version)
     except (InvalidVersion, ValueError):
         return None
@@ -141,6 +140,9 @@ def level_of(score: float) -> str:
 
 def cvss_severity(kind: str, vector: str) -> Severity | None:
     """The base score of a CVSS vector (`kind` is OSV's CVSS_V4, CVSS_V3 or CVSS_V2), or None if it does not parse."""
+    from cvss import CVSS2, CVSS3, CVSS4  # type: ignore[import-untyped, unused-ignore]  # (when a vector is read)
+    from cvss.exceptions import CVSSError  # type: ignore[import-untyped, unused-ignore]
+
     vector = vector.strip()
     try:
         if kind == "CVSS_V4":
@@ -151,7 +153,7 @@ def cvss_severity(kind: str, vector: str) -> Severity | None:
             score, label = float(CVSS2(vector.removeprefix("CVSS:2.0/")).scores()[0]), "CVSS:2.0"
         else:
             return None
-    except _CVSS_ERRORS:
+    except (CVSSError, *_CVSS_ERRORS):
         return None
     if not 0.0 <= score <= 10.0:
         return None

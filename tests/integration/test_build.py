@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.evidence import passes
+from imagebuilder.evidence.sboms import sbom_tag
 from imagebuilder.ports.engine import DockerEngine
 
 from ..report_page import ReportPage
@@ -65,12 +66,14 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
         + [f"2.13.0-cpu-py3.11-runtime-{n['layer']}-{n['key'][:12]}" for n in nodes.values()])
     assert nodes["2.13.0-cpu-py3.11-runtime/task"]["aliases"] == [
         f"{registry}/itest/{repository}:2.13.0-cpu-py3.11-runtime-task"]
-    # One key tag per node, and one pass record beside each node's digest (test_publishing reads them).
+    # One key tag per node, and one pass record and one SBOM beside each node's digest (test_publishing reads
+    # them).
     every = registry_tags(registry, f"itest/{repository}", cache=True)
     records = [t for t in every if passes.is_record_tag(t)]
     assert sorted(records) == sorted(t for n in nodes.values() for t in passes.tags_for(n["digest"], every))
     assert len(records) == 3
     assert sorted(every) == sorted([*registry_tags(registry, f"itest/{repository}"), *records,
+                                    *(sbom_tag(n["digest"]) for n in nodes.values()),
                                     *(f"cache-{n['key'][:12]}" for n in nodes.values())])
 
     # Each layer builds FROM its parent's image ID, and carries OCI and version labels.
