@@ -40,6 +40,7 @@ from ..errors import EngineError, RegistryAccess
 from ..secrets.registry_auth import credentials
 from . import Registry as RegistryPort
 from . import tls
+from .hashing import Hashing
 from .reference import DOCKER_HUB, Reference, is_loopback, parse
 
 MANIFEST_TYPES = (
@@ -365,10 +366,11 @@ class Registry:
         try:
             if resp.status_code != 200:
                 raise self._failed(resp, f"GET {repo} blob {digest[:19]}", "pull from", repo)
-            reader = _Checked(resp.raw, digest, f"registry {self.host}: blob {digest[:19]} of {repo}")
+            reader = Hashing(resp.raw)
             try:
                 yield cast(BinaryIO, io.BufferedReader(reader, 1 << 20))
-                reader.finish()
+                if reader.rest() != digest:
+                    raise EngineError(f"registry {self.host}: blob {digest[:19]} of {repo} does not match its digest")
             except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError,
                     http.client.HTTPException) as exc:
                 raise EngineError(f"registry {self.host}: reading blob {digest[:19]} of {repo}: {_why(exc)}") from None
@@ -419,29 +421,6 @@ class Registry:
             return None
         labels = (config.get("config") or {}).get("Labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
-
-
-class _Checked(io.RawIOBase):
-    """A blob's body read through, hashed as it goes; `finish` reads what is left and compares the digest."""
-
-    def __init__(self, raw: Any, digest: str, what: str) -> None:
-        self.raw, self.digest, self.what = raw, digest, what
-        self.hash = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.raw.read(len(buffer))
-        self.hash.update(data)
-        buffer[:len(data)] = data
-        return len(data)
-
-    def finish(self) -> None:
-        while data := self.raw.read(1 << 20):
-            self.hash.update(data)
-        if "sha256:" + self.hash.hexdigest() != self.digest:
-            raise EngineError(f"{self.what} does not match its digest")
 
 
 def _challenge(header: str) -> dict[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import gzip
-import hashlib
 import io
 import json
 import tarfile
@@ -32,6 +31,7 @@ from .. import __version__
 from ..errors import EngineError, ImageBuilderError, InputError
 from ..evidence.sboms import Found, LocalLayers, RegistrySboms, sbom_tag
 from ..plan.plan import Node
+from ..ports.hashing import Hashing
 from ..supply import osv
 from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
 from ..supply.policy import Installed, Verdict, judge, no_data
@@ -303,13 +303,14 @@ class SupplyChain:
 
     @staticmethod
     def base_layers(run: RunContext, node: Node) -> list[str]:
-        """The diff_ids of the base image a root node was built on (from the engine), or none when unknown."""
-        base = run.ledger[node.id].base or {}
-        image = base.get("id")
-        if not image:
-            return []
+        """The diff_ids of the base image a root node was built on (the one its stage recorded, else the one this
+        engine has under its name: every run has its base images), or none when unknown."""
+        image = str((run.ledger[node.id].base or {}).get("id") or node.base_image or "")
+        engine = run.images.worker()
         try:
-            info = run.images.worker().inspect(str(image))
+            if not image or engine.image_id(image) is None:
+                return []
+            info = engine.inspect(image)
         except EngineError:
             return []
         return [str(d) for d in (info.get("RootFS") or {}).get("Layers") or []]
@@ -338,22 +339,6 @@ LAYER_TYPES = {  # a layer blob's media type -> whether it is gzip-compressed (w
 }
 
 
-class _Hashed(io.RawIOBase):
-    """A stream read through, hashed as it goes (the uncompressed layer, whose digest is its diff_id)."""
-
-    def __init__(self, source: Any) -> None:
-        self.source, self.hash = source, hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.source.read(len(buffer))
-        self.hash.update(data)
-        buffer[:len(data)] = data
-        return len(data)
-
-
 def read_blob(client: Any, repo: str, layer: Mapping[str, Any], diff_id: str) -> LayerFacts:
     """What a layer blob in the registry holds, streamed: its compressed bytes checked against its digest and its
     tar against its diff_id (the facts are kept by diff_id, so a blob must be what its image's config says)."""
@@ -364,13 +349,14 @@ def read_blob(client: Any, repo: str, layer: Mapping[str, Any], diff_id: str) ->
     what = f"{repo}: layer {digest[:19]}"
     try:
         with client.open_blob(repo, digest) as stream:  # (its digest is checked when it closes)
-            tar = _Hashed(gzip.GzipFile(fileobj=stream) if LAYER_TYPES[media_type] else stream)
+            tar = Hashing(gzip.GzipFile(fileobj=stream) if LAYER_TYPES[media_type] else stream)
             reader = io.BufferedReader(tar, 1 << 16)
             facts = read_layer(reader)
             while reader.read(1 << 20):
-                pass  # (to the end: the whole tar is hashed)
+                pass  # (to the end of the tar: all of it hashed)
+            tar_digest = tar.rest()
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise EngineError(f"{what} could not be read as a layer ({exc})") from None
-    if "sha256:" + tar.hash.hexdigest() != diff_id:
+    if tar_digest != diff_id:
         raise EngineError(f"{what} is not the layer its image's config names ({diff_id[:19]})")
     return facts

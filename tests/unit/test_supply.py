@@ -88,7 +88,9 @@ class Machine:
 
 
 def make(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path, vulnerabilities: str,
-         registry: FakeRegistry | None = None) -> Machine:
+         registry: FakeRegistry | None = None, base: dict[str, bytes] | None = None) -> Machine:
+    """A run whose three nodes were built here, each image its parent's layers and one of its own; with `base`,
+    the base image (debian:bookworm on this engine) holds one layer of these files below them all."""
     path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n"
                         + vulnerabilities)
     plan = keys.assign(plan_mod.make(matrix_mod.load(path, table, env={}), Renderer()),
@@ -98,6 +100,12 @@ def make(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: 
     run = context(plan, engine, tmp_path / "machine", display=display)
     layers: list[str] = []
     below = "sha256:" + "f" * 64
+    if base is not None:
+        tar = layer_tar(base)
+        layers = ["sha256:" + hashlib.sha256(tar).hexdigest()]
+        engine.layer_tars[layers[0]] = tar
+        below = engine.add({"config": {}, "layers": layers, "rootfs": {"type": "layers", "diff_ids": layers}},
+                           "debian:bookworm")
     for node in plan.nodes:  # each node's image: its parent's layers and one of its own, and what it was built on
         tar = layer_tar(LAYERS[node.layer.name])
         diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
@@ -297,3 +305,18 @@ def test_a_blob_that_is_not_the_layer_its_config_names_makes_no_sbom(
     assert "its SBOM could not be made" in str(m.node("business")["error"]) and \
         "is not the layer its image's config names" in str(m.node("business")["error"])
     assert m.public_tags() == {}
+
+
+def test_a_base_images_layers_are_said_to_be_the_base_images(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """A component of the base image's own layers is attributed to it, not to the root node built on it (on a
+    publish machine too, where no stage recorded the base: the engine has it, every run checks its bases)."""
+    base = {"var/lib/dpkg/status": STATUS.replace("2.36-9+deb12u2", "2.36-9+deb12u3").encode(),
+            "usr/lib/os-release": b'ID=debian\nVERSION_ID="12"\n'}
+    m = make(write_matrix, header, table, tmp_path, gate(block="none"), base=base)
+    assert m.publish(), m.display.said
+    document = RegistrySboms(m.registry, m.run.keys.trust).lookup(REPO, m.node("task")["digest"]).sbom
+    assert document is not None
+    layers = {(c.name, c.version): c.layer for c in cyclonedx.components_of(document.document)}
+    assert layers[("zlib1g", "1:1.2.13.dfsg-1")] == "base image debian:bookworm"  # (unchanged by the root's layer)
+    assert layers[("libc6", "2.36-9+deb12u2")] == "base"  # the root node's own status file changed its version
