@@ -61,6 +61,7 @@ from .steps.ledger import NodeRecord, PublishStatus, VerifyStatus
 from .steps.publish import Publish
 from .steps.run import RunOptions, execute
 from .steps.stage import KeyTags, Stage, Staged, check_bases
+from .steps.supply import SupplyChain
 from .steps.verify import Verify
 
 
@@ -771,6 +772,22 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
         return specs.key(known[node_id]) if node_id in known else None
 
     proofs = [promote_mod.evidence(registry, keys.trust, move, tags, spec_of) for move in moves]
+    gate = SupplyChain()  # the vulnerability gate, with the current data and the policy of each digest's node
+    blocked = {}
+    for move, proof in zip(moves, proofs, strict=True):
+        node = known.get(proof.record.node if proof.record is not None else proof.node or "")
+        if node is not None:
+            settings = node.entry.vulnerabilities
+            why = promote_mod.vulnerable(registry, keys.trust, move, settings.policy, gate.advisories(settings.data),
+                                         gate.today)
+            if why is not None:
+                blocked[move.target] = why
+    for target, why in blocked.items():
+        ctx.out.print(f"[bold red]refused: {escape(target)}: {escape(why)}[/]", highlight=False, soft_wrap=True)
+    if blocked:
+        first = next(iter(blocked))
+        raise RunFailed(f"{len(blocked)} of {len(moves)} source tags are kept back by the vulnerability gate (first: "
+                        f"{first}: {blocked[first]}): nothing {'would move' if dry_run else 'moved'}")
     refused = [(m, p) for m, p in zip(moves, proofs, strict=True) if not p.passed]
     for move, proof in zip(moves, proofs, strict=True):
         mark = "" if proof.passed else ("[bold yellow]UNTESTED, moved anyway: [/]" if allow_untested

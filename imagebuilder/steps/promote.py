@@ -7,6 +7,7 @@ and writes an `untested` record beside it in the target."""
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 import re
 import string
@@ -20,6 +21,9 @@ from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
+from ..supply import osv
+from ..supply.policy import Policy, judge
+from .supply import installed
 
 FIELDS = ("tag", "match", "repository")
 
@@ -106,6 +110,7 @@ class Evidence:
     record: PassRecord | None
     tag: str | None  # the record's tag beside the source
     why: str  # a pass: where, when and who signed it; none: what is missing
+    node: str | None = None  # the node a trusted record beside the digest names (a pass's, or an untested one's)
 
     @property
     def passed(self) -> bool:
@@ -145,9 +150,11 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
             gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
             return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag}, signed by {signed.signer()})")
     if passes_:
-        return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
+        return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)",
+                        passes_[0][1].record.node)
     if any(s.record.verdict == passes.UNTESTED for _, s in found):
-        return Evidence(None, None, "it was only ever published untested (--allow-untested)")
+        return Evidence(None, None, "it was only ever published untested (--allow-untested)",
+                        next(s.record.node for _, s in found if s.record.verdict == passes.UNTESTED))
     if rejected:
         return Evidence(None, None, f"no pass record that counts: {rejected[0]}")
     return Evidence(None, None, "no pass record beside this digest")
@@ -224,3 +231,17 @@ def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, 
         return False
     registry.copy(source_repo, artifact, target_repo, tag)
     return target.lookup(target_repo, digest).sbom is not None
+
+
+def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, advisories: osv.Advisories,
+               today: datetime.date) -> str | None:
+    """The vulnerability gate on a promotion, with the current data and the matrix's policy for the digest's node:
+    why its (trusted) SBOM blocks it, or why it cannot be judged when the policy requires data; None when it may
+    move. A digest without an SBOM that counts is judged by nothing (said when it moves)."""
+    found = sboms.RegistrySboms(registry, trust).lookup(split_reference(move.source)[1], move.digest)
+    if found.sbom is None:
+        return "it has no SBOM that counts, and the matrix requires vulnerability data to judge it" \
+            if policy.require_data else None
+    looked_up, _ = installed(found.sbom.document)
+    verdict = judge(looked_up, advisories, policy, today)
+    return f"blocked by the vulnerability gate: {verdict.why()}" if verdict.blocked else None

@@ -179,6 +179,16 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
     assert older["publish"] == "pushed" and older["untested"]
     assert all(t.split(":")[-1] in registry_tags(registry, repo) for t in older["tags"])
 
+    # Promotion moves a public tag too: with the exceptions expired it is kept back, in force it moves.
+    source = f"{registry}/{repo}:*-twin-latest-older"
+    write_matrix(tmp_path, repository, wheelhouse, expired)
+    kept = cli("promote", "--from", source, "--to", "stable-older", "--matrix", str(matrix))
+    assert kept.code == 1 and "vulnerability gate" in kept.text and "stable-older" not in registry_tags(registry, repo)
+    write_matrix(tmp_path, repository, wheelhouse, expired.replace("2025-01-31", "2099-12-31"))
+    moved = cli("promote", "--from", source, "--to", "stable-older", "--matrix", str(matrix), *UNTESTED[1:])
+    assert moved.code == 0, moved.text[-3000:]
+    assert client.manifest_digest(repo, "stable-older") == older["digest"]
+
     # 4. The SBOM counts only as signed by a trusted key, about this digest: one changed after it was signed, or
     # signed by a key nobody here trusts, is refused, naming why (the rules of pass records).
     digest = stock["task"]["digest"]

@@ -30,7 +30,7 @@ from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.render import Renderer
 from imagebuilder.steps.context import RunContext
 from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
-from imagebuilder.steps.promote import carry_sbom
+from imagebuilder.steps.promote import Move, carry_sbom, vulnerable
 from imagebuilder.steps.publish import Publish
 from imagebuilder.steps.supply import installed, uncovered
 from imagebuilder.supply import cyclonedx, osv
@@ -320,3 +320,28 @@ def test_a_base_images_layers_are_said_to_be_the_base_images(
     layers = {(c.name, c.version): c.layer for c in cyclonedx.components_of(document.document)}
     assert layers[("zlib1g", "1:1.2.13.dfsg-1")] == "base image debian:bookworm"  # (unchanged by the root's layer)
     assert layers[("libc6", "2.36-9+deb12u2")] == "base"  # the root node's own status file changed its version
+
+
+def test_promote_keeps_back_a_digest_the_current_data_says_is_vulnerable() -> None:
+    """Promotion moves public tags too: the digest's trusted SBOM is judged with today's data and the policy of
+    its node, an exception lets it move, and one without an SBOM moves only where the policy does not require
+    data."""
+    registry, stager = FakeRegistry(), Signer.generate("the stager")
+    trusted = Trust((stager.public,))
+    digest, _ = registry.image(REPO, "nightly-task", "published")
+    bare, _ = registry.image(REPO, "nightly-bare", "published before SBOMs")
+    document = {"metadata": {"component": {"version": digest}}, "components": [
+        component("Jinja2", "3.1.4", "pkg:pypi/jinja2@3.1.4", path="/opt/venv/lib/python3.11/site-packages",
+                  layer="task")]}
+    RegistrySboms(registry, trusted, stager).put(REPO, digest, document, node="e/task")
+    advisories, today = osv.Advisories.load(FEED), datetime.date(2026, 11, 26)
+    move = Move(f"127.0.0.1:5000/{REPO}:nightly-task", f"127.0.0.1:5000/{REPO}:stable-task", digest, None)
+    why = vulnerable(registry, trusted, move, Policy(block="medium"), advisories, today)
+    assert why is not None and "GHSA-cpwx-vrp4-4pq7" in why and "(and 2 more blocking findings)" in why
+    allowed = tuple(Allowance(i, "templates are ours only", datetime.date(2027, 1, 31)) for i in JINJA2)
+    assert vulnerable(registry, trusted, move, Policy(block="medium", allow=allowed), advisories, today) is None
+    assert vulnerable(registry, trusted, move, Policy(block="critical"), advisories, today) is None
+    old = Move(f"127.0.0.1:5000/{REPO}:nightly-bare", f"127.0.0.1:5000/{REPO}:stable-bare", bare, None)
+    assert vulnerable(registry, trusted, old, Policy(block="medium"), advisories, today) is None
+    assert "no SBOM that counts" in str(vulnerable(registry, trusted, old, Policy(require_data=True), advisories,
+                                                   today))
