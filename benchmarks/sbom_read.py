@@ -40,8 +40,7 @@ def main() -> int:
     ref = parse(args.image)
     registry, engine = Registry.for_host(ref.host), DockerEngine.connect()
     digest = ref.reference
-    layers, diff_ids = image_layers(registry, ref.repository, digest)
-    config = json.loads(registry.manifest(ref.repository, digest)[0])["config"]["digest"]
+    layers, diff_ids, config = image_layers(registry, ref.repository, digest)
     folders = engine.layer_folders(config)
     if folders is None or len(folders) != len(diff_ids):
         print(f"the engine does not hold {config} in overlay2 folders it can read (run as root)", file=sys.stderr)

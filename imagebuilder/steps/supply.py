@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.markup import escape
 
@@ -37,16 +37,12 @@ from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
 from ..supply.policy import Installed, Verdict, judge, no_data
 from .context import RunContext
 
-DEB_ECOSYSTEM = "Debian"
-
 
 @dataclass(frozen=True)
 class Sbom:
-    """One image's SBOM as this run holds it: the document, the inventory it was made from when this run read
-    the layers (None when it was found beside the digest), and where it is."""
+    """One image's SBOM as this run holds it: the document, where it is, how this run came by it."""
 
     document: Mapping[str, Any]
-    inventory: Inventory | None
     where: str
     source: str  # computed | found | reused (an image of this run already had it)
     signer: str | None = None
@@ -84,12 +80,12 @@ def installed(document: Mapping[str, Any]) -> tuple[list[Installed], list[str]]:
                 continue
             release = distro[len("debian-"):] if distro.startswith("debian-") else ""
             source, _, source_version = props.get("imagebuilder:source", f"{name} {version}").partition(" ")
-            query = osv.Query(f"{DEB_ECOSYSTEM}:{release}" if release else DEB_ECOSYSTEM, source,
+            query = osv.Query(f"{osv.DEBIAN}:{release}" if release else osv.DEBIAN, source,
                               source_version or version)
             ref = f"deb {name} {version}" + (f" (source {source} {source_version})" if source != name else "")
             out.append(Installed(query, ref, layer, name))
         elif purl.startswith("pkg:pypi/") and props.get("imagebuilder:installer") != "debian":
-            query = osv.Query("PyPI", name, version)
+            query = osv.Query(osv.PYPI, name, version)
             out.append(Installed(query, f"pypi {name} {version} in {props.get('imagebuilder:path', '?')}", layer, name))
     unchecked = [f"{n} deb packages of {distro} (no OSV data of that distribution is read)"
                  for distro, n in sorted(others.items())]
@@ -116,7 +112,7 @@ class SupplyChain:
     today: datetime.date = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date())
     _advisories: dict[tuple[Path, ...], osv.Advisories] = field(default_factory=dict)
     _held: dict[str, Sbom] = field(default_factory=dict)  # manifest digest -> its SBOM (this run)
-    _inventories: dict[str, Inventory] = field(default_factory=dict)  # manifest digest -> what it holds
+    _inventories: dict[str, tuple[Inventory, list[str]]] = field(default_factory=dict)  # digest -> held, diff_ids
     _locks: dict[str, threading.Lock] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -191,7 +187,7 @@ class SupplyChain:
         with self.lock(f"sbom {digest}"):
             if digest in self._held:
                 held = self._held[digest]
-                sbom = Sbom(held.document, held.inventory, held.where, "reused", held.signer)
+                sbom = Sbom(held.document, held.where, "reused", held.signer)
             else:
                 sbom = self._held[digest] = self.find_or_make(run, node, digest, digests, dry_run=dry_run)
         run.ledger.update(node.id, sbom=sbom.summary(), digest=digest)  # (what was judged, also when it is blocked)
@@ -206,43 +202,43 @@ class SupplyChain:
         if found.sbom is not None:
             run.logs.say(f"[dim]  {escape(node.id)}: SBOM found beside {digest[:19]} (signed by "
                          f"{escape(found.sbom.signer())})[/]")
-            return Sbom(found.sbom.document, None, where, "found", found.sbom.signer())
+            return Sbom(found.sbom.document, where, "found", found.sbom.signer())
         if found.rejected is not None:
             run.logs.say(f"[yellow]  {escape(node.id)}: {escape(found.rejected)}; made again[/]")
-        inventory = self.inventory(run, node, digest, digests, dry_run=dry_run)
+        inventory = self.inventory(run, node, digest, digests, dry_run=dry_run)[0]
         from ..supply import cyclonedx  # (its library takes a tenth of a second to import: only when one is made)
 
         document = cyclonedx.document(inventory, image=f"{host}/{repo}", digest=digest, tool_version=__version__)
         if dry_run:
-            return Sbom(document, inventory, f"would write {where} (--dry-run)", "computed")
+            return Sbom(document, f"would write {where} (--dry-run)", "computed")
         store.put(repo, digest, document, node=node.id)
         signer = run.keys.signer.public.label()
         run.logs.say(f"[dim]  {escape(node.id)}: SBOM of {len(inventory.components)} components signed beside "
                      f"{digest[:19]}[/]")
-        return Sbom(document, inventory, f"{where} (written by this run)", "computed", signer)
+        return Sbom(document, f"{where} (written by this run)", "computed", signer)
 
     def inventory(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
-                  dry_run: bool = False) -> Inventory:
-        """What the image `digest` holds: its parent's inventory (this run's, computed once) with its own layers
-        read over it; a root image's base-image layers are labelled as the base image's."""
+                  dry_run: bool = False) -> tuple[Inventory, list[str]]:
+        """What the image `digest` holds, and its layers' diff_ids: its parent's inventory (this run's, computed
+        once) with its own layers read over it; a root image's base-image layers are labelled as the base
+        image's."""
         with self.lock(f"inventory {digest}"):
             if digest not in self._inventories:
                 self._inventories[digest] = self.read(run, node, digest, digests, dry_run=dry_run)
             return self._inventories[digest]
 
     def read(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
-             dry_run: bool) -> Inventory:
+             dry_run: bool) -> tuple[Inventory, list[str]]:
         host, repo, _ = run.key_tag(node)
         client = run.registries(host)
-        layers, diff_ids = image_layers(client, repo, digest)
+        layers, diff_ids, config = image_layers(client, repo, digest)
         below: list[str] = []
         inventory = Inventory.empty()
         if node.parent is not None:
             parent = run.plan.node(node.parent)
             parent_digest = digests.get(parent.id) or run.ledger[parent.id].digest
             if parent_digest is not None:
-                parent_inventory = self.inventory(run, parent, parent_digest, digests, dry_run=dry_run)
-                below = image_layers(client, repo, parent_digest)[1]
+                parent_inventory, below = self.inventory(run, parent, parent_digest, digests, dry_run=dry_run)
                 if diff_ids[:len(below)] == below:
                     inventory = parent_inventory
                 else:
@@ -251,27 +247,25 @@ class SupplyChain:
         if base_layers and diff_ids[:len(base_layers)] != base_layers:
             base_layers = []
         cache = LocalLayers(run.cache_dir / "sbom", run.keys.trust, None if dry_run else run.keys.signer)
-        folders = self.folders(run, client, repo, digest, diff_ids)
+        folders = self.folders(run, config, diff_ids)
         for index in range(len(below), len(diff_ids)):
             label = f"base image {node.base_image}" if index < len(base_layers) else node.layer.name
             facts = self.layer(run, node, cache, (repo, client, layers[index]), diff_ids[index],
                                folders[index] if folders else None)
             inventory = inventory.apply(facts, label, diff_ids[index])
-        return inventory
+        return inventory, diff_ids
 
     @staticmethod
-    def folders(run: RunContext, client: Any, repo: str, digest: str, diff_ids: list[str]) -> list[str] | None:
+    def folders(run: RunContext, image: str, diff_ids: list[str]) -> list[str] | None:
         """The image's layers as folders of this engine's storage, when the engine holds this very image (its ID
         is the manifest's config digest, its layers these diff_ids) on this machine; None otherwise."""
         try:
-            body, _ = client.manifest(repo, digest)
-            image = str(json.loads(body)["config"]["digest"])
             engine = run.images.worker()
             if engine.image_id(image) is None or \
                     [str(d) for d in (engine.inspect(image).get("RootFS") or {}).get("Layers") or []] != diff_ids:
                 return None
             return engine.layer_folders(image)
-        except (ImageBuilderError, ValueError, KeyError, TypeError):
+        except ImageBuilderError:
             return None  # (the registry's blobs say the same, slower)
 
     @staticmethod
@@ -316,19 +310,26 @@ class SupplyChain:
         return [str(d) for d in (info.get("RootFS") or {}).get("Layers") or []]
 
 
-def image_layers(client: Any, repo: str, digest: str) -> tuple[list[Mapping[str, Any]], list[str]]:
-    """The layer blobs of an image manifest and their diff_ids (its config's), index for index."""
+class ImageLayers(NamedTuple):
+    layers: list[Mapping[str, Any]]  # the manifest's layer blobs
+    diff_ids: list[str]  # their diff_ids (its config's), index for index
+    config: str  # the config's digest: the image's ID on an engine
+
+
+def image_layers(client: Any, repo: str, digest: str) -> ImageLayers:
+    """The layer blobs of an image manifest, their diff_ids and its config's digest."""
     body, _ = client.manifest(repo, digest)
     try:
         manifest = json.loads(body)
         layers = list(manifest["layers"])
-        config = json.loads(client.blob(repo, str(manifest["config"]["digest"])))
+        image = str(manifest["config"]["digest"])
+        config = json.loads(client.blob(repo, image))
         diff_ids = [str(d) for d in config["rootfs"]["diff_ids"]] if layers or "rootfs" in config else []
     except (ValueError, KeyError, TypeError) as exc:
         raise EngineError(f"{repo}@{digest[:19]} is not an image manifest with a config ({exc})") from None
     if len(layers) != len(diff_ids):
         raise EngineError(f"{repo}@{digest[:19]}: {len(layers)} layers but {len(diff_ids)} diff_ids")
-    return layers, diff_ids
+    return ImageLayers(layers, diff_ids, image)
 
 
 LAYER_TYPES = {  # a layer blob's media type -> whether it is gzip-compressed (what else is refused, saying so)

@@ -146,8 +146,8 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
                                                                                 else "base")
     # The older layer as this engine stores it (overlay2's folder, what the SBOM was read from) and as the registry
     # holds it (its blob, what another machine reads) say the same, its whiteout of torch's jinja2 included.
-    layers, diff_ids = image_layers(client, repo, twin["older"]["digest"])
-    below = len(image_layers(client, repo, twin["business"]["digest"])[1])
+    layers, diff_ids, _ = image_layers(client, repo, twin["older"]["digest"])
+    below = len(image_layers(client, repo, twin["business"]["digest"]).diff_ids)
     folders = engine.layer_folders(twin["older"]["image"])
     assert folders is not None and len(folders) == len(diff_ids) > below
     whiteouts = []
