@@ -81,7 +81,8 @@ class Context:
     check_index: bool = True
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
-    trust_keys: tuple[Path, ...] = ()  # public keys whose signed evidence counts (besides this machine's own)
+    trust_keys: tuple[Path, ...] = ()  # public keys whose signed passes count (then this machine's own does not)
+    trust_build_keys: tuple[Path, ...] = ()  # public keys whose signed build provenance counts
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
     _engine: DockerEngine | None = None
@@ -100,7 +101,7 @@ class Context:
 
     def keys(self) -> Keys:
         """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
-        return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys)
+        return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys, self.trust_build_keys)
 
     def registry(self, host: str) -> Registry:
         """A registry outside a run (promote, history): plain HTTP where the engine would speak it and the registry
@@ -276,9 +277,15 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
                    "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
 @click.option("--trust-key", "trust_keys", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
               envvar="IMAGEBUILDER_TRUST_KEYS",
-              help="A public key (PEM, Ed25519) whose signed pass records count, besides this machine's own; "
-                   "repeatable, or space-separated in IMAGEBUILDER_TRUST_KEYS. The signing key is "
-                   "IMAGEBUILDER_SIGNING_KEY, else this machine's own (made on first use in the cache folder).")
+              help="A public key (PEM, Ed25519) whose signed pass records (and build provenance) count; repeatable, "
+                   "or space-separated in IMAGEBUILDER_TRUST_KEYS. Once any key is named, exactly the named keys "
+                   "and IMAGEBUILDER_SIGNING_KEY count, and this machine's own key does not; with none named, this "
+                   "machine's own key (made on first use in the cache folder) signs and counts.")
+@click.option("--trust-build-key", "trust_build_keys", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", envvar="IMAGEBUILDER_TRUST_BUILD_KEYS",
+              help="A public key whose signed build provenance counts: an image under a key tag is reused only "
+                   "when such a key (or a --trust-key key) vouches for it; repeatable, or space-separated in "
+                   "IMAGEBUILDER_TRUST_BUILD_KEYS. Stage jobs sign with IMAGEBUILDER_BUILD_KEY.")
 @click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
@@ -293,7 +300,8 @@ def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
                    "IMAGEBUILDER_REGISTRY_CA.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
-        cache_dir: Path | None, trust_keys: tuple[Path, ...], container_labels: tuple[str, ...],
+        cache_dir: Path | None, trust_keys: tuple[Path, ...], trust_build_keys: tuple[Path, ...],
+        container_labels: tuple[str, ...],
         max_entries: int, registry_cas: tuple[Path, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
@@ -307,7 +315,7 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
                             cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
-                            trust_keys=trust_keys, max_entries=max_entries,
+                            trust_keys=trust_keys, trust_build_keys=trust_build_keys, max_entries=max_entries,
                             registry_trust=RegistryTrust(cafiles=registry_cas))
 
 
@@ -521,7 +529,7 @@ def keys_group() -> None:
 @click.pass_obj
 def keys_public(ctx: Context, out_file: Path | None) -> int:
     """The public key this machine signs pass records with (PEM), for other machines' --trust-key."""
-    signer = ctx.keys().signer
+    signer = ctx.keys().writer("keys public")
     pem = signer.public.pem()
     if out_file is None:
         click.echo(pem.decode(), nl=False)

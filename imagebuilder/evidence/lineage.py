@@ -1,37 +1,34 @@
-"""What an image was built on, as the images themselves say: every build writes the image ID of its parent into
-the `org.opencontainers.image.base.digest` label, so the chain below a tested leaf is read from the leaf's
-config, then its parent's, and so on. Keys say what should have been built on what; only this says what was."""
+"""What an image was built on, proven by content: an image is built on another exactly when the other's layers
+(its config's `rootfs.diff_ids`, the digests of its uncompressed layer tars) are the first layers of its own. A
+config is read by its digest (the image ID), and a registry's blob or the engine's pull is checked against that
+digest, so these lists are the images' own. Labels such as `org.opencontainers.image.base.digest` are written by
+whoever builds or pushes an image and are at most a hint: nothing here reads them."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import EngineError
 
-BASE_LABEL = "org.opencontainers.image.base.digest"
+
+def diff_ids(config: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """An image config's layer diff_ids, bottom first; empty when it has none (or is not a config)."""
+    rootfs = (config or {}).get("rootfs") or {}
+    ids = rootfs.get("diff_ids") if isinstance(rootfs, Mapping) else None
+    return tuple(str(d) for d in ids) if isinstance(ids, list) else ()
 
 
-def built_on(config_of: Callable[[str], Mapping[str, Any] | None], image: str, depth: int) -> list[str]:
-    """The image IDs `image` was built on, nearest first, up to `depth` of them; shorter where a config cannot be
-    read or names no base."""
-    chain: list[str] = []
-    current = image
-    while len(chain) < depth:
-        config = config_of(current)
-        labels = ((config or {}).get("config") or {}).get("Labels") or {}
-        parent = labels.get(BASE_LABEL)
-        if not isinstance(parent, str) or not parent.startswith("sha256:"):
-            break
-        chain.append(parent)
-        current = parent
-    return chain
+def rooted(below: Sequence[str], above: Sequence[str]) -> bool:
+    """Whether an image with layers `above` was built on one with layers `below`: `below` is not empty and is a
+    prefix of `above` (equal where a layer added no files)."""
+    return bool(below) and len(below) <= len(above) and tuple(above[:len(below)]) == tuple(below)
 
 
 def blob_configs(blob: Callable[[str], bytes]) -> Callable[[str], Mapping[str, Any] | None]:
     """Configs read as blobs by image ID (a registry repository holds the config blob of every image pushed to
-    it); None where there is none."""
+    it; `blob` checks the digest); None where there is none."""
     def config_of(image: str) -> Mapping[str, Any] | None:
         try:
             doc = json.loads(blob(image))

@@ -248,7 +248,8 @@ class RegistryPasses:
         `per_model`: as the verdict of the GPU model it ran on (passed or failed), beside its pass."""
         assert record.manifest is not None
         if self.signer is None:
-            raise EngineError("no signing key: this run cannot write pass records")
+            raise EngineError("no signing key: this run cannot write pass records (keys are named with --trust-key and "
+                              "IMAGEBUILDER_SIGNING_KEY is not set)")
         model = gpu_model(record.gpu) if per_model else None
         if per_model and model is None:
             raise EngineError(f"{record.node}: a GPU model's verdict needs a run on GPUs")

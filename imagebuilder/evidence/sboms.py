@@ -98,7 +98,8 @@ class RegistrySboms:
     def put(self, repo: str, manifest: str, document: Mapping[str, Any], *, node: str) -> str:
         """Sign the document and store it beside `repo@manifest`; read back, it must count. Returns its tag."""
         if self.signer is None:
-            raise EngineError("no signing key: this run cannot write SBOMs")
+            raise EngineError("no signing key: this run cannot write SBOMs (keys are named with --trust-key and "
+                              "IMAGEBUILDER_SIGNING_KEY is not set)")
         tag = sbom_tag(manifest)
         component = (document.get("metadata") or {}).get("component") or {}
         envelope = self.signer.sign(statement(str(component.get("name") or repo), manifest, PREDICATE_TYPE, document))

@@ -5,11 +5,16 @@ record). DSSE signs the pre-authentication encoding of the payload type and the 
 implementation verifies it (tests/unit/test_signing.py checks one with securesystemslib). A key is named by its
 key id: the SHA-256 of its raw 32-byte public key, in hex.
 
-Who signs: the step that ran the suite, with `IMAGEBUILDER_SIGNING_KEY` (a PEM private key file) or, where none is
-given, this machine's own key, made on first use under the cache folder (`keys/local.pem`, mode 0600).
-Who is trusted: the public keys `--trust-key` (or IMAGEBUILDER_TRUST_KEYS) names, and this machine's own key (it
-signed only what ran here). A signature proves that a holder of a trusted key vouched for the predicate about
-that digest; it does not prove the image could not lie to its own suite (README: the trust model)."""
+Who signs: two roles, two keys. The step that ran the suite signs pass records and verdicts with
+`IMAGEBUILDER_SIGNING_KEY`; the step that built an image signs its build provenance with `IMAGEBUILDER_BUILD_KEY`.
+Who is trusted: exactly the keys the user names. With `--trust-key` (IMAGEBUILDER_TRUST_KEYS) or
+`--trust-build-key` (IMAGEBUILDER_TRUST_BUILD_KEYS), those keys and the run's own explicit signing keys count, and
+nothing else: a pass key also vouches for builds (whoever may say "this digest passed" may say "this is what was
+built"), a build key never for passes. Only with none of them named (one machine, no configuration) does this
+machine's own key (made on first use under the cache folder, `keys/local.pem`, mode 0600) sign and count for both,
+and the run says which case it is in. A private key file must belong to this user and be readable by no one else.
+A signature proves that a holder of a trusted key vouched for the predicate about that digest; it does not prove
+the image could not lie to its own suite (README: the trust model)."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
 SIGNING_KEY_ENV = "IMAGEBUILDER_SIGNING_KEY"
+BUILD_KEY_ENV = "IMAGEBUILDER_BUILD_KEY"
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -114,6 +120,9 @@ class Signer:
 
     @classmethod
     def load(cls, path: Path) -> Signer:
+        """A PEM private key file that belongs to this user and no one else may read or write (a key others can
+        read signs for them too; one they could plant signs what they want)."""
+        private_key_problem(path)
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except OSError as exc:
@@ -146,6 +155,20 @@ class Signer:
         return Signer(signer.key, f"this machine's own key ({path})")
 
 
+def private_key_problem(path: Path) -> None:
+    """`InputError` naming the file when a private key is not this user's own, or others may read or change it."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError(f"signing key {path}: cannot be read ({exc.strerror})") from None
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise InputError(f"signing key {path}: owned by user id {st.st_uid}, not by this user ({os.getuid()}): "
+                         "whoever owns it can sign as this machine", hint="chown it, or make a new key")
+    if st.st_mode & 0o077:
+        raise InputError(f"signing key {path}: mode {st.st_mode & 0o777:04o} lets others read or change it",
+                         hint=f"chmod 600 {path}")
+
+
 class Rejected(Exception):
     """Why an envelope does not count: unsigned, tampered, signed by an untrusted key, or not about this image."""
 
@@ -162,6 +185,10 @@ class Trust:
         if local is not None:
             keys.append(local.public)
         return cls(tuple({k.keyid: k for k in keys}.values()))
+
+    def plus(self, other: Trust) -> Trust:
+        """These keys and `other`'s (each once)."""
+        return Trust(tuple({k.keyid: k for k in (*self.keys, *other.keys)}.values()))
 
     def ids(self) -> list[str]:
         return [k.keyid for k in self.keys]
@@ -196,25 +223,58 @@ class Trust:
                        f"{', '.join(k[:16] for k in self.ids()) or 'none'}")
 
 
+ZERO_CONFIG = "single machine"  # no key named: this machine's own key signs and counts, for passes and builds
+NAMED = "named keys"  # only the keys named (and the run's explicit signing keys) count
+
+
 @dataclass(frozen=True)
 class Keys:
-    """The signer of this run's evidence and the keys whose evidence counts."""
+    """Who signs this run's evidence and whose evidence counts, per role: `signer`/`trust` for pass records and
+    verdicts, `builder`/`build_trust` for build provenance. A signer is None where this run has no key whose
+    signature would count (keys are named, and no signing key for that role is given): it then writes nothing
+    of that kind, and says so where it would have to."""
 
-    signer: Signer
+    signer: Signer | None
     trust: Trust
+    builder: Signer | None = None
+    build_trust: Trust = Trust(())
+    case: str = ZERO_CONFIG
 
     @classmethod
-    def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path] = ()) -> Keys:
-        """`IMAGEBUILDER_SIGNING_KEY` signs, else this machine's own key (made on first use in `folder`); the
-        keys trusted are the files given and this machine's own key. A signing key that is not trusted is an
-        input error: nothing it signed would count."""
-        local = Signer.local(folder)
-        signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else local
-        trust = Trust.of(local, trusted)
-        if signer.public.keyid not in trust.ids():
-            raise InputError(f"the signing key {signer.source} ({signer.public.keyid[:16]}) is not trusted: what this "
-                             "run signs would not count", hint="give its public key with --trust-key")
-        return cls(signer, trust)
+    def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path] = (),
+             trusted_builders: Iterable[Path] = ()) -> Keys:
+        """The keys of one run. Nothing named (`trusted`, `trusted_builders` empty): this machine's own key (made
+        on first use in `folder`) signs both kinds unless IMAGEBUILDER_SIGNING_KEY (both kinds) /
+        IMAGEBUILDER_BUILD_KEY (builds) name others, and counts with them. Keys named: exactly those count, with the run's explicit signing
+        keys; this machine's own key counts for nothing (a cache folder is no trust root)."""
+        trusted, trusted_builders = list(trusted), list(trusted_builders)
+        signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else None
+        builder = Signer.load(Path(env[BUILD_KEY_ENV])) if env.get(BUILD_KEY_ENV) else None
+        if not trusted and not trusted_builders:
+            signer = signer or Signer.local(folder)
+            builder = builder or signer
+            trust = Trust.of(signer)
+            return cls(signer, trust, builder, Trust.of(builder, ()).plus(trust), ZERO_CONFIG)
+        trust = Trust.of(signer, trusted)
+        return cls(signer, trust, builder, Trust.of(builder, trusted_builders).plus(trust), NAMED)
+
+    def said(self) -> str:
+        """Which case this run is in, as the run says it."""
+        if self.case == ZERO_CONFIG:
+            return (f"trust: {ZERO_CONFIG} (no --trust-key named): this machine's own key counts "
+                    f"({self.signer.public.label() if self.signer else '?'})")
+        signs = self.signer.public.label() if self.signer else "nothing (no IMAGEBUILDER_SIGNING_KEY)"
+        return (f"trust: {NAMED}: passes count signed by {', '.join(k.label() for k in self.trust.keys) or 'none'}; "
+                f"this run signs with {signs}")
+
+    def writer(self, what: str) -> Signer:
+        """The signer of pass records and verdicts; `InputError` saying why this run may not write `what`."""
+        if self.signer is None:
+            raise InputError(f"{what}: this run has no signing key whose records would count (keys are named with "
+                             "--trust-key, and IMAGEBUILDER_SIGNING_KEY is not set)",
+                             hint="give the job that writes records its key (IMAGEBUILDER_SIGNING_KEY) and name "
+                             "its public half with --trust-key where the records are read")
+        return self.signer
 
 
 def statement(name: str, digest: str, predicate_type: str, predicate: Mapping[str, Any]) -> bytes:

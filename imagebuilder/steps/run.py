@@ -82,6 +82,7 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             secrets = {**secrets, "the run's index proxy token": proxied.token}
         logs = Logs(display, options.report_dir / "logs", secrets)
         registries.on_retry = lambda line: logs.say(f"[yellow]  {escape(line)}[/]")
+        logs.say(f"[dim]{escape(keys.said())}[/]")
         for url, creds in index_auth.items():
             logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to this run's "
                      f"builds through {escape(proxied.urls[url])} (they never enter an image)[/]")

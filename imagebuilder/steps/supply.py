@@ -212,7 +212,7 @@ class SupplyChain:
         if dry_run:
             return Sbom(document, f"would write {where} (--dry-run)", "computed")
         store.put(repo, digest, document, node=node.id)
-        signer = run.keys.signer.public.label()
+        signer = run.keys.signer.public.label() if run.keys.signer else "?"
         run.logs.say(f"[dim]  {escape(node.id)}: SBOM of {len(inventory.components)} components signed beside "
                      f"{digest[:19]}[/]")
         return Sbom(document, f"{where} (written by this run)", "computed", signer)

@@ -18,7 +18,7 @@ from rich.markup import escape
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes, regression
 from ..evidence.history import Point, Runner, pins_of
-from ..evidence.lineage import blob_configs, built_on
+from ..evidence.lineage import blob_configs, diff_ids, rooted
 from ..evidence.metrics import metrics_of
 from ..evidence.passes import PassRecord, Signed
 from ..plan.keys import cache_ref
@@ -46,17 +46,22 @@ def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Col
 
 def via(run: RunContext, node: Node, leaf: Node, passed: PassRecord, leaf_digest: str, config: str) -> PassRecord:
     """The pass of an ancestor `node` whose image is `config`, through the leaf that passed on an image built on
-    it: only when the leaf's image was built on exactly that image (its own configs say so, down the chain);
-    `Refused` naming both images otherwise (a parent rebuilt elsewhere under the same key was never tested)."""
-    depth = run.plan.ancestors(leaf).index(node)
+    it: only when the leaf's image was built on exactly that image's layers (`lineage.rooted`: the ancestor's
+    diff_ids are the first of the tested image's, both read from their configs by digest; labels are never
+    read); `Refused` naming both images otherwise (a parent rebuilt elsewhere under the same key, or one that
+    only a label names as the base, was never tested)."""
     host, repo, _ = run.key_tag(leaf)
     client = run.registries(host)
-    chain = built_on(blob_configs(lambda image: client.blob(repo, image)), passed.config, depth + 1)
-    below = chain[depth] if depth < len(chain) else None
-    if below != config:
-        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}, which was built on "
-                      f"{below or 'an image its configs do not name'}; {node.id}'s key tag names image {config}: "
-                      "nothing was tested on that image")
+    config_of = blob_configs(lambda image: client.blob(repo, image))
+    tested, below = diff_ids(config_of(passed.config)), diff_ids(config_of(config))
+    if not tested or not below:
+        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}; the layers of "
+                      f"{'that image' if not tested else f'{node.id} (image {config})'} cannot be read from "
+                      f"{host}/{repo}: nothing says it was tested")
+    if not rooted(below, tested):
+        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}, whose layers do not start with the "
+                      f"{len(below)} layer(s) of image {config}, which {node.id}'s key tag names: nothing was "
+                      "tested on that image")
     return PassRecord(passes.PASSED, config=config, spec=run.specs.key(node), node=node.id, entry=node.entry.id,
                       expect=run.specs.of(node)["expect"], gpu=passed.gpu, date=passes.now(),
                       suite=passes.suite_hash(),
@@ -79,6 +84,7 @@ class Verify:
         per repository), so that credentials the registry refuses stop the run here (`RegistryAccess`); a
         pull-only answer stops only the leaves that would need a suite (`unwritable`)."""
         if self.record:
+            run.keys.writer("verify writes each leaf's pass record")  # before anything runs: nothing would count
             for node in run.plan.nodes:
                 if node.leaf:
                     self.unwritable(run, node)
@@ -271,8 +277,8 @@ class Verify:
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report, performance=perf)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
-                          signer=run.keys.signer.public.label(), performance=performance.report_json()
-                          if performance is not None else None,
+                          signer=run.keys.signer.public.label() if run.keys.signer else None,
+                          performance=performance.report_json() if performance is not None else None,
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
 

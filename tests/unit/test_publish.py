@@ -4,7 +4,9 @@ never taken as tested; a pass of another image is refused, naming both."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.steps.publish import Publish
 
 from ..conftest import MatrixWriter
-from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context
+from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
 
 REPO = "ml/pytorch"
 SECRET = "hf_0123456789abcdefghij"
@@ -61,13 +63,23 @@ def machine(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_pat
     registry, display = FakeRegistry(), FakeDisplay()
     engine = FakeEngine(registry)
     run = context(plan, engine, tmp_path, display=display, secrets={"$HF_TOKEN": SECRET})
-    below = "sha256:" + "f" * 64
-    for node in plan.nodes:  # each image says what it was built on, as a build's label does
+    below, layers = "sha256:" + "f" * 64, [own_layer(engine, "base image")]
+    for node in plan.nodes:  # each image holds its parent's layers and one of its own, as a build makes it
+        layers = [*layers, own_layer(engine, node.id)]
         image = below = engine.add({"config": {"Labels": {"node": node.id,
-                                                          "org.opencontainers.image.base.digest": below}}})
+                                                          "org.opencontainers.image.base.digest": below}},
+                                    "layers": layers, "rootfs": {"type": "layers", "diff_ids": layers}})
         run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
                           verify=VerifyStatus.PASSED if node.leaf else None)
     return Machine(run, engine, registry, display)
+
+
+def own_layer(engine: FakeEngine, name: str) -> str:
+    """A layer of one file, known to the engine (as pushed, its blob is this tar): its diff_id."""
+    tar = layer_tar({f"opt/{name.replace('/', '_')}": name.encode()})
+    diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
+    engine.layer_tars[diff_id] = tar
+    return diff_id
 
 
 def publish(machine: Machine, **options: bool) -> bool:
@@ -209,16 +221,49 @@ def test_a_cached_image_with_a_secret_holds_its_entry_and_nothing_is_pushed(mach
 
 def test_an_ancestor_is_published_only_when_the_leaf_was_built_on_it(machine: Machine) -> None:
     """The base under the key this run holds is another image than the one the tested leaf was built on (a
-    rebuild of the same key): refused, naming both images; nothing of the entry is tagged."""
+    rebuild of the same key, with other layers): refused, naming both images; nothing of the entry is tagged."""
     machine.passed(leaf(machine))
     base = machine.run.plan.nodes[0]
-    tested_on = str(machine.run.ledger[base.id].image)
-    rebuilt = machine.engine.add({"config": {"Labels": {"node": base.id, "rebuilt": "yes"}}})
+    layers = [own_layer(machine.engine, "base image"), own_layer(machine.engine, "rebuilt")]
+    rebuilt = machine.engine.add({"config": {"Labels": {"node": base.id, "rebuilt": "yes"}}, "layers": layers,
+                                  "rootfs": {"type": "layers", "diff_ids": layers}})
     machine.run.ledger.update(base.id, image=rebuilt)
     assert not publish(machine)
     record = machine.run.ledger[base.id]
     assert record.publish == PublishStatus.FAILED and machine.tags() == {}
-    assert tested_on in str(record.error) and rebuilt in str(record.error)
+    tested = str(machine.run.ledger[leaf(machine).id].image)
+    assert tested[:19] in str(record.error) and rebuilt in str(record.error)
+
+
+def test_built_on_is_proven_by_layers_never_by_labels(machine: Machine) -> None:
+    """A forged chain (issue 39, N1): the base under its key tag carries an extra layer and the leaf's label names
+    it as its base; the leaf's layers do not start with the base's, so the label counts for nothing and the base
+    is refused. An honest chain whose labels name nothing is published: the layers prove it."""
+    base, business = machine.run.plan.nodes[0], machine.run.plan.nodes[1]
+    honest = machine.engine.images[str(machine.run.ledger[base.id].image)]
+    evil_layers = [*honest["layers"], own_layer(machine.engine, "backdoor")]
+    evil = machine.engine.add({"config": {"Labels": {"node": base.id, "backdoor": "yes"}}, "layers": evil_layers,
+                               "rootfs": {"type": "layers", "diff_ids": evil_layers}})
+    below = evil
+    for node in (business, leaf(machine)):  # every image above says it was built on the image below it
+        doc = copy.deepcopy(machine.engine.images[str(machine.run.ledger[node.id].image)])
+        doc["config"]["Labels"]["org.opencontainers.image.base.digest"] = below
+        below = machine.engine.add(doc)
+        machine.run.ledger.update(node.id, image=below)
+    machine.passed(leaf(machine))
+    machine.run.ledger.update(base.id, image=evil)
+    assert not publish(machine) and machine.tags() == {}
+    assert evil in str(machine.run.ledger[base.id].error)
+    assert "do not start with" in str(machine.run.ledger[base.id].error)
+
+
+def test_an_honest_chain_without_labels_is_published(machine: Machine) -> None:
+    for node in machine.run.plan.nodes:
+        doc = copy.deepcopy(machine.engine.images[str(machine.run.ledger[node.id].image)])
+        doc["config"]["Labels"].pop("org.opencontainers.image.base.digest")
+        machine.run.ledger.update(node.id, image=machine.engine.add(doc))
+    machine.passed(leaf(machine))
+    assert publish(machine) and machine.tags()
 
 
 def test_an_entry_whose_second_tag_fails_to_point_is_left_as_it_was(machine: Machine) -> None:

@@ -18,7 +18,17 @@ from securesystemslib.signer import SSlibKey
 from imagebuilder.errors import InputError
 from imagebuilder.evidence import attestation, passes
 from imagebuilder.evidence.passes import PassRecord, RegistryPasses
-from imagebuilder.evidence.signing import PAYLOAD_TYPE, Keys, PublicKey, Rejected, Signer, Trust, statement
+from imagebuilder.evidence.signing import (
+    NAMED,
+    PAYLOAD_TYPE,
+    ZERO_CONFIG,
+    Keys,
+    PublicKey,
+    Rejected,
+    Signer,
+    Trust,
+    statement,
+)
 
 from .fakes import FakeRegistry
 
@@ -114,14 +124,54 @@ def test_a_signing_key_that_nothing_trusts_is_refused_before_anything_runs(tmp_p
     os.chmod(private, 0o600)
     public.write_bytes(ci_key.public.pem())
     env = {"IMAGEBUILDER_SIGNING_KEY": str(private)}
-    with pytest.raises(InputError, match="is not trusted: what this run signs would not count"):
-        Keys.load(tmp_path / "keys", env)
+    alone = Keys.load(tmp_path / "keys", env)  # the key the user gave signs, and is the only one that counts
+    assert alone.trust.ids() == [ci_key.public.keyid] and not (tmp_path / "keys" / "local.pem").exists()
     keys = Keys.load(tmp_path / "keys", env, [public])
     assert keys.signer.public.keyid == ci_key.public.keyid and ci_key.public.keyid in keys.trust.ids()
     assert PublicKey.load(private).keyid == ci_key.public.keyid  # a private key file names its public half
     (tmp_path / "junk.pub").write_text("not a key")
     with pytest.raises(InputError, match="not a PEM Ed25519 key"):
         Keys.load(tmp_path / "keys", {}, [tmp_path / "junk.pub"])
+
+
+def test_named_keys_are_the_only_keys_trusted_and_the_machines_own_key_is_not(tmp_path: Path) -> None:
+    """Issue 39 (N3): once --trust-key names the CI key, a pass signed by this machine's own key (the cache folder's
+    local.pem, which whoever can read or plant that folder holds) does not count, and this run signs nothing
+    unless it is given a key; with nothing named, the machine's own key signs and counts, and the run says which
+    case it is in."""
+    local = Keys.load(tmp_path / "keys", {})
+    assert local.signer is not None and local.case == ZERO_CONFIG and "single machine" in local.said()
+    assert local.trust.ids() == [local.signer.public.keyid]
+    assert local.build_trust.ids() == local.trust.ids()
+    ci_key = Signer.generate()
+    (tmp_path / "ci.pub").write_bytes(ci_key.public.pem())
+    named = Keys.load(tmp_path / "keys", {}, [tmp_path / "ci.pub"])
+    assert named.case == NAMED and named.trust.ids() == [ci_key.public.keyid] and named.signer is None
+    assert local.signer is not None and local.signer.public.keyid not in named.build_trust.ids()
+    envelope = local.signer.sign(b"{}")
+    with pytest.raises(Rejected, match="untrusted key"):
+        named.trust.open(envelope)
+    with pytest.raises(InputError, match="no signing key whose records would count"):
+        named.writer("verify writes each leaf's pass record")
+    builder = Signer.generate()
+    (tmp_path / "build.pub").write_bytes(builder.public.pem())
+    roles = Keys.load(tmp_path / "keys", {}, [tmp_path / "ci.pub"], [tmp_path / "build.pub"])
+    assert builder.public.keyid in roles.build_trust.ids() and builder.public.keyid not in roles.trust.ids()
+    assert ci_key.public.keyid in roles.build_trust.ids()  # a pass key vouches for builds too, never the reverse
+
+
+def test_a_private_key_others_can_read_or_that_another_user_owns_is_refused(tmp_path: Path) -> None:
+    Keys.load(tmp_path / "keys", {})
+    path = tmp_path / "keys" / "local.pem"
+    os.chmod(path, 0o644)
+    with pytest.raises(InputError, match=f"signing key {path}: mode 0644 lets others read or change it"):
+        Keys.load(tmp_path / "keys", {})
+    os.chmod(path, 0o600)
+    Keys.load(tmp_path / "keys", {})
+    if os.getuid() == 0:  # (as root, give it away: a key planted by another user)
+        os.chown(path, 4242, -1)
+        with pytest.raises(InputError, match="owned by user id 4242, not by this user"):
+            Keys.load(tmp_path / "keys", {})
 
 
 def test_the_trust_check_names_what_is_wrong() -> None:
