@@ -19,7 +19,8 @@ from .signing import ENVELOPE_TYPE
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 EMPTY_TYPE, EMPTY = "application/vnd.oci.empty.v1+json", b"{}"
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"  # (as buildx's attestations name it)
-_TAG = re.compile(r"sha256-[0-9a-f]{64}\.(?:(?:pass|untested|gpu[0-9a-f]{8})-[0-9a-f]{16}|sbom)")
+_TAG = re.compile(r"sha256-[0-9a-f]{64}\.(?:(?:pass|untested|gpu[0-9a-f]{8})-[0-9a-f]{16}(?:-[0-9]{8}T[0-9]{6}Z)?"
+                  r"|sbom|build)")
 
 
 class Store(Protocol):
@@ -47,7 +48,8 @@ def tag(manifest: str, kind: str) -> str:
 
 
 def is_evidence_tag(name: str) -> bool:
-    """Whether a tag is one of imagebuilder's attestations (a pass record of any verdict, an SBOM): never a
+    """Whether a tag is one of imagebuilder's attestations (a pass record of any verdict, an SBOM, a build
+    record): never a
     public tag, never promoted, never listed as one."""
     return _TAG.fullmatch(name) is not None
 

@@ -39,7 +39,7 @@ PASSED = "passed"  # the suite ran on this image (or, `via`, on a child built on
 UNTESTED = "untested"  # published without a pass, by an explicit --allow-untested: never counts as a pass
 FAILED = "failed"  # a GPU model's verdict: the suite failed on this image on that model (it blocks publishing)
 _TAG = re.compile(r"(?P<algo>sha256)-(?P<hex>[0-9a-f]{64})\.(?P<kind>pass|untested|gpu[0-9a-f]{8})"
-                  r"-(?P<spec>[0-9a-f]{16})")
+                  r"-(?P<spec>[0-9a-f]{16})(?:-(?P<stamp>[0-9]{8}T[0-9]{6}Z))?")
 
 
 def suite_hash() -> str:
@@ -53,12 +53,28 @@ def spec_key(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def record_tag(manifest: str, spec: str, verdict: str = PASSED, model: str | None = None) -> str:
+def stamp(date: str) -> str:
+    """A record's signed time as it stands in a verdict's tag (UTC, to the second)."""
+    try:
+        when = datetime.datetime.fromisoformat(date)
+    except ValueError:
+        return "00000000T000000Z"
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.timezone.utc)
+    return when.strftime("%Y%m%dT%H%M%SZ")
+
+
+def model_kind(model: str) -> str:
+    return f"gpu{hashlib.sha256(model.encode()).hexdigest()[:8]}"
+
+
+def record_tag(manifest: str, spec: str, verdict: str = PASSED, model: str | None = None, date: str = "") -> str:
     """The record's tag beside the image: its pass (or untested record) for a spec; with `model`, the verdict
-    (passed or failed) on that GPU model."""
-    kind = f"gpu{hashlib.sha256(model.encode()).hexdigest()[:8]}" if model else \
-        ("pass" if verdict == PASSED else "untested")
-    return attestation.tag(manifest, f"{kind}-{spec[:16]}")
+    (passed or failed) on that GPU model at the record's signed time (`date`): verdicts only accumulate, each
+    under a tag of its own, and a record under a tag that names another time is no verdict."""
+    if model:
+        return attestation.tag(manifest, f"{model_kind(model)}-{spec[:16]}-{stamp(date)}")
+    return attestation.tag(manifest, f"{'pass' if verdict == PASSED else 'untested'}-{spec[:16]}")
 
 
 def gpu_model(gpu: Mapping[str, Any]) -> str | None:
@@ -175,6 +191,55 @@ class Lookup:
         return self.found.record if self.found is not None else None
 
 
+def spec16(tag: str) -> str | None:
+    match = _TAG.fullmatch(tag)
+    return match.group("spec") if match else None
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What the GPU models' verdicts beside one image say, failing closed: per model only the newest verdict
+    counts (by its signed time), so a replayed older pass does not undo a later failure; a verdict-shaped tag
+    whose record does not verify, or is not the verdict its tag names (another image, spec, model or time: a
+    record copied or replayed under it), blocks the image as a failure would, named."""
+
+    failed: tuple[Signed, ...] = ()  # each model whose newest verdict failed
+    unreadable: tuple[str, ...] = ()  # "<tag>: why" of each verdict tag that says nothing that counts
+
+    @classmethod
+    def of(cls, manifest: str, spec: str, read: list[tuple[str, Lookup]]) -> Verdicts:
+        newest: dict[str, tuple[str, Signed]] = {}
+        unreadable = []
+        for tag, got in read:
+            match = _TAG.fullmatch(tag)
+            record = got.record
+            if match is None or got.found is None or record is None:
+                unreadable.append(f"{tag}: {got.rejected or 'not a signed verdict'}")
+                continue
+            model = gpu_model(record.gpu)
+            if record.spec != spec or record.manifest != manifest or model is None \
+                    or match.group("kind") != model_kind(model) or match.group("stamp") != stamp(record.date):
+                unreadable.append(f"{tag}: its record is not the verdict this tag names (of {model or 'no GPU'} at "
+                                  f"{record.date or '?'}): copied or replayed")
+                continue
+            time = str(match.group("stamp"))
+            if match.group("kind") not in newest or newest[match.group("kind")][0] < time:
+                newest[match.group("kind")] = (time, got.found)
+        failed = tuple(s for _, s in newest.values() if s.record.verdict == FAILED)
+        return cls(failed, tuple(unreadable))
+
+    def blocking(self, what: str) -> str | None:
+        """Why `what` (an image) may not be published or promoted; None when no verdict stands against it."""
+        if self.failed:
+            first = self.failed[0]
+            return (f"{what} failed this spec's suite on {gpu_model(first.record.gpu)} ({first.record.date}, signed "
+                    f"by {first.signer()})")
+        if self.unreadable:
+            return (f"a GPU verdict beside {what} does not count ({self.unreadable[0]}); a verdict that cannot be "
+                    "read blocks as a failure would")
+        return None
+
+
 def envelope(signer: Signer, record: PassRecord, subject: str) -> dict[str, Any]:
     """The record as the predicate of an in-toto Statement about the image `subject` (a digest), signed."""
     name = record.repository or record.node
@@ -253,7 +318,7 @@ class RegistryPasses:
         model = gpu_model(record.gpu) if per_model else None
         if per_model and model is None:
             raise EngineError(f"{record.node}: a GPU model's verdict needs a run on GPUs")
-        tag = record_tag(record.manifest, record.spec, record.verdict, model)
+        tag = record_tag(record.manifest, record.spec, record.verdict, model, record.date)
         attestation.put(self.registry, repo, tag, envelope(self.signer, record, record.manifest),
                         artifact_type=ARTIFACT_TYPE, subject=record.manifest, predicate_type=PREDICATE_TYPE,
                         annotations={"io.imagebuilder.verdict": record.verdict, "io.imagebuilder.node": record.node,
@@ -269,13 +334,11 @@ class RegistryPasses:
             raise EngineError(f"the pass record {repo}:{tag} did not read back: not published")
         return tag
 
-    def failures(self, repo: str, manifest: str, spec: str) -> list[Signed]:
-        """The trusted GPU-model verdicts of this spec beside the image that say it failed."""
+    def verdicts(self, repo: str, manifest: str, spec: str) -> Verdicts:
+        """The GPU models' verdicts of this spec beside the image, judged (`Verdicts.of`)."""
         prefix = manifest.replace(":", "-", 1) + ".gpu"
-        found = [self.read(repo, t).found for t in self.registry.tags(repo)
-                 if t.startswith(prefix) and t.endswith("-" + spec[:16])]
-        return [f for f in found if f is not None and f.record.verdict == FAILED and f.record.spec == spec
-                and f.record.manifest == manifest]
+        return Verdicts.of(manifest, spec, [(t, self.read(repo, t)) for t in self.registry.tags(repo)
+                                            if t.startswith(prefix) and spec16(t) == spec[:16]])
 
     def tags_of(self, repo: str) -> list[str]:
         return self.registry.tags(repo)

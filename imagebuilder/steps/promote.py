@@ -126,8 +126,8 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
     config = store.config_digest(repo, move.digest)
     found: list[tuple[str, Signed]] = []
     rejected: list[str] = []
-    for tag in passes.tags_for(move.digest, tags):
-        got = store.read(repo, tag)
+    reads = [(tag, store.read(repo, tag)) for tag in passes.tags_for(move.digest, tags)]
+    for tag, got in reads:
         record = got.record
         if got.found is not None and record is not None and record.manifest == move.digest and record.config == config:
             expected = spec_of(record.node) if record.verdict != passes.UNTESTED else record.spec
@@ -139,10 +139,12 @@ def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
                                 "matrix does not have")
         elif got.rejected is not None:
             rejected.append(got.rejected)
-    for tag, signed in found:  # a GPU model's failure of a spec the matrix expects blocks the digest
-        if signed.record.verdict == passes.FAILED:
-            return Evidence(None, None, f"it failed on {passes.gpu_model(signed.record.gpu)} ({tag}, signed by "
-                                        f"{signed.signer()})")
+    for spec in sorted({s.record.spec for _, s in found}):  # the newest verdict of each GPU model of a spec the
+        # matrix expects, failing closed: a failure, or a verdict tag that does not verify, blocks the digest
+        blocked = passes.Verdicts.of(move.digest, spec, [(t, g) for t, g in reads if ".gpu" in t and
+                                                         passes.spec16(t) == spec[:16]]).blocking("it")
+        if blocked:
+            return Evidence(None, None, blocked)
     passes_ = [(t, s) for t, s in found if s.record.passed and ".pass-" in t]  # a model's verdict is not the pass
     for tag, signed in passes_:
         record = signed.record

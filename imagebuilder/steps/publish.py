@@ -247,11 +247,9 @@ class Publish:
         if config is None:
             raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
                               "pass to")
-        failed = store.failures(repo, digest, key)
-        if failed:  # a GPU model's failed verdict of this spec: whatever passed elsewhere, this digest waits
-            first = failed[0]
-            raise Refused(f"{host}/{repo}@{digest} failed this spec's suite on {passes.gpu_model(first.record.gpu)} "
-                          f"({first.record.date}, signed by {first.signer()}): not published")
+        blocked = store.verdicts(repo, digest, key).blocking(f"{host}/{repo}@{digest}")
+        if blocked:  # a GPU model's failed (or unreadable) verdict of this spec: whatever passed elsewhere, it waits
+            raise Refused(f"{blocked}: not published")
         found = store.find(repo, digest, key, config)
         if found is not None and found.gpu_verified:
             run.ledger.update(node.id, pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")

@@ -204,4 +204,43 @@ def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -
     store.put("ml/x", replace(on_h100, verdict=passes.FAILED, gpu={**on_h100.gpu, "models": ["NVIDIA H200"]}),
               per_model=True)
     proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
-    assert not proof.passed and proof.why.startswith("it failed on NVIDIA H200")
+    assert not proof.passed and proof.why.startswith("it failed this spec's suite on NVIDIA H200")
+
+
+def _verdicts(reg: FakeRegistry, manifest: str) -> passes.Verdicts:
+    return RegistryPasses(reg, KEYS.trust, SIGNER).verdicts("ml/x", manifest, SPEC)
+
+
+def test_a_newer_verdict_wins_and_a_replayed_older_pass_does_not_undo_a_failure() -> None:
+    """Issue 39 (N2): on one GPU model a verdict of 09:00 passed and one of 10:00 failed. A pusher who copies the
+    09:00 pass over the 10:00 failure's tag gets a tag whose record is not the verdict it names: it blocks, named.
+    A pass re-signed later (a new run that passed) is newer and wins; a stale pass never does."""
+    reg = FakeRegistry()
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
+    manifest, config = reg.image("ml/x", "nightly-a", "a")
+    gpu = {"kind": "gpu", "verified": True, "models": ["NVIDIA H100"]}
+    early = replace(record(config), gpu=gpu, date="2026-11-27T09:00:00+00:00").at(manifest, "r/ml/x")
+    late = replace(early, verdict=passes.FAILED, date="2026-11-27T10:00:00+00:00")
+    passed_tag, failed_tag = store.put("ml/x", early, per_model=True), store.put("ml/x", late, per_model=True)
+    assert passed_tag != failed_tag and failed_tag.endswith("-20261127T100000Z")
+    why = _verdicts(reg, manifest).blocking("it")
+    assert why is not None and why.startswith("it failed this spec's suite on NVIDIA H100 (2026-11-27T10:00")
+    reg.tagged[("ml/x", failed_tag)] = reg.tagged[("ml/x", passed_tag)]  # the replay, as a pusher does it
+    why = _verdicts(reg, manifest).blocking("it")
+    assert why is not None and f"{failed_tag}: its record is not the verdict this tag names" in why
+    assert "copied or replayed" in why
+    del reg.tagged[("ml/x", failed_tag)]  # (deletion rights: the hole README names)
+    assert _verdicts(reg, manifest).blocking("it") is None
+    store.put("ml/x", late, per_model=True)
+    store.put("ml/x", replace(early, date="2026-11-27T11:00:00+00:00"), per_model=True)  # passed again, later
+    assert _verdicts(reg, manifest).blocking("it") is None
+
+
+def test_a_verdict_tag_that_does_not_verify_blocks_as_a_failure_would() -> None:
+    reg = FakeRegistry()
+    manifest, _ = reg.image("ml/x", "nightly-a", "a")
+    other, _ = reg.image("ml/x", "junk", "junk")
+    tag = passes.record_tag(manifest, SPEC, passes.FAILED, "NVIDIA H100", "2026-11-27T10:00:00+00:00")
+    reg.tagged[("ml/x", tag)] = other  # any manifest a pusher puts under a verdict's tag
+    why = _verdicts(reg, manifest).blocking("it")
+    assert why is not None and tag in why and "does not count" in why
