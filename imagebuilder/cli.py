@@ -150,15 +150,18 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     return matrix, plan
 
 
-def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple[plan_mod.Plan, Registries]:
+def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
+           builds: bool = True) -> tuple[plan_mod.Plan, Registries]:
     """Keys for every node (base images resolved on the engine), then what each node needs: the cache
-    is looked up locally and in the registry."""
+    is looked up locally and in the registry. A run that `builds` builds on a key tag's image only when a trusted
+    build key vouches for it (`provenance`); verify and publish take each node as its key tag names it (they test,
+    or publish, exactly that digest, and build on nothing)."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
-    cache = cache_mod.Cache(engine, registries)
+    cache = cache_mod.Cache(engine, registries, ctx.keys().build_trust if builds else None)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
         ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -638,7 +641,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
         check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
-        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
+        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None)
         if require is not None:
             require.require(the_plan, registries)
         if not common.quiet:

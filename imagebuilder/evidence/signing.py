@@ -244,9 +244,10 @@ class Keys:
     def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path] = (),
              trusted_builders: Iterable[Path] = ()) -> Keys:
         """The keys of one run. Nothing named (`trusted`, `trusted_builders` empty): this machine's own key (made
-        on first use in `folder`) signs both kinds unless IMAGEBUILDER_SIGNING_KEY (both kinds) /
-        IMAGEBUILDER_BUILD_KEY (builds) name others, and counts with them. Keys named: exactly those count, with the run's explicit signing
-        keys; this machine's own key counts for nothing (a cache folder is no trust root)."""
+        on first use in `folder`) signs both kinds, unless IMAGEBUILDER_SIGNING_KEY (both kinds) or
+        IMAGEBUILDER_BUILD_KEY (builds) name others, and counts with them. Keys named: exactly those count, with
+        the run's explicit signing keys; this machine's own key counts for nothing (a cache folder is no trust
+        root)."""
         trusted, trusted_builders = list(trusted), list(trusted_builders)
         signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else None
         builder = Signer.load(Path(env[BUILD_KEY_ENV])) if env.get(BUILD_KEY_ENV) else None

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EngineError
+from ..evidence.lineage import rooted
+from ..evidence.provenance import RegistryBuilds
+from ..evidence.signing import Trust
 from ..ports import Engine
 from ..ports.reference import parse
 from ..ports.registry import Registries
@@ -29,6 +32,7 @@ class Cache:
 
     engine: Engine
     registries: Registries
+    trust: Trust | None = None  # build keys whose provenance lets a key tag's image be built on; None: not asked
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
     _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # lineage -> newest labels
     warnings: list[str] = field(default_factory=list)
@@ -48,24 +52,76 @@ class Cache:
     def forget_local(self) -> None:
         self._local = None
 
-    def lookup(self, node: Node) -> Decision | None:
-        """`cached` with where the image is, or None when no image has the node's key."""
+    def lookup(self, node: Node, parent: Node | None = None) -> Decision | None:
+        """`cached` with where the image is, `build` saying why a key's image is not reused, or None when no
+        image has the node's key. With `trust` (a run that builds): one key, one image per run. The image the
+        registry's key tag names counts first, and only with a build record signed by a trusted build key that
+        says it is this key's image, built on the image this run uses for `parent` (a pusher can move a key
+        tag; only a build key vouches for what is under it); else the newest image of the key on this engine, if
+        its layers start with the parent's (`lineage.rooted`); else it is built again."""
         if not node.key:
             return None
+        below = (parent.decision.image or parent.decision.config) if parent is not None else None
+        found, why = self.registry_image(node, below) if self.trust is not None else (None, "")
+        if found is not None:
+            return found
         local = self.local().get(node.key)
-        if local is not None:
+        if local is not None and (below is None or self.built_on(local[0], below)):
             return Decision(State.CACHED, f"image {local[0][7:19]} has this key", image=local[0])
+        if local is not None:
+            why = why or f"image {local[0][7:19]} has this key but was not built on {below}"
+            return Decision(State.BUILD, why)
+        if why:
+            return Decision(State.BUILD, why)
+        if self.trust is not None:
+            return None
         ref = cache_ref(node)
+        digest = self._digest(ref)
+        return Decision(State.CACHED, f"key tag {ref} is in the registry", ref=ref) if digest else None
+
+    def _digest(self, ref: str) -> str | None:
         host = parse(ref).host
         if not self.registries.answers(host):
             return None
         try:
-            digest = self.registries.digest(ref)
+            return self.registries.digest(ref)
         except EngineError as exc:
             self.registries.down(host)
             self.warnings.append(f"cache lookup failed: {exc.message}; its key tags count as absent in this run")
             return None
-        return Decision(State.CACHED, f"key tag {ref} is in the registry", ref=ref) if digest else None
+
+    def registry_image(self, node: Node, below: str | None) -> tuple[Decision | None, str]:
+        """The key tag's image when its build record vouches for it (`provenance`), or None and why it does not
+        count ("" when there is no key tag)."""
+        assert self.trust is not None
+        ref = cache_ref(node)
+        digest = self._digest(ref)
+        if digest is None:
+            return None, ""
+        parsed = parse(ref)
+        client = self.registries(parsed.host)
+        try:
+            body, _ = client.manifest(parsed.repository, digest)
+            config = str(json.loads(body)["config"]["digest"])
+        except (EngineError, ValueError, KeyError, TypeError):
+            return None, f"key tag {ref} names {digest}, which is not an image manifest: built again"
+        why = RegistryBuilds(client, self.trust).check(parsed.repository, digest, key=node.key, config=config,
+                                                       parent=below)
+        if why is not None:
+            return None, f"key tag {ref} names {digest[:19]}, not reused: {why}; built again"
+        image = config if self.engine.image_id(config) is not None else None
+        reason = f"image {config[7:19]} has this key" if image else f"key tag {ref} is in the registry"
+        return Decision(State.CACHED, reason, image=image, ref=ref, config=config), ""
+
+    def built_on(self, image: str, parent: str) -> bool:
+        """Whether the engine's `image` was built on its `parent` image (its layers start with the parent's; an
+        image whose layers the engine does not list is taken at its key)."""
+        try:
+            below = (self.engine.inspect(parent).get("RootFS") or {}).get("Layers") or []
+            above = (self.engine.inspect(image).get("RootFS") or {}).get("Layers") or []
+        except (EngineError, AssertionError):
+            return False
+        return not below or rooted(below, above)
 
     def previous_inputs(self, node: Node) -> dict[str, str] | None:
         """The inputs of the image this node had last: the newest local image of the node, else the
@@ -149,7 +205,7 @@ def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> Plan:
             decision = Decision(State.BUILD, keys.reason(node, cache.previous_inputs(node), parent.status,
                                                          asked=cache.registry_asked(node)))
         else:
-            decision = cache.lookup(node) or Decision(State.BUILD, keys.reason(
+            decision = cache.lookup(node, parent) or Decision(State.BUILD, keys.reason(
                 node, cache.previous_inputs(node), None, asked=cache.registry_asked(node)))
         decided[node.id] = dataclasses.replace(node, decision=decision)
     return plan.with_nodes([decided[n.id] for n in plan.nodes])

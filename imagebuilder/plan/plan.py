@@ -36,7 +36,8 @@ class Decision:
     state: State = State.BUILD
     reason: str = ""
     image: str | None = None  # cached on this engine: the image ID
-    ref: str | None = None  # cached in the registry only: its key tag (pulled when needed)
+    ref: str | None = None  # cached in the registry: its key tag (pulled when needed, unless `image` is set)
+    config: str | None = None  # the image ID the key tag names (its config digest), when it was read
     same_as: str | None = None  # an earlier node of this plan with the same key: one image serves both
 
     @property

@@ -18,6 +18,8 @@ from typing import Any
 from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, InputError, Refused, RegistryAccess
+from ..evidence import provenance
+from ..evidence.provenance import Build, RegistryBuilds
 from ..evidence.spec import CHECKS_LABEL, layer_checks
 from ..plan import keys
 from ..plan.keys import cache_ref
@@ -141,11 +143,40 @@ def require_push(run: RunContext, what: str) -> None:
                                  "the scopes each step needs)")
 
 
+def built_on(run: RunContext, node: Node) -> str | None:
+    """The image ID the node's image was built FROM in this run: its build's parent, else its parent node's image
+    (a cached image is reused only on that one: `cache.lookup`), else its base image's."""
+    record = run.ledger[node.id]
+    if record.parent_image:
+        return record.parent_image
+    if node.parent is not None:
+        return run.ledger[node.parent].image
+    return run.images.worker().image_id(node.base_image) if node.base_image else None
+
+
+def vouch(run: RunContext, node: Node, repo: str, digest: str, builds: RegistryBuilds) -> None:
+    """Build provenance beside the digest this run pushed (or found) under the node's key tag, signed with the
+    run's build key: what lets another machine build on it (`cache.lookup`). One that counts already is kept."""
+    record = run.ledger[node.id]
+    parent = built_on(run, node)
+    if record.image is None or parent is None:
+        return
+    if builds.check(repo, digest, key=node.key, config=record.image, parent=parent) is None:
+        return
+    if builds.signer is None:
+        run.logs.say(f"[yellow]  {escape(node.id)}: no build key (IMAGEBUILDER_BUILD_KEY), so no build record beside "
+                     f"{digest[:19]}: other machines build it again rather than on it[/]")
+        return
+    builds.put(repo, digest, Build(node.id, node.key, record.image, parent, node.base_image or str(node.parent),
+                                   dict(node.inputs), provenance.now()))
+
+
 def push_key_tag(run: RunContext, node: Node) -> str:
-    """The node's manifest digest under its key tag, for the image this run holds: pushed when the key tag
-    is missing or names another image (keys do not name content: the key tag moves to the image this run
-    holds, and both digests are said). A node this run never pulled is what its key tag named when it
-    was looked up (the manifest its pass was found beside, if any)."""
+    """The node's manifest digest under its key tag, for the image this run holds, with its build record beside it
+    (`vouch`). Pushed when the key tag is missing, or names another image no trusted build key vouches for (both
+    digests are said). One key names one image: a key tag whose image a trusted build record vouches for keeps
+    naming it (a `--no-cache` rebuild of a key already staged is not pushed, and says so), so tags that name it
+    stay true. A node this run never pulled is what its key tag named when it was looked up."""
     ref = cache_ref(node)
     client, parsed = run.registries.at(ref)
     record = run.ledger[node.id]
@@ -156,12 +187,21 @@ def push_key_tag(run: RunContext, node: Node) -> str:
             raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
         return known
     store = run.passes(parsed.host)
+    builds = RegistryBuilds(client, run.keys.build_trust, run.keys.builder)
     if held is not None:
         config = store.config_digest(parsed.repository, held)
         if config == record.image:
+            vouch(run, node, parsed.repository, held, builds)
             return held
-        run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), not the image this run holds "
-                     f"({record.image}): pushing this run's image over it[/]")
+        if builds.check(parsed.repository, held, key=node.key, config=config, parent=None) is None:
+            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(ref)} names {held} (image {str(config)[:19]}), which a "
+                         f"trusted build record vouches for; this run's image {record.image[:19]} has the same key "
+                         "(a rebuild) and is not pushed: the key's tags keep naming "
+                         f"{held} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
+            run.ledger.update(node.id, image=None, digest=held)
+            return held
+        run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), which no trusted build record vouches "
+                     f"for, not the image this run holds ({record.image}): pushing this run's image over it[/]")
     engine = run.images.worker()
     engine.tag(record.image, ref)
     run.logs.say(f"[bold]▶ push {escape(ref)}[/]")
@@ -173,6 +213,7 @@ def push_key_tag(run: RunContext, node: Node) -> str:
     config = store.config_digest(parsed.repository, digest)
     if config != record.image:
         raise Refused(f"push {ref}: {digest} is image {config}, not this run's {record.image}")
+    vouch(run, node, parsed.repository, digest, builds)
     return digest
 
 

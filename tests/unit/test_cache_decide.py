@@ -32,7 +32,7 @@ class Known(cache_mod.Cache):
 
     present: set[str] = field(default_factory=set)
 
-    def lookup(self, node: Node) -> Decision | None:
+    def lookup(self, node: Node, parent: Node | None = None) -> Decision | None:
         image = "sha256:" + "a" * 64
         return Decision(State.CACHED, f"image {image[7:19]} has this key", image=image) if node.id in self.present \
             else None
