@@ -5,6 +5,7 @@ The ledger is checked after each step."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from rich.console import Console
 from imagebuilder.errors import RegistryAccess
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
-from imagebuilder.evidence.signing import SIGNING_KEY_ENV, Keys, Signer
+from imagebuilder.evidence.signing import SIGNING_KEY_ENV, Keys, Signer, Trust
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
@@ -44,10 +45,10 @@ def machine(registry: FakeRegistry) -> FakeEngine:
     return engine
 
 
-def decided(plan: Plan, engine: FakeEngine) -> tuple[Plan, Registries]:
+def decided(plan: Plan, engine: FakeEngine, trust: Trust | None = None) -> tuple[Plan, Registries]:
     keyed = keys.assign(plan, cache_mod.base_ids(plan, engine))
     pool = registries(engine.registry)
-    return cache_mod.decide(keyed, cache_mod.Cache(engine, pool)), pool
+    return cache_mod.decide(keyed, cache_mod.Cache(engine, pool, trust)), pool
 
 
 def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,
@@ -230,3 +231,45 @@ def test_credentials_that_may_only_pull_stop_stage_and_publish_before_anything_a
     dry = run(chain, runner, (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False,
                                                                                    dry_run=True)), tmp_path / "dry")
     assert {r.publish for r in dry.values()} == {PublishStatus.HELD}  # a dry run only reads: no refusal
+
+
+def test_a_key_tag_is_built_on_only_when_a_trusted_build_record_vouches_for_it(chain: Plan, tmp_path: Path) -> None:
+    """Issue 39 (a poisoned key tag): a pusher replaces the business node's key tag with an image built FROM it that
+    carries a backdoor (its labels inherited, so its key label is right). A machine that does not hold the image
+    asks for the key tag's build record: there is none by a trusted build key, so business is built again (and
+    the task on it), saying why, and the backdoor is built on by nothing. The honest key tags are reused."""
+    registry = FakeRegistry()
+    staged = run(chain, machine(registry), (Stage(), KeyTags()), tmp_path / "stage")
+    builder = Keys.load(tmp_path / "stage" / "cache" / "keys", {})
+    attacker = machine(registry)
+    business = staged["business"]
+    honest = attacker.pull(f"127.0.0.1:5000/{REPO}@{business.digest}")
+    doc = json.loads(json.dumps(attacker.images[honest]))
+    doc["layers"] = doc["rootfs"]["diff_ids"] = [*doc["layers"], "sha256:" + "b" * 64]  # /usr/local/bin/backdoor
+    ref = f"127.0.0.1:5000/{REPO}:{keys.cache_tag(str(business.key))}"
+    attacker.tag(attacker.add(doc), ref)
+    attacker.push(ref)
+    runner = machine(registry)
+    plan, _ = decided(chain, runner, builder.build_trust)
+    statuses = {n.name: (n.status, n.reason) for n in plan.nodes}
+    assert statuses["base"][0] == State.CACHED  # vouched for, and built on the base this run uses
+    assert statuses["business"][0] == State.BUILD and "not reused: no build record is beside it" in \
+        statuses["business"][1]
+    assert statuses["task"][0] == State.BUILD
+    # A record signed by a key this run does not trust counts no more than none.
+    other = Keys.load(tmp_path / "attacker" / "keys", {})
+    assert other.builder is not None
+    from imagebuilder.evidence.provenance import Build, RegistryBuilds
+
+    forged = registry.manifest_digest(REPO, keys.cache_tag(str(business.key)))
+    assert forged is not None
+    RegistryBuilds(registry, other.build_trust, other.builder).put(REPO, forged, Build(
+        business.node, str(business.key), attacker.image_id(ref) or "", str(staged["base"].image), "base"))
+    plan, _ = decided(chain, runner, builder.build_trust)
+    business_node = next(n for n in plan.nodes if n.name == "business")
+    assert business_node.status == State.BUILD and "signed by an untrusted key" in business_node.reason
+    # The honest chain, as staged, is reused whole by a machine that trusts its builder.
+    clean = FakeRegistry()
+    run(chain, machine(clean), (Stage(), KeyTags()), tmp_path / "clean")
+    clean_keys = Keys.load(tmp_path / "clean" / "cache" / "keys", {})
+    assert {n.status for n in decided(chain, machine(clean), clean_keys.build_trust)[0].nodes} == {State.CACHED}
