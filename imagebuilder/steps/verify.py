@@ -84,7 +84,6 @@ class Verify:
         per repository), so that credentials the registry refuses stop the run here (`RegistryAccess`); a
         pull-only answer stops only the leaves that would need a suite (`unwritable`)."""
         if self.record:
-            run.keys.writer("verify writes each leaf's pass record")  # before anything runs: nothing would count
             for node in run.plan.nodes:
                 if node.leaf:
                     self.unwritable(run, node)
@@ -148,7 +147,11 @@ class Verify:
     @staticmethod
     def unwritable(run: RunContext, node: Node) -> str | None:
         """Why this run could not write the leaf's pass record beside its digest (verify needs push to the
-        repository of its key tag); None when it can. (The registry's answer is kept: `start` asked first.)"""
+        repository of its key tag, and a signing key whose records count); None when it can. (The registry's
+        answer is kept: `start` asked first.)"""
+        if run.keys.signer is None:
+            return ("this run has no signing key whose records count: keys are named with --trust-key, and "
+                    "IMAGEBUILDER_SIGNING_KEY is not set")
         host, repo, _ = run.key_tag(node)
         return run.registries(host).can_push(repo)
 

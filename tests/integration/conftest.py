@@ -26,7 +26,7 @@ import pytest
 
 from imagebuilder.errors import EngineUnavailable
 from imagebuilder.evidence import attestation
-from imagebuilder.evidence.signing import Keys, Trust
+from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
 from .secure_registry import (  # noqa: F401 - the secure registry's fixtures (and pytest-docker's, set for it)
@@ -311,6 +311,19 @@ def public_key(out: Path, cache_dir: Path | None = None) -> Path:
     run = run_cli(*(["--cache-dir", str(cache_dir)] if cache_dir else []), "keys", "public", "--out", str(out))
     assert run.code == 0, run.text
     return out
+
+
+def job_key(folder: Path) -> dict[str, str]:
+    """The environment of a job that names the keys it trusts and writes records (in CI: the publish job, given a
+    key of its own): IMAGEBUILDER_SIGNING_KEY, a private key made once in `folder` (mode 0600). Once keys are
+    named, this machine's own key counts for nothing, so such a job needs one."""
+    path = folder / "job-key.pem"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(Signer.generate().private_pem())
+    return {"IMAGEBUILDER_SIGNING_KEY": str(path)}
 
 
 @pytest.fixture

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
 import http.client
 import io
 import json
 import re
+import subprocess
 import tarfile
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +35,17 @@ from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import REGISTRY, CliRun, cpu_matrix, public_key, registry_tags, report, run_cli, salted_layers
+from .conftest import (
+    REGISTRY,
+    CliRun,
+    cpu_matrix,
+    job_key,
+    public_key,
+    registry_tags,
+    report,
+    run_cli,
+    salted_layers,
+)
 
 LIAR = '''"""Writes a passing report of its own for the smoke suite, and exits before the suite runs."""
 import json, os, sys
@@ -166,7 +181,7 @@ def test_verify_tests_the_staged_digest_not_another_build_of_its_key(staged: Sta
 
 def publish(staged: Staged, machine: str) -> tuple[CliRun, dict[str, dict[str, object]]]:
     run = run_cli("--cache-dir", str(staged.folder / machine), "--trust-key", str(staged.verifier), "publish",
-                  "--matrix", str(staged.matrix), "--report", str(staged.folder / machine))
+                  "--matrix", str(staged.matrix), "--report", str(staged.folder / machine), env=job_key(staged.folder))
     return run, {n["layer"]: n for n in report(staged.folder / machine)["nodes"]}
 
 
@@ -221,8 +236,8 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     engine.push(f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
     moved, nodes = publish(staged, "m5")
     assert moved.code == 1, moved.text[-3000:]
-    assert str(staged.nodes["base"]["image"]) in str(nodes["base"]["error"]) and rebuilt in str(nodes["base"]["error"])
-    assert "nothing was tested on that image" in str(nodes["base"]["error"])
+    assert str(staged.nodes["leaf"]["image"])[:19] in str(nodes["base"]["error"])
+    assert rebuilt in str(nodes["base"]["error"]) and "nothing was tested on that image" in str(nodes["base"]["error"])
     assert registry_tags(registry, repo) == ["nightly-forged"]
     reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
     engine.remove_image(rebuilt)  # (its key is this module's own, but no later plan should find it)
@@ -238,7 +253,7 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     through = staged.folder / "through-proxy.yaml"
     through.write_text(staged.matrix.read_text().replace(registry, proxy.host))
     refused = run_cli("--cache-dir", str(staged.folder / "m6"), "--trust-key", str(staged.verifier), "publish",
-                      "--matrix", str(through), "--report", str(staged.folder / "m6"))
+                      "--matrix", str(through), "--report", str(staged.folder / "m6"), env=job_key(staged.folder))
     proxy.shutdown()
     assert refused.code == 1 and proxy.refused and "HTTP 403" in refused.out, refused.text[-3000:]
     assert "every tag of the entry is as it was" in refused.out, refused.text[-3000:]
@@ -250,6 +265,145 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     assert nodes["leaf"]["digest"] == leaf_digest and nodes["base"]["digest"] == base_digest
     assert all(reg.manifest_digest(repo, str(t).rsplit(":", 1)[1]) == nodes[layer]["digest"]
                for layer in ("base", "leaf") for t in nodes[layer]["tags"])  # type: ignore[union-attr]
+
+
+# Issue 39: trust by content. Each attack is played as an outsider with push rights would play it: the docker CLI
+# and plain HTTP calls to the registry, no project code; honest jobs then run as CI runs them, and refuse it.
+
+def call(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes,
+                                                                                                    dict[str, str]]:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+
+
+def get_manifest(repo: str, reference: str) -> tuple[dict[str, Any], str]:
+    status, body, headers = call("GET", f"http://{REGISTRY}/v2/{repo}/manifests/{reference}",
+                                 headers={"Accept": MANIFEST_TYPES})
+    assert status == 200, (reference, status, body[:200])
+    return json.loads(body), headers["Content-Type"]
+
+
+def put_manifest(repo: str, reference: str, doc: dict[str, Any], media_type: str) -> str:
+    status, body, headers = call("PUT", f"http://{REGISTRY}/v2/{repo}/manifests/{reference}",
+                                 json.dumps(doc).encode(), {"Content-Type": media_type})
+    assert status == 201, (status, body[:300])
+    return str(headers["Docker-Content-Digest"])
+
+
+def put_blob(repo: str, data: bytes) -> str:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    status, _, headers = call("POST", f"http://{REGISTRY}/v2/{repo}/blobs/uploads/")
+    assert status == 202, status
+    location = headers["Location"]
+    location = location if location.startswith("http") else f"http://{REGISTRY}{location}"
+    status, body, _ = call("PUT", f"{location}{'&' if '?' in location else '?'}digest={digest}", data,
+                           {"Content-Type": "application/octet-stream"})
+    assert status == 201, (status, body[:300])
+    return digest
+
+
+def docker(*args: str) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()
+
+
+def docker_build_on(image: str, marker: str, folder: Path) -> str:
+    """An image built FROM `image` with one more layer (its labels inherited): the attacker's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Dockerfile").write_text(f"FROM {image}\nRUN echo {marker} > /usr/local/bin/backdoor\n")
+    return docker("build", "-q", "--network", "none", str(folder))
+
+
+def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: DockerEngine, registry: str,
+                                                                    staged: Staged) -> None:
+    repo, reg = staged.repo, Registry.for_host(registry)
+    base_digest, leaf_digest = str(staged.nodes["base"]["digest"]), str(staged.nodes["leaf"]["digest"])
+    engine.remove_image(staged.other)  # (the earlier tests' other build of the leaf's key: this runner has none)
+
+    # 1. A poisoned key tag. The attacker builds an image FROM the staged leaf (its labels, the key among them,
+    #    inherited) with a backdoor, and pushes it under the leaf's key tag. A runner that does not hold the leaf
+    #    stages a matrix with a child layer on it: the key tag's image has no build record by a trusted build key,
+    #    so the leaf is built again, and the child on that; the backdoor is in nothing it built or pushed.
+    docker("pull", "-q", f"{REGISTRY}/{repo}@{leaf_digest}")
+    poisoned = docker_build_on(f"{REGISTRY}/{repo}@{leaf_digest}", "poisoned", staged.folder / "attack-1")
+    docker("tag", poisoned, f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    docker("push", "-q", f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    poisoned_layer = engine.inspect(poisoned)["RootFS"]["Layers"][-1]
+    docker("rmi", "-f", poisoned, f"{REGISTRY}/{repo}@{leaf_digest}")
+    with_child = staged.folder / "with-child.yaml"
+    (staged.folder / "layers" / "child").mkdir(exist_ok=True)
+    (staged.folder / "layers" / "child" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo child > "
+                                                                       "/opt/child\n")
+    with_child.write_text(staged.matrix.read_text().replace("layers: [base, leaf]", "layers: [base, leaf, child]"))
+    staged_again = run_cli("--cache-dir", str(staged.folder / "m1"), "stage", "--matrix", str(with_child),
+                           "--report", str(staged.folder / "attack-1-stage"))
+    assert staged_again.code == 0, staged_again.text[-3000:]
+    nodes = {n["layer"]: n for n in report(staged.folder / "attack-1-stage")["nodes"]}
+    assert nodes["leaf"]["build"] == "built" and nodes["child"]["build"] == "built", staged_again.out[-3000:]
+    assert "not reused: no build record is beside it" in staged_again.out, staged_again.out[-3000:]
+    child_layers = engine.inspect(str(nodes["child"]["image"]))["RootFS"]["Layers"]
+    assert poisoned_layer not in child_layers
+    reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))  # undone
+
+    # 2. A forged label chain (N1). The base's key tag moves to an image with an extra layer; the leaf's key tag to
+    #    the honest leaf's layers, byte for byte, under a config whose base label names that image. An honest
+    #    verify runs the suite (it passes: the layers are honest) and writes no pass beside the forged base:
+    #    "built on" is read from layers. publish moves no tag to it.
+    docker("pull", "-q", f"{REGISTRY}/{repo}@{base_digest}")
+    evil = docker_build_on(f"{REGISTRY}/{repo}@{base_digest}", "evil", staged.folder / "attack-2")
+    docker("tag", evil, f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
+    docker("push", "-q", f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
+    evil_digest = reg.manifest_digest(repo, staged.key_tag("base"))
+    leaf_doc, leaf_type = get_manifest(repo, leaf_digest)
+    config = json.loads(call("GET", f"http://{REGISTRY}/v2/{repo}/blobs/{leaf_doc['config']['digest']}")[1])
+    config["config"]["Labels"]["org.opencontainers.image.base.digest"] = evil
+    leaf_doc["config"]["digest"] = put_blob(repo, json.dumps(config).encode())
+    leaf_doc["config"]["size"] = len(json.dumps(config).encode())
+    put_manifest(repo, staged.key_tag("leaf"), leaf_doc, leaf_type)
+    verified = run_cli("--cache-dir", str(staged.folder / "m2"), "verify", "--matrix", str(staged.matrix),
+                       "--report", str(staged.folder / "attack-2-verify"))
+    nodes = {n["layer"]: n for n in report(staged.folder / "attack-2-verify")["nodes"]}
+    assert verified.code == 1 and nodes["leaf"]["smoke"] == "passed", verified.text[-3000:]
+    assert "whose layers do not start with the" in str(nodes["base"]["error"]) and evil in str(nodes["base"]["error"])
+    trust = Keys.load(staged.folder / "m2" / "keys", {}).trust
+    assert evil_digest is not None
+    assert not [t for t in passes.tags_for(evil_digest, registry_tags(registry, repo, cache=True))
+                if RegistryPasses(reg, trust).read(repo, t).record is not None]
+    before = {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo)}
+    forged, nodes = publish(staged, "attack-2-publish")
+    assert forged.code == 1 and {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo)} == before
+    assert evil_digest not in before.values()
+    reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
+    reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))
+    docker("rmi", "-f", evil)
+
+    # 3. An overwritten verdict (N2). The verifier recorded the leaf passing on one GPU model at 09:00 and failing
+    #    at 10:00; the attacker copies the 09:00 manifest over the 10:00 tag (plain HTTP). The verdict tag's record
+    #    is not the verdict it names: publish refuses the digest, naming the tag.
+    verifier = Keys.load(staged.folder / "m2" / "keys", {})
+    store = RegistryPasses(reg, verifier.trust, verifier.signer)
+    own = store.find(repo, leaf_digest, str(staged.verified["leaf"]["spec"]))
+    assert own is not None
+    gpu = {"kind": "gpu", "verified": True, "models": ["NVIDIA H100 80GB HBM3"], "count": 2}
+    early = dataclasses.replace(own, gpu=gpu, date="2026-11-27T09:00:00+00:00")
+    passed_tag = store.put(repo, early, per_model=True)
+    failed_tag = store.put(repo, dataclasses.replace(early, verdict=passes.FAILED, date="2026-11-27T10:00:00+00:00"),
+                           per_model=True)
+    refused, nodes = publish(staged, "attack-3-honest")
+    assert refused.code == 1 and "failed this spec's suite on NVIDIA H100" in str(nodes["leaf"]["error"])
+    doc, media_type = get_manifest(repo, passed_tag)
+    put_manifest(repo, failed_tag, doc, media_type)  # the replay
+    replayed, nodes = publish(staged, "attack-3-replayed")
+    assert replayed.code == 1, replayed.text[-3000:]
+    assert f"{failed_tag}: its record is not the verdict this tag names" in str(nodes["leaf"]["error"])
 
 
 def test_an_image_that_writes_its_own_passing_report_is_not_published(

@@ -14,7 +14,7 @@ from imagebuilder.evidence.signing import Keys
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import SESSION, CliRun, cpu_matrix, public_key, registry_tags, report, salted_layers
+from .conftest import SESSION, CliRun, cpu_matrix, job_key, public_key, registry_tags, report, salted_layers
 
 COPY = "itest/debian-copy:bookworm"
 
@@ -99,7 +99,7 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     # failing entry gets none; latest-leaf covers both entries' leaf nodes and does not move.
     forget(engine, tmp_path, "verify")
     published = cli("--cache-dir", str(tmp_path / "m3"), "--trust-key", str(verifier), "publish", "--matrix",
-                    str(matrix), "--report", str(tmp_path / "publish"))
+                    str(matrix), "--report", str(tmp_path / "publish"), env=job_key(tmp_path))
     assert published.code == 1, published.text[-3000:]
     pnodes = {n["node"]: n for n in report(tmp_path / "publish")["nodes"]}
     tags = registry_tags(registry, repo)
@@ -118,7 +118,8 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
 
     # Idempotent: a second publish changes nothing and says so.
     second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), "publish", "--matrix",
-                 str(matrix), "--only", f"{good['entry']}/*", "--report", str(tmp_path / "publish2"))
+                 str(matrix), "--only", f"{good['entry']}/*", "--report", str(tmp_path / "publish2"),
+                 env=job_key(tmp_path))
     assert second.code == 0 and "nothing changed" in second.out, second.text[-2000:]
     assert registry_tags(registry, repo) == tags
 
