@@ -171,6 +171,42 @@ def vouch(run: RunContext, node: Node, repo: str, digest: str, builds: RegistryB
                                    dict(node.inputs), provenance.now()))
 
 
+def published_image(run: RunContext, node: Node) -> tuple[str, str] | None:
+    """(digest, image ID) under the node's key tag when a trusted build record vouches for it as this key's image
+    built on the parent this run uses, and it is not the image this run holds: the key's one image, which this
+    run's rebuild does not replace. None otherwise (no key tag, or one nothing vouches for, or this very image)."""
+    ref = cache_ref(node)
+    if not run.registries.answers(parse(ref).host):
+        return None
+    client, parsed = run.registries.at(ref)
+    held = client.manifest_digest(parsed.repository, parsed.reference)
+    if held is None:
+        return None
+    config = run.passes(parsed.host).config_digest(parsed.repository, held)
+    if config is None or config == run.ledger[node.id].image:
+        return None
+    builds = RegistryBuilds(client, run.keys.build_trust)
+    if builds.check(parsed.repository, held, key=node.key, config=config, parent=built_on(run, node)) is not None:
+        return None
+    return held, config
+
+
+def keep_published(run: RunContext, node: Node) -> str | None:
+    """A rebuild (`--no-cache`) of a key whose one image is already vouched for: said plainly, and the node is
+    that image from here on (its tags keep naming it; the rebuild is not pushed). Its digest, or None."""
+    kept = published_image(run, node)
+    if kept is None:
+        return None
+    held, config = kept
+    image = run.ledger[node.id].image
+    run.logs.say(f"[yellow]  {escape(node.id)}: {escape(cache_ref(node))} names {held} (image {config[:19]}), which a "
+                 f"trusted build record vouches for; this run's image {str(image)[:19]} has the same key and parent "
+                 "(a rebuild) and is not pushed: the key's tags keep naming "
+                 f"{held} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
+    run.ledger.update(node.id, image=config if run.images.worker().image_id(config) else None, digest=held)
+    return held
+
+
 def push_key_tag(run: RunContext, node: Node) -> str:
     """The node's manifest digest under its key tag, for the image this run holds, with its build record beside it
     (`vouch`). Pushed when the key tag is missing, or names another image no trusted build key vouches for (both
@@ -193,15 +229,12 @@ def push_key_tag(run: RunContext, node: Node) -> str:
         if config == record.image:
             vouch(run, node, parsed.repository, held, builds)
             return held
-        if builds.check(parsed.repository, held, key=node.key, config=config, parent=None) is None:
-            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(ref)} names {held} (image {str(config)[:19]}), which a "
-                         f"trusted build record vouches for; this run's image {record.image[:19]} has the same key "
-                         "(a rebuild) and is not pushed: the key's tags keep naming "
-                         f"{held} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
-            run.ledger.update(node.id, image=None, digest=held)
-            return held
+        kept = keep_published(run, node)
+        if kept is not None:
+            return kept
         run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), which no trusted build record vouches "
-                     f"for, not the image this run holds ({record.image}): pushing this run's image over it[/]")
+                     f"for as this key's image on this parent, not the image this run holds ({record.image}): pushing "
+                     "this run's image over it[/]")
     engine = run.images.worker()
     engine.tag(record.image, ref)
     run.logs.say(f"[bold]▶ push {escape(ref)}[/]")
@@ -398,6 +431,10 @@ class Stage(Nodes):
         run.ledger.update(node.id, image=image, build=BuildStatus.BUILT)
         took = run.ledger[node.id].durations["build"]
         run.logs.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {took:.1f}s[/]")
+        try:
+            keep_published(run, node)  # one key, one image: what is tested and published from here on
+        except ImageBuilderError as exc:
+            run.logs.say(f"[yellow]  {escape(node.id)}: its key tag could not be read ({escape(exc.message)})[/]")
         return True
 
     def check_disk(self, run: RunContext) -> None:

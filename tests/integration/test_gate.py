@@ -406,6 +406,40 @@ def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: Do
     assert f"{failed_tag}: its record is not the verdict this tag names" in str(nodes["leaf"]["error"])
 
 
+def test_one_key_one_image_on_a_persistent_engine(engine: DockerEngine, registry: str, staged: Staged) -> None:
+    """Issue 39 (5): a runner that keeps its engine. `build`, then a routine `build --no-cache --only ENTRY/base`
+    (new packages, same key), then plain `build`s: the key's tags keep naming the published digest, the rebuild
+    says so, and every later build passes (it used to refuse every plain build of the entry from then on: the
+    newest local image of the key was taken over the one the registry names and the evidence is about). Then the
+    base's images are removed from the engine: the next plain build passes too, on what the registry names."""
+    m1 = staged.folder / "m1"
+    keys_env = {"IMAGEBUILDER_SIGNING_KEY": str(m1 / "keys" / "local.pem"),
+                "IMAGEBUILDER_BUILD_KEY": str(m1 / "keys" / "local.pem")}
+
+    def build(name: str, *args: str) -> tuple[CliRun, dict[str, dict[str, object]]]:
+        run = run_cli("--cache-dir", str(m1), "--trust-key", str(staged.verifier), "build", "--matrix",
+                      str(staged.matrix), "--report", str(staged.folder / name), *args, env=keys_env)
+        return run, {n["layer"]: n for n in report(staged.folder / name)["nodes"]}
+
+    first, nodes = build("persistent-1")
+    assert first.code == 0, first.text[-3000:]
+    entry = str(nodes["base"]["entry"])
+    rebuilt, nodes = build("persistent-2", "--no-cache", "--only", f"{entry}/base")
+    assert rebuilt.code == 0, rebuilt.text[-3000:]
+    assert nodes["base"]["build"] == "built" and nodes["base"]["digest"] == staged.nodes["base"]["digest"]
+    assert "is not pushed: the key's tags keep naming" in rebuilt.out, rebuilt.out[-3000:]
+    again, nodes = build("persistent-3")
+    assert again.code == 0, again.text[-3000:]
+    assert {layer: n["digest"] for layer, n in nodes.items()} == {layer: staged.nodes[layer]["digest"]
+                                                                   for layer in ("base", "leaf")}
+    of_key = engine.api.images(filters={"label": f"io.imagebuilder.key={staged.nodes['base']['key']}"})
+    for image in {str(staged.nodes["base"]["image"]), *(str(i["Id"]) for i in of_key)}:
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True, timeout=120)  # (one with children stays)
+    pruned, nodes = build("persistent-4")
+    assert pruned.code == 0, pruned.text[-3000:]
+    assert nodes["base"]["digest"] == staged.nodes["base"]["digest"]
+
+
 def test_an_image_that_writes_its_own_passing_report_is_not_published(
         registry: str, wheelhouse: Path, staged: Staged, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
     """A layer whose sitecustomize writes a passing report and exits before the suite runs (the gate's base,
