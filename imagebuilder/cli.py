@@ -239,9 +239,9 @@ report_option = click.option("--report", "report_dir", type=click.Path(path_type
 quiet_option = click.option("--quiet", is_flag=True, help="No live log; summary only.")
 jobs_option = click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
                            help="Up to N independent nodes at once (smoke suites still run one at a time).")
-expect_option = click.option("--expect", multiple=True, metavar="KEY=VALUE",
-                             help="Override an expected value in the smoke suite (e.g. nccl=2.21.5); a floor may "
-                                  "be raised, never lowered.")
+expect_option = click.option("--expect", multiple=True, metavar="FLOOR=VALUE",
+                             help=f"Raise a floor of the smoke suite ({', '.join(spec_mod.FLOORS)}), never lower it; "
+                                  "what an image must contain is the matrix's to say.")
 resmoke_option = click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by "
                               "ID or digest) has a pass record.")
 accept_regression_option = click.option(

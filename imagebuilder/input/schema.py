@@ -1,7 +1,7 @@
 """The matrix file's keys, declared once: each key's kind, default, the levels it may appear at and how the
-levels merge. The loader's key checks and defaults, its did-you-mean errors, README's table of keys
-(`markdown`) and the JSON Schema for editors (`json_schema`) all come from here; a test fails when README's
-table differs from `markdown()`.
+levels merge. The loader's key checks and defaults, its did-you-mean errors, the docs' table of keys
+(`markdown`: docs/reference/matrix-keys.md) and the JSON Schema for editors (`json_schema`) all come from here;
+a test fails when the docs' table differs from `markdown()`.
 
 Levels: `top` (the file's top level only), `axis` (a `matrix:` axis: a list of values; an include may set
 one value), `entry` (the top level, overridden per entry by an `include` that matches it), `include` (an
@@ -143,7 +143,7 @@ def names(*levels: str, under: str | None = None) -> tuple[str, ...]:
 
 
 def markdown() -> str:
-    """README's table of matrix keys."""
+    """The docs' table of matrix keys (docs/reference/matrix-keys.md)."""
     rows = ["| key | kind | default | where | what |", "|---|---|---|---|---|"]
     for k in KEYS:
         kind = f"list of {k.items}" if k.items else k.kind

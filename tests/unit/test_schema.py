@@ -1,5 +1,6 @@
-"""The matrix schema is the one list of keys: README's table is made from it, the JSON Schema for editors is made
-from it and accepts the project's matrices, and every entry says where each of its values came from."""
+"""The matrix schema is the one list of keys: the docs' table of keys is made from it (test_manual.py), the JSON
+Schema for editors is made from it and accepts the project's matrices, and every entry says where each of its
+values came from."""
 
 from __future__ import annotations
 
@@ -16,14 +17,6 @@ from imagebuilder.input import matrix, schema
 from imagebuilder.input.compat import CompatTable
 
 ROOT = Path(__file__).resolve().parents[2]
-START, END = "<!-- matrix keys: made by `imagebuilder schema --format markdown` -->", "<!-- end of matrix keys -->"
-
-
-def test_readme_table_of_keys_is_the_schema() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert START in text and END in text, "README lost the markers of its table of matrix keys"
-    table = text.split(START, 1)[1].split(END, 1)[0].strip()
-    assert table == schema.markdown().strip(), "README's table differs: paste `imagebuilder schema --format markdown`"
 
 
 def test_the_loader_knows_exactly_the_schema_keys() -> None:
