@@ -918,13 +918,15 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
 @click.argument("image")
 @click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Expected value, e.g. torch=2.6.0, cuda=12.4, "
               "nccl=2.21.5, python=3.11, accelerator=cpu.")
-@click.option("--timeout", default=900, show_default=True, help="Seconds before the container is killed.")
-@click.option("--shm-size", default="2g", show_default=True, help="The size of the container's /dev/shm.",
+@click.option("--timeout", default=schema_mod.value("smoke.timeout"), show_default=True,
+              help="Seconds before the container is killed.")
+@click.option("--shm-size", default=schema_mod.value("smoke.shm_size"), show_default=True,
+              help="The size of the container's /dev/shm.",
               callback=checked(lambda size: None if grammar.matches("size", size) else
                                f"not a size: {grammar.hint('size')}"))
-@click.option("--gpus", type=click.Choice(["auto", "all", "cdi", "devices", "none"]), default="auto",
+@click.option("--gpus", type=click.Choice(grammar.PATTERNS["gpus"].split("|")), default=schema_mod.value("smoke.gpus"),
               show_default=True, help="auto: the NVIDIA toolkit if present, else raw /dev/nvidia* devices, else none.")
-@click.option("--driver-dir", default="/usr/local/nvidia", show_default=True,
+@click.option("--driver-dir", default=schema_mod.value("smoke.driver_dir"), show_default=True,
               help="With raw devices: the host's driver folder, mounted read-only and put on the library path.")
 @click.option("--only", "only", metavar="KINDS", default="",
               help=f"Run only these kinds of checks, comma-separated ({', '.join(CHECK_KINDS)}): a diagnostic run; "
