@@ -31,7 +31,13 @@ SIGNALS = ((130, "SIGINT (Ctrl-C): containers removed, nothing more tagged or pu
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return _prose(" ".join(text.split())).replace("|", "\\|")
+
+
+def _prose(text: str) -> str:
+    """Text as Markdown that means what it says: a `*` outside a code span is a star, not emphasis."""
+    parts = text.split("`")
+    return "`".join(p.replace("*", "\\*") if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def commands_page(group: click.Group) -> str:
@@ -44,7 +50,7 @@ def commands_page(group: click.Group) -> str:
         ctx = click.Context(command, info_name=name)
         pieces = " ".join(command.collect_usage_pieces(ctx))
         out.append(f"## `{name}`\n\n" if len(path) > 1 else "## Global options\n\n")
-        out.append(f"```\n{name} {pieces}\n```\n\n")
+        out.append(f"Usage: `{name} {pieces}`\n\n")
         helptext = inspect.cleandoc(command.help or "")
         if helptext:
             out.append(_plain(helptext) + "\n\n")
@@ -74,7 +80,7 @@ def _walk(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[tuple
 
 def _plain(text: str) -> str:
     """Help text as Markdown: one paragraph per blank line, `\\b` blocks kept as they are."""
-    return "\n\n".join(" ".join(p.replace("\b", "").split()) for p in re.split(r"\n\s*\n", text))
+    return "\n\n".join(_prose(" ".join(p.replace("\b", "").split())) for p in re.split(r"\n\s*\n", text))
 
 
 def _first_sentence(text: str) -> str:
