@@ -87,8 +87,8 @@ unit: venv
 integration: cuda-wheels env registry-services browser
 	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
-# Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
-# other integration tests (tests/conftest.py: WORK_UNITS).
+# Lint and build the docs strictly once, then every test once (what .ci/run runs), on two workers: the CUDA
+# images build beside the other integration tests (tests/conftest.py: WORK_UNITS).
 test: cuda-wheels env registry-services browser lint docs
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
