@@ -393,7 +393,8 @@ def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.
 
 @cli.command("schema")
 @click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True,
-              help="A JSON Schema of matrix.yaml (for editors), or README's table of keys.")
+              help="A JSON Schema of matrix.yaml (for editors), or the docs' table of keys "
+                   "(docs/reference/matrix-keys.md).")
 @click.pass_obj
 def schema_command(ctx: Context, fmt: str) -> None:
     """The matrix file's keys: their kinds, defaults and where they may appear (input/schema.py)."""

@@ -9,7 +9,7 @@ Who signs: the step that ran the suite, with `IMAGEBUILDER_SIGNING_KEY` (a PEM p
 given, this machine's own key, made on first use under the cache folder (`keys/local.pem`, mode 0600).
 Who is trusted: the public keys `--trust-key` (or IMAGEBUILDER_TRUST_KEYS) names, and this machine's own key (it
 signed only what ran here). A signature proves that a holder of a trusted key vouched for the predicate about
-that digest; it does not prove the image could not lie to its own suite (README: the trust model)."""
+that digest; it does not prove the image could not lie to its own suite (docs/concepts/trust.md)."""
 
 from __future__ import annotations
 
