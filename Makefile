@@ -10,12 +10,13 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser env demo test unit integration lint golden clean
+.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser env demo test unit integration lint docs reference golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
 	@echo "make test   - set everything up, then lint (ruff, mypy --strict) and run all tests"
 	@echo "make unit   - unit tests only (no engine needed)"
+	@echo "make docs   - build the docs site strictly (mkdocs) into .site/"
 	@echo "make golden - rewrite tests/golden from the templates (review the diff)"
 
 $(BIN)/imagebuilder: pyproject.toml
@@ -71,6 +72,14 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The docs site, strictly: a broken link, anchor or nav entry fails it (a few seconds; into .site/, git-ignored).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings strict counts
+
+# Rewrite docs/reference/ from the code (tests/unit/test_manual.py fails while a committed page differs).
+reference: venv
+	$(BIN)/python -m imagebuilder.manual docs/reference
+
 # Everything but the integration and browser tests: no engine, no registry, no wheelhouse, no browser needed.
 unit: venv
 	$(BIN)/python -m pytest tests -m "not integration and not browser" -q $(PYTEST_ARGS)
@@ -78,9 +87,9 @@ unit: venv
 integration: cuda-wheels env registry-services browser
 	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
-# Lint once, then every test once (what .ci/run runs), on two workers: the CUDA images build beside the
-# other integration tests (tests/conftest.py: WORK_UNITS).
-test: cuda-wheels env registry-services browser lint
+# Lint and build the docs strictly once, then every test once (what .ci/run runs), on two workers: the CUDA
+# images build beside the other integration tests (tests/conftest.py: WORK_UNITS).
+test: cuda-wheels env registry-services browser lint docs
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv

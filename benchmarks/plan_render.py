@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, median, save
 
 LAYERS = ("base", "business", "task")
-# The project's own layer tree, item for item as matrix.yaml (and README's "Layer trees") writes it.
+# The project's own layer tree, item for item as matrix.yaml (and docs/guide/layers.md, "Layer trees") writes it.
 PROJECT_LAYERS = (
     "os",
     '{layer: cuda, when: {accelerator: "cu*"}}',

@@ -243,9 +243,9 @@ report_option = click.option("--report", "report_dir", type=click.Path(path_type
 quiet_option = click.option("--quiet", is_flag=True, help="No live log; summary only.")
 jobs_option = click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
                            help="Up to N independent nodes at once (smoke suites still run one at a time).")
-expect_option = click.option("--expect", multiple=True, metavar="KEY=VALUE",
-                             help="Override an expected value in the smoke suite (e.g. nccl=2.21.5); a floor may "
-                                  "be raised, never lowered.")
+expect_option = click.option("--expect", multiple=True, metavar="FLOOR=VALUE",
+                             help=f"Raise a floor of the smoke suite ({', '.join(spec_mod.FLOORS)}), never lower it; "
+                                  "what an image must contain is the matrix's to say.")
 resmoke_option = click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by "
                               "ID or digest) has a pass record.")
 accept_regression_option = click.option(
@@ -404,7 +404,8 @@ def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.
 
 @cli.command("schema")
 @click.option("--format", "fmt", type=click.Choice(["json", "markdown"]), default="json", show_default=True,
-              help="A JSON Schema of matrix.yaml (for editors), or README's table of keys.")
+              help="A JSON Schema of matrix.yaml (for editors), or the docs' table of keys "
+                   "(docs/reference/matrix-keys.md).")
 @click.pass_obj
 def schema_command(ctx: Context, fmt: str) -> None:
     """The matrix file's keys: their kinds, defaults and where they may appear (input/schema.py)."""
@@ -929,13 +930,15 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
 @click.argument("image")
 @click.option("--expect", multiple=True, metavar="KEY=VALUE", help="Expected value, e.g. torch=2.6.0, cuda=12.4, "
               "nccl=2.21.5, python=3.11, accelerator=cpu.")
-@click.option("--timeout", default=900, show_default=True, help="Seconds before the container is killed.")
-@click.option("--shm-size", default="2g", show_default=True, help="The size of the container's /dev/shm.",
+@click.option("--timeout", default=schema_mod.value("smoke.timeout"), show_default=True,
+              help="Seconds before the container is killed.")
+@click.option("--shm-size", default=schema_mod.value("smoke.shm_size"), show_default=True,
+              help="The size of the container's /dev/shm.",
               callback=checked(lambda size: None if grammar.matches("size", size) else
                                f"not a size: {grammar.hint('size')}"))
-@click.option("--gpus", type=click.Choice(["auto", "all", "cdi", "devices", "none"]), default="auto",
+@click.option("--gpus", type=click.Choice(grammar.PATTERNS["gpus"].split("|")), default=schema_mod.value("smoke.gpus"),
               show_default=True, help="auto: the NVIDIA toolkit if present, else raw /dev/nvidia* devices, else none.")
-@click.option("--driver-dir", default="/usr/local/nvidia", show_default=True,
+@click.option("--driver-dir", default=schema_mod.value("smoke.driver_dir"), show_default=True,
               help="With raw devices: the host's driver folder, mounted read-only and put on the library path.")
 @click.option("--only", "only", metavar="KINDS", default="",
               help=f"Run only these kinds of checks, comma-separated ({', '.join(CHECK_KINDS)}): a diagnostic run; "

@@ -1,6 +1,9 @@
 """Error classes. Each carries its exit code and the place (file, line, key) it names.
 
-`cli.main()` is the only place that catches them; everything else raises.
+`cli.main()` is the only place that turns one into an exit code and a message. Elsewhere an error of the
+package's own is caught only to fail its node (the ledger records it), to undo what was pointed, or where no
+answer is an answer (a registry that does not answer: no earlier image); everything else raises
+(tests/unit/test_architecture.py).
 """
 
 from __future__ import annotations

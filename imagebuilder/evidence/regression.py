@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ..input import schema
 from .history import Point, Runner
 from .metrics import Metric
 
 MIN_THRESHOLD = 0.05  # PyTorch's dashboards alert at 0.95x of a baseline
 MAX_THRESHOLD = 0.40  # above it a metric's noise hides any regression worth the name: recorded, not gated
 NOISE_FACTOR = 2.0
-WINDOW = 5  # the passes a baseline is the median of (smoke.history_window)
+WINDOW: int = schema.value("smoke.history_window")  # the passes a baseline is the median of (its default)
 HISTORY_SHOWN = 30  # the points of a lineage a report plots
 FIRST, OK, REGRESSED, ACCEPTED = "first", "ok", "regressed", "accepted"
 

@@ -14,7 +14,7 @@ built"), a build key never for passes. Only with none of them named (one machine
 machine's own key (made on first use under the cache folder, `keys/local.pem`, mode 0600) sign and count for both,
 and the run says which case it is in. A private key file must belong to this user and be readable by no one else.
 A signature proves that a holder of a trusted key vouched for the predicate about that digest; it does not prove
-the image could not lie to its own suite (README: the trust model)."""
+the image could not lie to its own suite (docs/concepts/trust.md)."""
 
 from __future__ import annotations
 

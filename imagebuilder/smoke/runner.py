@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..input import schema
 from ..ports import Engine, LineSink
 from . import suite_source
 
@@ -178,7 +179,8 @@ def _report(file_text: bytes, logs: str) -> dict[str, Any]:
 
 
 def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: float, shm_size: str,
-              gpus: str = "auto", driver_dir: str = "/usr/local/nvidia", env: Mapping[str, str] | None = None,
+              gpus: str = schema.value("smoke.gpus"), driver_dir: str = schema.value("smoke.driver_dir"),
+              env: Mapping[str, str] | None = None,
               commands: list[dict[str, str]] | None = None, sink: LineSink | None = None,
               only: tuple[str, ...] = (), devices: tuple[str, ...] | None = None) -> SmokeReport:
     """Run the suite in a fresh container of `image`. `only`: just these kinds of checks (a diagnostic run of

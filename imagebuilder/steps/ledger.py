@@ -23,7 +23,7 @@ from ..plan.plan import Node, Plan
 class BuildStatus(str, Enum):
     BUILT = "built"  # built in this run
     CACHED = "cached"  # an image with its key was found (engine or registry), or another node of the run built it
-    FAILED = "failed"
+    FAILED = "failed"  # its build failed (the error and the log's tail say why)
     BLOCKED = "blocked"  # its parent (or the node whose image it is) did not build
     CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run first
@@ -33,9 +33,9 @@ class VerifyStatus(str, Enum):
     PASSED = "passed"  # the suite ran in this image here and passed
     FOUND = "cached"  # a pass of this very image (by ID or digest) was found: the suite did not run
     SKIPPED = "skipped"  # no pass, and the suite was not run (--no-smoke; `publish` runs none)
-    FAILED = "failed"
+    FAILED = "failed"  # the suite ran and the host's verdict was not a pass
     CANCELLED = "cancelled"  # not started: --fail-fast stopped the run
-    INTERRUPTED = "interrupted"
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the run first
 
 
 class PublishStatus(str, Enum):
@@ -44,7 +44,7 @@ class PublishStatus(str, Enum):
     TAGGED = "tagged"  # tagged on this engine only (--no-push)
     STAGED = "staged"  # pushed under its key tag only (or kept local): no public tag
     HELD = "held"  # not published: something of its entry did not pass
-    FAILED = "failed"
+    FAILED = "failed"  # a push or a tag failed (nothing of its entry stays tagged)
 
 
 OK_BUILDS = (BuildStatus.BUILT, BuildStatus.CACHED)
@@ -55,18 +55,18 @@ OK_VERIFIES = (None, VerifyStatus.PASSED, VerifyStatus.FOUND, VerifyStatus.SKIPP
 class NodeRecord:
     """What a run knows of one node."""
 
-    node: str
-    entry: str
-    layer: str
-    leaf: bool
-    key: str | None = None
+    node: str  # its id, `<entry id>/<layer node>`
+    entry: str  # the entry's id, `{torch}-{accelerator}-py{python}-{flavor}` or its `name`
+    layer: str  # the layer node's name in the tree
+    leaf: bool  # a leaf of the tree: its smoke suite runs
+    key: str | None = None  # its content address (null when its base image was not on the engine)
     reason: str = ""  # why it was built (or is cached)
     same_as: str | None = None  # an earlier node of the run that is the same image (built once, shown once)
     versions: Mapping[str, str | None] = field(default_factory=dict)  # its entry's resolved versions
     repository: str | None = None  # registry/repository its images go to
-    build: BuildStatus | None = None
-    verify: VerifyStatus | None = None
-    publish: PublishStatus | None = None
+    build: BuildStatus | None = None  # the stage step's status (`BuildStatus`, below)
+    verify: VerifyStatus | None = None  # the verify step's status (`VerifyStatus`; `smoke` in report.json)
+    publish: PublishStatus | None = None  # the publish step's status (`PublishStatus`, below)
     image: str | None = None  # its image ID on this engine (built, found or pulled)
     parent_image: str | None = None  # the image it was built on (this run's builds)
     digest: str | None = None  # the manifest digest its key tag names (found, pulled by, or pushed)
@@ -75,14 +75,14 @@ class NodeRecord:
     record: PassRecord | None = None  # the pass this run holds for its image (run here, or found), not yet bound
     pass_record: str | None = None  # where its pass is recorded (registry tag, local mirror, this run)
     signer: str | None = None  # the key that signed that pass (its id and where it is trusted from)
-    tags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # its immutable tags, full references
     aliases: tuple[str, ...] = ()  # aliases moved to its image
     aliases_held: tuple[str, ...] = ()  # aliases not moved (something they cover failed)
-    error: str | None = None
-    log: str | None = None
-    log_tail: str = ""
-    durations: Mapping[str, float] = field(default_factory=dict)
-    smoke_report: Mapping[str, Any] | None = None
+    error: str | None = None  # why it did not go well (the first cause)
+    log: str | None = None  # its log file, `logs/<node>.log` in the report folder
+    log_tail: str = ""  # the end of its log, when it failed
+    durations: Mapping[str, float] = field(default_factory=dict)  # seconds per step (build, smoke, push, ...)
+    smoke_report: Mapping[str, Any] | None = None  # the suite's report: one record per check
     performance: Mapping[str, Any] | None = None  # the regression gate's finding (`evidence.regression`)
     gpu_verified: bool | None = None  # False: a CUDA image smoke-tested without a GPU
     base: Mapping[str, Any] | None = None  # root nodes: the base image's name, image ID and registry digests

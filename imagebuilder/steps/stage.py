@@ -139,7 +139,7 @@ def require_push(run: RunContext, what: str) -> None:
                 from None
         if why is not None:
             raise RegistryAccess(f"{what} needs push to {host}/{repo}: {why}; nothing was built or pushed",
-                                 hint=f"give it credentials that may push to {host}/{repo} (README: registries and "
+                                 hint=f"give it credentials that may push to {host}/{repo} (docs/guide/credentials.md: "
                                  "the scopes each step needs)")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..errors import InputError, Where, did_you_mean
+from ..input import schema
 from . import osv
 
 LEVELS = osv.LEVELS  # ("low", "medium", "high", "critical")
@@ -79,10 +80,10 @@ class Policy:
     that states no severity (unknown is not safe: `high` by default); `allow`: the exceptions; `require_data`:
     refuse to judge without vulnerability data (`no_data`)."""
 
-    block: str = "high"
-    unknown: str = "high"
+    block: str = schema.value("vulnerabilities.block")
+    unknown: str = schema.value("vulnerabilities.unknown")
     allow: tuple[Allowance, ...] = ()
-    require_data: bool = False
+    require_data: bool = schema.value("vulnerabilities.require_data")
 
     def __post_init__(self) -> None:
         for key, value, allowed in (("block", self.block, THRESHOLDS), ("unknown", self.unknown, LEVELS)):

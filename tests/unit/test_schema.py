@@ -1,12 +1,18 @@
-"""The matrix schema is the one list of keys: README's table is made from it, the JSON Schema for editors is made
-from it and accepts the project's matrices, and every entry says where each of its values came from."""
+"""The matrix schema is the one list of keys: the docs' table of keys is made from it (test_manual.py), the JSON
+Schema for editors is made from it and accepts the project's matrices, and every entry says where each of its
+values came from."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import click
 import jsonschema
 import pytest
 import yaml
@@ -16,14 +22,6 @@ from imagebuilder.input import matrix, schema
 from imagebuilder.input.compat import CompatTable
 
 ROOT = Path(__file__).resolve().parents[2]
-START, END = "<!-- matrix keys: made by `imagebuilder schema --format markdown` -->", "<!-- end of matrix keys -->"
-
-
-def test_readme_table_of_keys_is_the_schema() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert START in text and END in text, "README lost the markers of its table of matrix keys"
-    table = text.split(START, 1)[1].split(END, 1)[0].strip()
-    assert table == schema.markdown().strip(), "README's table differs: paste `imagebuilder schema --format markdown`"
 
 
 def test_the_loader_knows_exactly_the_schema_keys() -> None:
@@ -128,3 +126,185 @@ def test_vars_merge_key_by_key_and_a_bad_one_is_named_at_its_include(tmp_path: P
     with pytest.raises(InputError) as info:
         matrix.load(path, CompatTable.load(None), env={})
     assert str(info.value.where).startswith(f"{path}:8:") and "include[0].vars.tier" in str(info.value.where)
+
+
+# ---------------------------------------------------------------------------------------- one home per default
+# Every matrix default and bound is declared once, in schema.KEYS; the loader, the dataclasses, the CLI and the
+# runner read `schema.value` and `schema.bounds`. The scan below looks for a second copy in the package's code: a
+# literal of a key's default or bound bound to the key's own name (an assignment, a parameter's default, a
+# keyword, a click option `--name`), a path or tag-template default anywhere, or prose such as "5 is the default".
+PACKAGE = ROOT / "imagebuilder"
+ALIASES = {  # other names the code gives a key's value
+    "smoke.throughput_floor": {"floor", "FLOOR_RANGE"},
+    "smoke.cpu_gflops_floor": {"cpu_floor", "CPU_FLOOR_MIN"},
+    "smoke.history_window": {"window", "WINDOW"},
+    "tags": {"DEFAULT_TAGS"},
+    "aliases": {"DEFAULT_ALIASES"},
+}
+# The suite runs inside images with their own Python and cannot import the schema: its fallback floor is a
+# mirror, checked equal below (`test_the_suites_mirror_of_the_cpu_floor_is_the_schemas`).
+MIRRORS = {"imagebuilder/smoke/suite.py", "imagebuilder/input/schema.py"}
+
+
+def _plain_defaults() -> dict[str, Any]:
+    out = {}
+    for k in schema.KEYS:
+        try:
+            out[k.name] = schema.value(k.name)
+        except KeyError:
+            continue
+    return out
+
+
+def _same(node: ast.AST | None, value: Any) -> bool:
+    """A literal (or a tuple/list of literals) equal to `value`, type for type (True is not 1)."""
+    if isinstance(node, ast.Constant):
+        if isinstance(value, bool) or isinstance(node.value, bool):
+            return type(node.value) is type(value) and node.value == value
+        if isinstance(value, int | float) and isinstance(node.value, int | float):
+            return float(node.value) == float(value)
+        return type(node.value) is type(value) and node.value == value
+    if isinstance(node, ast.Tuple | ast.List) and isinstance(value, list | tuple):
+        return len(node.elts) == len(value) and bool(value) \
+            and all(_same(e, v) for e, v in zip(node.elts, value, strict=True))
+    return False
+
+
+def _name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+@dataclass(frozen=True)
+class _Default:
+    name: str
+    value: Any
+    limits: tuple[float, ...]
+
+
+@functools.cache
+def _index() -> tuple[dict[str, list[_Default]], dict[str, list[_Default]], dict[str, list[_Default]], re.Pattern[str]]:
+    """The defaults by the names the code may bind them to, by their click flag, by their literal text (paths and
+    tag templates), and one pattern for prose that states a default."""
+    by_name: dict[str, list[_Default]] = {}
+    by_flag: dict[str, list[_Default]] = {}
+    by_text: dict[str, list[_Default]] = {}
+    texts = set()
+    for name, value in _plain_defaults().items():
+        leaf = name.rsplit(".", 1)[-1]
+        d = _Default(name, value, tuple(b for b in schema.bounds(name) if b is not None))
+        for n in {leaf, leaf.upper(), *ALIASES.get(name, set())}:
+            by_name.setdefault(n, []).append(d)
+        by_flag.setdefault(f"--{leaf.replace('_', '-')}", []).append(d)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item.startswith(("/", "{")):
+                by_text.setdefault(item, []).append(d)
+        if value not in ([], {}, False):
+            texts.add(re.escape(str(value)))
+    alternatives = "|".join(sorted(texts, key=len, reverse=True))
+    prose = re.compile(rf"(?<![\w.])(?:{alternatives}) is the default|the default is (?:{alternatives})(?![\w.])")
+    return by_name, by_flag, by_text, prose
+
+
+def copies(source: str, filename: str) -> list[str]:
+    """Where `source` holds a second copy of a matrix default or bound: `file:line: key (what)`."""
+    by_name, by_flag, by_text, prose = _index()
+    tree = ast.parse(source)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+
+    def say(node: ast.AST, d: _Default, what: str) -> None:
+        found.append(f"{filename}:{getattr(node, 'lineno', 0)}: {d.name} ({what})")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            for d in (d for t in targets for d in by_name.get(_name(t) or "", [])):
+                if _same(node.value, d.value) or _same(node.value, list(d.limits)) \
+                        or any(_same(node.value, b) for b in d.limits):
+                    say(node, d, "assigned")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args
+            pairs = [*zip(args.args[len(args.args) - len(args.defaults):], args.defaults, strict=False),
+                     *zip(args.kwonlyargs, args.kw_defaults, strict=False)]
+            for a, default in pairs:
+                for d in by_name.get(a.arg, []):
+                    if _same(default, d.value):
+                        say(node, d, "parameter default")
+        elif isinstance(node, ast.Call):
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            for kw in node.keywords:
+                for d in by_name.get(kw.arg or "", []):
+                    if _same(kw.value, d.value):
+                        say(node, d, "keyword")
+                if kw.arg == "default":
+                    for d in (d for f in flags for d in by_flag.get(f, [])):
+                        if _same(kw.value, d.value):
+                            say(node, d, "click option default")
+        elif isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
+            for d in (d for p in parts for d in by_name.get(_name(p) or "", [])):
+                if any(_same(p, b) for p in parts for b in d.limits):
+                    say(node, d, "bound compared")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            for d in by_text.get(node.value, []):
+                say(node, d, "literal")
+            if prose.search(node.value):
+                found.append(f"{filename}:{node.lineno}: a default stated in prose ({node.value[:60]!r})")
+    return sorted(set(found))
+
+
+def test_no_default_or_bound_has_a_second_copy_in_the_package() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel not in MIRRORS:
+            found += copies(path.read_text(encoding="utf-8"), rel)
+    assert not found, "defaults or bounds copied out of input/schema.py (read schema.value / schema.bounds):\n" \
+        + "\n".join(found)
+
+
+@pytest.mark.parametrize("snippet", [
+    'class S:\n    driver_dir: str = "/usr/local/nvidia"\n',
+    'import click\n@click.option("--timeout", default=900)\ndef f(timeout): ...\n',
+    'def run(image, gpus="auto"): ...\n',
+    "WINDOW = 5\n",
+    "FLOOR_RANGE = (0.3, 1.0)\n",
+    "CPU_FLOOR_MIN = 10.0\n",
+    "def f(window):\n    return 1 <= window <= 50\n",
+    'HINT = "0.6 is the default; a slower host still clears it"\n',
+    'DEFAULT_TAGS = ("{entry}-{layer}-{key12}",)\n',
+    'class P:\n    block: str = "high"\n',
+    'WORKDIR = "/workspace"\n',
+])
+def test_the_scan_sees_a_second_copy(snippet: str) -> None:
+    """The scan above, seen failing: each of these was in the package before the schema held them all."""
+    assert copies(snippet, "x.py"), snippet
+
+
+def test_the_scan_leaves_unrelated_numbers_alone() -> None:
+    assert copies("def f(n):\n    return 1 <= n <= 50 and n != 5\nTIMEOUT_S = 30\nport = 900 + 1\n", "x.py") == []
+
+
+def test_the_suites_mirror_of_the_cpu_floor_is_the_schemas() -> None:
+    from imagebuilder.smoke import suite
+
+    assert schema.value("smoke.cpu_gflops_floor") == suite.CPU_GFLOPS_FLOOR
+
+
+def test_the_dataclasses_and_the_cli_read_the_schema() -> None:
+    from imagebuilder.cli import cli
+    from imagebuilder.evidence import regression
+    from imagebuilder.supply.policy import Policy
+
+    smoke = matrix.SmokeSettings(timeout=1, shm_size="1g", gpus="none")
+    assert (smoke.driver_dir, smoke.throughput_floor, smoke.cpu_gflops_floor, smoke.history_window) == tuple(
+        schema.value(f"smoke.{k}") for k in ("driver_dir", "throughput_floor", "cpu_gflops_floor", "history_window"))
+    assert schema.value("smoke.history_window") == regression.WINDOW
+    assert (Policy().block, Policy().unknown) == (schema.value("vulnerabilities.block"),
+                                                  schema.value("vulnerabilities.unknown"))
+    assert isinstance(cli, click.Group)
+    options = {p.name: p for p in cli.commands["smoke"].params}
+    for key in ("timeout", "shm_size", "gpus", "driver_dir"):
+        assert options[key].default == schema.value(f"smoke.{key}"), key
