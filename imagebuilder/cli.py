@@ -84,6 +84,7 @@ class Context:
     trust_keys: tuple[Path, ...] = ()  # public keys whose signed evidence counts (besides this machine's own)
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
+    registry_hosts: tuple[str, ...] = ()  # the matrix's registry host: where the env's credentials go by default
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -108,7 +109,7 @@ class Context:
         insecure: tuple[str, ...] = ()
         with contextlib.suppress(EngineUnavailable):
             insecure = self.engine().insecure_registries()
-        return Registry.for_host(host, insecure, self.registry_trust)
+        return Registry.for_host(host, insecure, self.registry_trust, self.registry_hosts)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
@@ -140,6 +141,8 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                max_entries=ctx.max_entries, facts=facts)
 
     matrix = load(None)  # reads only
+    if matrix.registry:  # (the environment's registry credentials are for its host, `secrets.registry_auth`)
+        ctx.registry_hosts = (matrix.registry.split("/", 1)[0],)
     if matrix.questions:  # the engine and the indexes, asked what the file needs, then read again
         matrix = load(lookups.answer(matrix.questions, base_python=ctx.base_python,
                                      index_versions=ctx.index_versions if ctx.check_index else None))
@@ -154,7 +157,7 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False) -> tuple
     is looked up locally and in the registry."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
-    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust)
+    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
     cache = cache_mod.Cache(engine, registries)
@@ -756,6 +759,7 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
 
     source = parse(pattern)
     host, source_repo = source.host, source.repository
+    _, the_plan = load_plan(ctx, matrix_file)  # (first: its registry is where the environment's credentials go)
     registry = ctx.registry(host)
     moves = promote_mod.plan_moves(registry, pattern, template)
     if not moves:
@@ -764,7 +768,6 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     keys = ctx.keys()
     for move in moves:
         promote_mod.check_target(registry, keys.trust, move, tags)
-    _, the_plan = load_plan(ctx, matrix_file)
     specs = spec_mod.Specs(the_plan)
     known = {n.id: n for n in the_plan.nodes}
 

@@ -202,6 +202,7 @@ class Matrix:
     excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
     warnings: tuple[str, ...] = field(default=())
     questions: lookups.Questions = field(default_factory=lookups.Questions)  # what a first load needs answered
+    registry: str | None = None  # the file's own `registry:` (or --registry): whose host gets the env's credentials
 
 
 @dataclass
@@ -362,8 +363,9 @@ class _Loader:
             first = next(e for e, pair in urls if index_auth.scope_problem(pair, self.env) is not None)
             raise InputError(problem, where=first.where, hint="credentials go only to the index hosts they are "
                              "for: name them, or give each host its own in ~/.netrc")
+        own = self.registry_override or (top["registry"] if isinstance(top.get("registry"), str) else None)
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
-                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)))
+                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)), own)
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)

@@ -410,14 +410,14 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_an_unstaged_plan(
             str(tiny_matrix(tmp_path, host)), "--report", str(tmp_path / "report")]
 
     closed = Registries(lambda name: Registry(host=name, insecure=True, attempts=1))  # the real client, no retries
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True: closed))
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): closed))
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert f"error: registry {host} did not answer: whether 1 node(s) of the plan are staged is unknown" in err
     assert "not staged" not in err and "Traceback" not in err
 
     answers = Registries(lambda name: engine.registry)  # a registry that answers: it has no such key tag
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True: answers))
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): answers))
     assert cli.main(argv) == 2
     assert f"error: not staged: 1 node(s) of the plan have no key tag in the registry (first: {host}/ml/p:cache-" in \
         capsys.readouterr().err
