@@ -25,7 +25,7 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from ..supply.policy import Allowance, Policy
+from ..supply.policy import MAX_EXCEPTION_DAYS, Allowance, Policy, too_far
 from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
@@ -638,9 +638,19 @@ class _Loader:
                             hint="download OSV's export of each ecosystem the images hold (e.g. "
                                  "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip) in the nightly and "
                                  "name it in vulnerabilities.data")
+        days = {}
+        for key in ("max_age", "exception_days"):
+            days[key] = int(self.setting(merged, f"vulnerabilities.{key}"))
+            if not 1 <= days[key] <= MAX_EXCEPTION_DAYS:
+                raise self.fail(f"{days[key]} is outside [1, {MAX_EXCEPTION_DAYS}] (days)", merged.path(key))
+        today = datetime.datetime.now(datetime.timezone.utc).date()
+        for i, allowance in enumerate(allow):
+            why = too_far(allowance, days["exception_days"], today)
+            if why is not None:
+                raise self.fail(why, (*merged.path("allow"), i, "expires"))
         policy = Policy(block=self.setting(merged, "vulnerabilities.block"),
                         unknown=self.setting(merged, "vulnerabilities.unknown"), allow=tuple(allow),
-                        require_data=require)
+                        require_data=require, max_age=days["max_age"], exception_days=days["exception_days"])
         return VulnerabilitySettings(tuple(data), policy)
 
     def user(self, merged: Merged) -> UserSpec:

@@ -22,7 +22,7 @@ from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
 from ..supply import osv
-from ..supply.policy import Policy, judge
+from ..supply.policy import Policy, judge, stale
 from .supply import installed
 
 FIELDS = ("tag", "match", "repository")
@@ -238,6 +238,9 @@ def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, adv
     """The vulnerability gate on a promotion, with the current data and the matrix's policy for the digest's node:
     why its (trusted) SBOM blocks it, or why it cannot be judged when the policy requires data; None when it may
     move. A digest without an SBOM that counts is judged by nothing (said when it moves)."""
+    aged = stale(policy, advisories, today)
+    if aged is not None and policy.require_data:
+        return f"it cannot be judged: {aged}"
     found = sboms.RegistrySboms(registry, trust).lookup(split_reference(move.source)[1], move.digest)
     if found.sbom is None:
         return "it has no SBOM that counts, and the matrix requires vulnerability data to judge it" \

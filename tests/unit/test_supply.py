@@ -32,7 +32,7 @@ from imagebuilder.steps.context import RunContext
 from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.steps.promote import Move, carry_sbom, vulnerable
 from imagebuilder.steps.publish import Publish
-from imagebuilder.steps.supply import installed, uncovered
+from imagebuilder.steps.supply import SupplyChain, installed, uncovered
 from imagebuilder.supply import cyclonedx, osv
 from imagebuilder.supply.policy import Allowance, Policy
 from imagebuilder.supply.policy import judge as judge_
@@ -127,6 +127,9 @@ def gate(allow: str = "", block: str = "medium") -> str:
     return f"vulnerabilities:\n  data: [{FEED}]\n  block: {block}\n  allow: [{allow}]\n"
 
 
+IN_FORCE = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=300)).isoformat()
+
+
 def exception(ids: tuple[str, ...], expires: str) -> str:
     return ", ".join(f"{{id: {i}, reason: 'templates are ours only', expires: {expires}}}" for i in ids)
 
@@ -150,7 +153,7 @@ def test_a_vulnerable_image_blocks_its_entry_and_nothing_is_tagged(
 
 def test_each_sbom_is_of_its_own_layers_signed_beside_its_digest_and_a_parents_is_made_once(
         write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
-    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")))
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), IN_FORCE)))
     opened: list[str] = []
     real = m.registry.open_blob
     m.registry.open_blob = lambda repo, digest: (opened.append(digest), real(repo, digest))[1]  # type: ignore[method-assign]
@@ -166,7 +169,7 @@ def test_each_sbom_is_of_its_own_layers_signed_beside_its_digest_and_a_parents_i
     assert m.node("task")["sbom"]["source"] == "computed" and m.node("task")["sbom"]["components"] == 3
     assert {f["outcome"] for f in m.node("business")["vulnerabilities"]["findings"]} == {"allowed"}
     # A second run finds them beside the digests (signed by a trusted key): nothing is read again.
-    again = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")), m.registry)
+    again = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), IN_FORCE)), m.registry)
     opened.clear()
     assert again.publish(), again.display.said
     assert opened == [] and again.node("task")["sbom"]["source"] == "found"
@@ -343,5 +346,56 @@ def test_promote_keeps_back_a_digest_the_current_data_says_is_vulnerable() -> No
     assert vulnerable(registry, trusted, move, Policy(block="critical"), advisories, today) is None
     old = Move(f"127.0.0.1:5000/{REPO}:nightly-bare", f"127.0.0.1:5000/{REPO}:stable-bare", bare, None)
     assert vulnerable(registry, trusted, old, Policy(block="medium"), advisories, today) is None
+    fresh = datetime.date(2025, 11, 8)  # (within max_age of the feed's newest record, 2025-11-03)
     assert "no SBOM that counts" in str(vulnerable(registry, trusted, old, Policy(require_data=True), advisories,
-                                                   today))
+                                                   fresh))
+    # Data older than max_age days cannot judge under require_data (N17); without it, the gate still judges.
+    aged = str(vulnerable(registry, trusted, move, Policy(block="critical", require_data=True), advisories, today))
+    assert aged.startswith("it cannot be judged: the vulnerability data is 388 days old (as of 2025-11-03"), aged
+    assert vulnerable(registry, trusted, move, Policy(block="critical", require_data=True, max_age=30), advisories,
+                      fresh) is None
+
+
+def test_an_exception_expires_within_a_year_or_the_horizon_the_matrix_sets(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N17: `expires: 9999-12-31` made an exception permanent; now at most 365 days from the day the matrix is read,
+    and `exception_days` may lower that."""
+    with pytest.raises(InputError, match=r"vulnerabilities.allow\[0\].expires: the exception for DSA-5514-1 expires "
+                       r"9999-12-31, more than 365 days out \(vulnerabilities.exception_days\)"):
+        make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), "9999-12-31")))
+    with pytest.raises(InputError, match="more than 30 days out"):
+        make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), IN_FORCE)) + "  exception_days: 30\n")
+    with pytest.raises(InputError, match=r"exception_days: 400 is outside \[1, 365\]"):
+        make(write_matrix, header, table, tmp_path, gate() + "  exception_days: 400\n")
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), IN_FORCE)))
+    assert m.run.plan.entries()[0].vulnerabilities.policy.exception_days == 365
+
+
+def test_old_data_is_said_and_refused_under_require_data(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N17: the fixture feed's newest record is of 2025-11-03: past `max_age` (7 days by default), a run says so, and
+    one that requires data refuses before anything; a `max_age` the data is within lets it judge."""
+    m = make(write_matrix, header, table, tmp_path, gate(block="none"))
+    Publish().start(m.run)
+    assert any("the vulnerability data is" in line and "days old (as of 2025-11-03" in line and "max_age is 7" in line
+               for line in m.display.said), m.display.said
+    required = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
+    with pytest.raises(InputError, match=r"days old \(as of 2025-11-03T22:54:41Z; vulnerabilities.max_age is 7\)"):
+        Publish().start(required.run)
+    within = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
+    Publish(supply=SupplyChain(today=datetime.date(2025, 11, 8))).start(within.run)
+
+
+def test_what_the_data_cannot_evaluate_is_listed_unchecked_never_none_known(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N18: a jinja2 advisory whose range has a version that does not parse says nothing either way: the node lists
+    it as not checked, and the run does not say "no known vulnerability"."""
+    record = json.loads(next(FEED.rglob("GHSA-h75v-3vvj-5mfj.json")).read_text(encoding="utf-8"))
+    record["affected"][0]["ranges"][0]["events"] = [{"introduced": "0"}, {"fixed": "not-a-version!"}]
+    feed = tmp_path / "feed.json"
+    feed.write_text(json.dumps(record), encoding="utf-8")
+    m = make(write_matrix, header, table, tmp_path, f"vulnerabilities: {{data: [{feed}], max_age: 365}}\n")
+    m.publish(supply=SupplyChain(today=datetime.date(2025, 1, 1)))
+    unchecked = m.node("business")["vulnerabilities"]["unchecked"]
+    assert "Jinja2 3.1.4: GHSA-h75v-3vvj-5mfj: fixed: 'not-a-version!' does not parse" in unchecked, unchecked
+    assert not any("business" in line and "no known vulnerability" in line for line in m.display.said)
