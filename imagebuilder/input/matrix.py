@@ -25,7 +25,7 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from ..supply.policy import MAX_EXCEPTION_DAYS, Allowance, Policy, too_far
+from ..supply.policy import MAX_AGE_DAYS, MAX_EXCEPTION_DAYS, Allowance, Policy, too_far
 from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
@@ -639,10 +639,10 @@ class _Loader:
                                  "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip) in the nightly and "
                                  "name it in vulnerabilities.data")
         days = {}
-        for key in ("max_age", "exception_days"):
+        for key, most in (("max_age", MAX_AGE_DAYS), ("exception_days", MAX_EXCEPTION_DAYS)):
             days[key] = int(self.setting(merged, f"vulnerabilities.{key}"))
-            if not 1 <= days[key] <= MAX_EXCEPTION_DAYS:
-                raise self.fail(f"{days[key]} is outside [1, {MAX_EXCEPTION_DAYS}] (days)", merged.path(key))
+            if not 1 <= days[key] <= most:
+                raise self.fail(f"{days[key]} is outside [1, {most}] (days)", merged.path(key))
         today = datetime.datetime.now(datetime.timezone.utc).date()
         for i, allowance in enumerate(allow):
             why = too_far(allowance, days["exception_days"], today)

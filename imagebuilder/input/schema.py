@@ -125,7 +125,7 @@ KEYS: tuple[Key, ...] = (
     Key("vulnerabilities.exception_days", "int", "How far out an exception's `expires` may be, in days from the day "
         "the matrix is read (1 to 365).", "365"),
     Key("vulnerabilities.max_age", "int", "Days the data may be old (its newest record's `modified`); older data is "
-        "said, and refused under `require_data` (1 to 365).", "7"),
+        "said, and refused under `require_data` (1 to 3650).", "7"),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 

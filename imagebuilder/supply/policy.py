@@ -29,6 +29,7 @@ THRESHOLDS = (*LEVELS, "none")  # `block: none`: nothing blocks, findings are re
 OUTCOMES = ("blocks", "expired", "allowed", "below")
 BLOCKING = ("blocks", "expired")
 MAX_EXCEPTION_DAYS = 365  # an exception expires within a year of the day it is read; the matrix may lower it
+MAX_AGE_DAYS = 3650  # the most `max_age` may say (a fixed snapshot of advisories, e.g. a test's)
 OSV_EXPORTS = ("https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip",
                "https://osv-vulnerabilities.storage.googleapis.com/Debian/all.zip")
 
@@ -96,9 +97,10 @@ class Policy:
                                  hint=did_you_mean(value.strip().lower(), allowed))
             object.__setattr__(self, key, value.strip().lower())
         object.__setattr__(self, "allow", tuple(self.allow))
-        for key, days in (("max_age", self.max_age), ("exception_days", self.exception_days)):
-            if not 1 <= days <= MAX_EXCEPTION_DAYS:
-                raise InputError(f"vulnerabilities.{key}: {days} is outside [1, {MAX_EXCEPTION_DAYS}] (days)")
+        for key, days, most in (("max_age", self.max_age, MAX_AGE_DAYS),
+                                ("exception_days", self.exception_days, MAX_EXCEPTION_DAYS)):
+            if not 1 <= days <= most:
+                raise InputError(f"vulnerabilities.{key}: {days} is outside [1, {most}] (days)")
 
     def to_json(self) -> dict[str, Any]:
         return {"block": self.block, "unknown": self.unknown, "require_data": self.require_data,
