@@ -779,12 +779,12 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     blocked = {}
     for move, proof in zip(moves, proofs, strict=True):
         node = known.get(proof.record.node if proof.record is not None else proof.node or "")
-        if node is not None:
-            settings = node.entry.vulnerabilities
+        for settings in promote_mod.settings_for(node, the_plan):  # (a node it does not know: every policy's)
             why = promote_mod.vulnerable(registry, keys.trust, move, settings.policy, gate.advisories(settings.data),
                                          gate.today)
             if why is not None:
                 blocked[move.target] = why
+                break
     for target, why in blocked.items():
         ctx.out.print(f"[bold red]refused: {escape(target)}: {escape(why)}[/]", highlight=False, soft_wrap=True)
     if blocked:

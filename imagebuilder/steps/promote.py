@@ -18,6 +18,8 @@ from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_m
 from ..evidence import attestation, passes, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
+from ..input.matrix import VulnerabilitySettings
+from ..plan.plan import Node, Plan
 from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
@@ -248,3 +250,12 @@ def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, adv
     looked_up, _ = installed(found.sbom.document)
     verdict = judge(looked_up, advisories, policy, today)
     return f"blocked by the vulnerability gate: {verdict.why()}" if verdict.blocked else None
+
+
+def settings_for(node: Node | None, plan: Plan) -> list[VulnerabilitySettings]:
+    """The vulnerability settings a move is judged by: its node's; for a digest whose node the matrix does not know
+    (no trusted record names one, or another matrix's), every distinct setting of the matrix's entries, any of which
+    that blocks keeps it back (so `require_data` refuses it where it has no SBOM that counts)."""
+    if node is not None:
+        return [node.entry.vulnerabilities]
+    return list(dict.fromkeys(entry.vulnerabilities for entry in plan.entries()))

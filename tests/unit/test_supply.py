@@ -10,6 +10,7 @@ import copy
 import datetime
 import hashlib
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from imagebuilder.supply import cyclonedx, osv
 from imagebuilder.supply.policy import Allowance, Policy
 from imagebuilder.supply.policy import judge as judge_
 
-from ..conftest import MatrixWriter
+from ..conftest import HEADER, MatrixWriter
 from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
 
 REPO = "ml/pytorch"
@@ -399,3 +400,44 @@ def test_what_the_data_cannot_evaluate_is_listed_unchecked_never_none_known(
     unchecked = m.node("business")["vulnerabilities"]["unchecked"]
     assert "Jinja2 3.1.4: GHSA-h75v-3vvj-5mfj: fixed: 'not-a-version!' does not parse" in unchecked, unchecked
     assert not any("business" in line and "no known vulnerability" in line for line in m.display.said)
+
+
+def test_promote_judges_a_digest_whose_node_the_matrix_does_not_know(
+        write_matrix: MatrixWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """N11: a digest with no trusted pass record names no node; promote skipped the gate for it, so
+    `--allow-untested` moved it although its trusted SBOM holds a blocking jinja2. Now every policy of the matrix
+    judges it; and under require_data one with no SBOM that counts is refused."""
+    from imagebuilder import cli
+    from imagebuilder.errors import EngineUnavailable
+    from imagebuilder.ports.registry import Registry
+
+    registry, stager = FakeRegistry(), Signer.generate("the stager")
+    digest, _ = registry.image(REPO, "nightly-task", "published")
+    bare, _ = registry.image(REPO, "nightly-bare", "published before SBOMs")
+    document = {"metadata": {"component": {"version": digest}}, "components": [
+        component("Jinja2", "3.1.4", "pkg:pypi/jinja2@3.1.4", path="/opt/venv/lib/python3.11/site-packages",
+                  layer="task")]}
+    RegistrySboms(registry, Trust((stager.public,)), stager).put(REPO, digest, document, node="e/task")
+    key = tmp_path / "stager.pub"
+    key.write_bytes(stager.public.pem())
+
+    def engine(self: object) -> object:
+        raise EngineUnavailable("no engine in this test")
+    monkeypatch.setattr(cli.Context, "engine", engine)
+    monkeypatch.setattr(Registry, "for_host", classmethod(lambda cls, *args, **kwargs: registry))
+
+    def promote(tag: str, gate_text: str) -> int:
+        matrix = write_matrix(textwrap.dedent(HEADER).lstrip() + "matrix: {torch: [2.8.0], accelerator: [cpu], "
+                              "python: ['3.11']}\n" + gate_text)
+        return cli.main(["--offline", "--cache-dir", str(tmp_path / "cache"), "--trust-key", str(key), "promote",
+                         "--from", f"127.0.0.1:5000/{REPO}:{tag}", "--to", f"stable-{tag}", "--matrix", str(matrix),
+                         "--allow-untested"])
+
+    assert promote("nightly-task", gate() + "  max_age: 3650\n") == 1
+    assert "vulnerability gate" in capsys.readouterr().out and registry.manifest_digest(REPO, "stable-nightly-task") \
+        is None
+    assert promote("nightly-bare", gate() + "  max_age: 3650\n  require_data: true\n") == 1
+    assert "no SBOM that counts" in capsys.readouterr().out
+    assert promote("nightly-bare", gate() + "  max_age: 3650\n") == 0  # (no SBOM, and the policy does not ask)
+    assert registry.manifest_digest(REPO, "stable-nightly-bare") == bare
