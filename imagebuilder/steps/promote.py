@@ -201,22 +201,31 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
     if proof.record is None and not allow_untested:
         raise Refused(f"promote {move.source}: {proof.why}; not moved")
     has_sbom = carry_sbom(registry, keys.trust, move.digest, source_repo, target_repo)  # (before the tag moves)
+    carry_verdicts(registry, move.digest, source_repo, target_repo)  # (so is every verdict: failures block there too)
     if move.previous != move.digest:
         registry.copy(source_repo, move.digest, target_repo, tag)
         held = registry.manifest_digest(target_repo, tag)
         if held != move.digest:
             raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
     if proof.record is not None and proof.tag is not None:
-        if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
-            record_digest = registry.manifest_digest(source_repo, proof.tag)
-            if record_digest is not None:
-                registry.copy(source_repo, record_digest, target_repo, proof.tag)
         return has_sbom
     config = store.config_digest(source_repo, move.digest) or ""
     store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
                                       entry="", date=passes.now(), suite=passes.suite_hash(),
                                       allowed_by="--allow-untested (promote)").at(move.digest, f"{host}/{target_repo}"))
     return has_sbom
+
+
+def carry_verdicts(registry: Registry, digest: str, source_repo: str, target_repo: str) -> None:
+    """Every record tag beside the digest (its passes, per-GPU-model verdicts, failed ones included) goes along into
+    another repository, where the target lacks it: a failure recorded before the promotion blocks promotions from
+    there as it does here. (One recorded after it is only in the repository it was written to.)"""
+    if target_repo == source_repo:
+        return
+    held = set(registry.tags(target_repo))
+    for record_tag in passes.tags_for(digest, registry.tags(source_repo)):
+        if record_tag not in held and (found := registry.manifest_digest(source_repo, record_tag)) is not None:
+            registry.copy(source_repo, found, target_repo, record_tag)
 
 
 def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, target_repo: str) -> bool:

@@ -205,3 +205,22 @@ def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -
               per_model=True)
     proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
     assert not proof.passed and proof.why.startswith("it failed on NVIDIA H200")
+
+
+def test_promote_carries_every_verdict_so_a_failure_blocks_from_the_target_too() -> None:
+    """N12: a digest that passed on H200 and failed on H100, promoted with --allow-untested into another repository,
+    took only its pass record (none here) along: the failure stayed behind, and promoting from the target counted
+    nothing against it. Every record tag of the digest goes along now."""
+    reg = FakeRegistry()
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
+    manifest, config = reg.image("ml/x", "nightly-a", "a")
+    on_h100 = record(config).at(manifest, "r/ml/x")
+    store.put("ml/x", replace(on_h100, verdict=passes.FAILED), per_model=True)
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
+    assert not proof.passed and proof.why.startswith("it failed on NVIDIA H100")
+    promote.apply(reg, KEYS, move, proof, allow_untested=True)  # type: ignore[arg-type]
+    assert reg.manifest_digest("ml/x-stable", "nightly-a") == manifest
+    (again,) = moves(reg, "r:5000/ml/x-stable:nightly-*", "stable-{match}")
+    from_target = promote.evidence(reg, KEYS.trust, again, reg.tags("ml/x-stable"), SPECS.get)  # type: ignore[arg-type]
+    assert not from_target.passed and from_target.why.startswith("it failed on NVIDIA H100"), from_target.why
