@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,23 +191,36 @@ def checked(problem: Callable[[T], str | None]) -> Callable[[click.Context, clic
 
 def write_problem(path: Path, *, folder: bool) -> str | None:
     """Why this command could not write `path`: a folder it writes into (`folder`), or a file it writes; None
-    when it can. Creates nothing: a path that is not there yet must be creatable, its nearest existing ancestor
-    a writable folder."""
+    when it can. Leaves nothing behind: a path that is not there yet must be creatable, its nearest existing
+    ancestor a folder a file can be made in. Folders are tried (a folder made and removed), not asked with
+    os.access, which answers yes to root for /proc and /sys."""
     try:
         if path.exists():
             if folder != path.is_dir():
                 return "exists and is not a folder" if folder else "is a folder, not a file"
-            return None if os.access(path, os.W_OK | (os.X_OK if folder else 0)) else "is not writable"
+            if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+                return "is not writable"
+            return _tried(path) if folder else None
         if path.is_symlink():
             return "is a symbolic link to nothing"
         for parent in path.absolute().parents:
             if parent.exists():
                 if not parent.is_dir():
                     return f"cannot be created: {parent} is not a folder"
-                return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot be created: {parent} is not " \
-                    "writable"
+                if not os.access(parent, os.W_OK | os.X_OK) or _tried(parent) is not None:
+                    return f"cannot be created: {parent} is not writable"
+                return None
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+def _tried(folder: Path) -> str | None:
+    """Why nothing can be made in `folder` (a folder is made there and removed); None when it can."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".imagebuilder-probe-", dir=folder))
+    except OSError as exc:
+        return f"is not writable ({exc.strerror or type(exc).__name__})"
     return None
 
 

@@ -295,6 +295,10 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     (["stage", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
     (["verify", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
     (["publish", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+    # /proc: os.access says yes to root there (CI runs as root); nothing can be made in it (audit f11)
+    (["render", "--out", "/proc/x"], "--out", "cannot be created: /proc is not writable"),
+    (["--cache-dir", "/proc/x", "publish"], "--cache-dir", "cannot be created: /proc is not writable"),
+    (["export", "bake", "-o", "/proc/x/b.json"], "--output", "cannot be created: /proc is not writable"),
 ])
 def test_an_unwritable_output_is_an_input_error_before_anything_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
