@@ -426,3 +426,18 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_an_unstaged_plan(
     assert f"error: not staged: 1 node(s) of the plan have no key tag in the registry (first: {host}/ml/p:cache-" in \
         capsys.readouterr().err
     assert engine.builds == [] and engine.runs == [] and not (tmp_path / "report").exists()
+
+
+def test_the_environments_registry_pair_is_for_the_matrix_registry_host(tmp_path: Path) -> None:
+    """N5: a command that reads a matrix scopes IMAGEBUILDER_REGISTRY_USER/PASSWORD to the host of the file's own
+    `registry:` (or --registry's), which its registry clients are made with; before any matrix, to none."""
+    from rich.console import Console
+
+    from imagebuilder import cli
+
+    ctx = cli.Context(Console(), Console(), check_index=False)
+    assert ctx.registry_hosts == ()
+    cli.load_plan(ctx, tiny_matrix(tmp_path, "registry.corp.example:5443"))
+    assert ctx.registry_hosts == ("registry.corp.example:5443",)
+    cli.load_plan(ctx, tiny_matrix(tmp_path), registry="ghcr.io/org")
+    assert ctx.registry_hosts == ("ghcr.io",)
