@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,7 @@ class Context:
     trust_build_keys: tuple[Path, ...] = ()  # public keys whose signed build provenance counts
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
+    registry_hosts: tuple[str, ...] = ()  # the matrix's registry host: where the env's credentials go by default
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -109,7 +111,7 @@ class Context:
         insecure: tuple[str, ...] = ()
         with contextlib.suppress(EngineUnavailable):
             insecure = self.engine().insecure_registries()
-        return Registry.for_host(host, insecure, self.registry_trust)
+        return Registry.for_host(host, insecure, self.registry_trust, self.registry_hosts)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
         return compat_refresh.project_versions(index_url, project, timeout=20)
@@ -141,6 +143,8 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                max_entries=ctx.max_entries, facts=facts)
 
     matrix = load(None)  # reads only
+    if matrix.registry:  # (the environment's registry credentials are for its host, `secrets.registry_auth`)
+        ctx.registry_hosts = (matrix.registry.split("/", 1)[0],)
     if matrix.questions:  # the engine and the indexes, asked what the file needs, then read again
         matrix = load(lookups.answer(matrix.questions, base_python=ctx.base_python,
                                      index_versions=ctx.index_versions if ctx.check_index else None))
@@ -158,7 +162,7 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
     or publish, exactly that digest, and build on nothing)."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
-    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust)
+    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
     cache = cache_mod.Cache(engine, registries, ctx.keys().build_trust if builds else None)
@@ -191,23 +195,36 @@ def checked(problem: Callable[[T], str | None]) -> Callable[[click.Context, clic
 
 def write_problem(path: Path, *, folder: bool) -> str | None:
     """Why this command could not write `path`: a folder it writes into (`folder`), or a file it writes; None
-    when it can. Creates nothing: a path that is not there yet must be creatable, its nearest existing ancestor
-    a writable folder."""
+    when it can. Leaves nothing behind: a path that is not there yet must be creatable, its nearest existing
+    ancestor a folder a file can be made in. Folders are tried (a folder made and removed), not asked with
+    os.access, which answers yes to root for /proc and /sys."""
     try:
         if path.exists():
             if folder != path.is_dir():
                 return "exists and is not a folder" if folder else "is a folder, not a file"
-            return None if os.access(path, os.W_OK | (os.X_OK if folder else 0)) else "is not writable"
+            if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+                return "is not writable"
+            return _tried(path) if folder else None
         if path.is_symlink():
             return "is a symbolic link to nothing"
         for parent in path.absolute().parents:
             if parent.exists():
                 if not parent.is_dir():
                     return f"cannot be created: {parent} is not a folder"
-                return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot be created: {parent} is not " \
-                    "writable"
+                if not os.access(parent, os.W_OK | os.X_OK) or _tried(parent) is not None:
+                    return f"cannot be created: {parent} is not writable"
+                return None
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+def _tried(folder: Path) -> str | None:
+    """Why nothing can be made in `folder` (a folder is made there and removed); None when it can."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".imagebuilder-probe-", dir=folder))
+    except OSError as exc:
+        return f"is not writable ({exc.strerror or type(exc).__name__})"
     return None
 
 
@@ -768,6 +785,7 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
 
     source = parse(pattern)
     host, source_repo = source.host, source.repository
+    _, the_plan = load_plan(ctx, matrix_file)  # (first: its registry is where the environment's credentials go)
     registry = ctx.registry(host)
     moves = promote_mod.plan_moves(registry, pattern, template)
     if not moves:
@@ -776,7 +794,6 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     keys = ctx.keys()
     for move in moves:
         promote_mod.check_target(registry, keys.trust, move, tags)
-    _, the_plan = load_plan(ctx, matrix_file)
     specs = spec_mod.Specs(the_plan)
     known = {n.id: n for n in the_plan.nodes}
 
@@ -788,12 +805,12 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     blocked = {}
     for move, proof in zip(moves, proofs, strict=True):
         node = known.get(proof.record.node if proof.record is not None else proof.node or "")
-        if node is not None:
-            settings = node.entry.vulnerabilities
+        for settings in promote_mod.settings_for(node, the_plan):  # (a node it does not know: every policy's)
             why = promote_mod.vulnerable(registry, keys.trust, move, settings.policy, gate.advisories(settings.data),
                                          gate.today)
             if why is not None:
                 blocked[move.target] = why
+                break
     for target, why in blocked.items():
         ctx.out.print(f"[bold red]refused: {escape(target)}: {escape(why)}[/]", highlight=False, soft_wrap=True)
     if blocked:

@@ -207,8 +207,8 @@ class Trust:
         if not signatures:
             raise Rejected("unsigned")
         known = {k.keyid: k for k in self.keys}
-        untrusted = []
-        for signature in signatures:
+        untrusted, bad = [], []
+        for signature in signatures:  # every signature of a trusted key is tried: a bad one hides no good one
             key = known.get(str(signature.get("keyid")))
             if key is None:
                 untrusted.append(str(signature.get("keyid"))[:16])
@@ -216,9 +216,12 @@ class Trust:
             try:
                 key.key.verify(base64.b64decode(str(signature.get("sig")), validate=True), pae(payload_type, payload))
             except (InvalidSignature, binascii.Error, ValueError):
-                raise Rejected(f"its signature by {key.keyid[:16]} ({key.source}) does not verify: the record was "
-                               "changed after it was signed") from None
+                bad.append(key)
+                continue
             return payload, key
+        if bad:
+            raise Rejected(f"its signature by {bad[0].keyid[:16]} ({bad[0].source}) does not verify: the record was "
+                           "changed after it was signed")
         raise Rejected(f"signed by an untrusted key ({', '.join(untrusted)}); trusted: "
                        f"{', '.join(k[:16] for k in self.ids()) or 'none'}")
 

@@ -43,12 +43,21 @@ class Layer:
         return self.path / "Dockerfile.j2"
 
     def context_files(self) -> list[Path]:
-        """Files of the folder that go into the build context (everything but the template and metadata)."""
-        return sorted(
+        """Files of the folder that go into the build context (everything but the template and metadata). A
+        symbolic link whose target is outside the folder is an input error naming it: it would put a file of the
+        build host (say ~/.docker/config.json) into the context, and a COPY into the image."""
+        files = sorted(
             p for p in self.path.rglob("*")
             if p.is_file() and p.relative_to(self.path).as_posix() not in NOT_CONTEXT
             and "__pycache__" not in p.parts
         )
+        inside = self.path.resolve()
+        for path in files:
+            if not path.resolve().is_relative_to(inside):
+                raise InputError(f"layer {self.name!r}: {path.relative_to(self.path)} is a symbolic link to "
+                                 f"{path.resolve()}, outside the layer folder", where=Where(str(path)),
+                                 hint="copy the file into the layer folder; links may only point inside it")
+        return files
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -25,7 +25,7 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpu_peak
-from ..supply.policy import Allowance, Policy
+from ..supply.policy import Allowance, Policy, too_far
 from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
@@ -199,6 +199,7 @@ class Matrix:
     excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
     warnings: tuple[str, ...] = field(default=())
     questions: lookups.Questions = field(default_factory=lookups.Questions)  # what a first load needs answered
+    registry: str | None = None  # the file's own `registry:` (or --registry): whose host gets the env's credentials
 
 
 @dataclass
@@ -374,8 +375,9 @@ class _Loader:
             first = next(e for e, pair in urls if index_auth.scope_problem(pair, self.env) is not None)
             raise InputError(problem, where=first.where, hint="credentials go only to the index hosts they are "
                              "for: name them, or give each host its own in ~/.netrc")
+        own = self.registry_override or (top["registry"] if isinstance(top.get("registry"), str) else None)
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
-                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)))
+                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)), own)
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)
@@ -648,9 +650,17 @@ class _Loader:
                             hint="download OSV's export of each ecosystem the images hold (e.g. "
                                  "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip) in the nightly and "
                                  "name it in vulnerabilities.data")
+        days = {}
+        for key in ("max_age", "exception_days"):
+            days[key] = int(self.bounded(merged, f"vulnerabilities.{key}", "days"))
+        today = datetime.datetime.now(datetime.timezone.utc).date()
+        for i, allowance in enumerate(allow):
+            why = too_far(allowance, days["exception_days"], today)
+            if why is not None:
+                raise self.fail(why, (*merged.path("allow"), i, "expires"))
         policy = Policy(block=self.setting(merged, "vulnerabilities.block"),
                         unknown=self.setting(merged, "vulnerabilities.unknown"), allow=tuple(allow),
-                        require_data=require)
+                        require_data=require, max_age=days["max_age"], exception_days=days["exception_days"])
         return VulnerabilitySettings(tuple(data), policy)
 
     def user(self, merged: Merged) -> UserSpec:

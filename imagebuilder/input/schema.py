@@ -132,6 +132,10 @@ KEYS: tuple[Key, ...] = (
     Key("vulnerabilities.require_data", "bool", "Refuse to publish when no vulnerability data is given.", "false"),
     Key("vulnerabilities.allow", "list", "Exceptions `{id, reason, expires: YYYY-MM-DD, packages: [...]}`; an "
         "expired one blocks again.", "[]", items="mapping"),
+    Key("vulnerabilities.exception_days", "int", "How far out an exception's `expires` may be, in days from the day "
+        "the matrix is read.", "365", low=1, high=365),
+    Key("vulnerabilities.max_age", "int", "Days the data may be old (its newest record's `modified`); older data is "
+        "said, and refused under `require_data`.", "7", low=1, high=3650),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 

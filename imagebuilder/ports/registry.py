@@ -2,11 +2,13 @@
 a manifest HEAD to find a key tag, reading an image's labels from its config, and pointing a tag at a
 manifest that is already there (a copy of the manifest, no layer moves).
 
-Credentials come from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD or the Docker client config
-(its credential helpers too: `secrets.registry_auth`); they are sent only to the registry
-that asked for them, or to the token service it names (never over plain HTTP off loopback), and never logged;
-nor are the tokens. Tokens are asked per repository and action (`scope`), as the registry challenges, and
-asked again when one is refused as expired.
+Credentials come from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD (for the hosts they are for) or
+the Docker client config (its credential helpers too: `secrets.registry_auth`); they are sent only to the registry
+that asked for them, or to the token service it names on its own host (one on another host only where
+IMAGEBUILDER_REGISTRY_HOSTS lists it; never over plain HTTP off loopback), and never logged; nor are the tokens. A
+registry the engine speaks plain HTTP to, off loopback, gets none (nor does the engine's push or pull) unless
+IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH=1 says so. Tokens are asked per repository and action (`scope`), as the
+registry challenges, and asked again when one is refused as expired.
 
 Every registry is spoken to over HTTPS first, its certificate checked (`tls`: the system's CAs, --registry-ca
 and Docker's certs.d); a loopback registry or one the engine lists as insecure is spoken to over plain HTTP when
@@ -37,7 +39,7 @@ import tenacity
 import urllib3
 
 from ..errors import EngineError, RegistryAccess
-from ..secrets.registry_auth import credentials
+from ..secrets.registry_auth import credentials, pair_hosts, plain_http_allowed, realm_allowed
 from . import Registry as RegistryPort
 from . import tls
 from .hashing import Hashing
@@ -76,6 +78,8 @@ class Registry:
     attempts: int = 3
     on_retry: Callable[[str], None] | None = None  # told about each retry
     cafiles: tuple[Path, ...] = ()  # extra CAs its certificate may chain to (`tls.RegistryTrust`)
+    realms: frozenset[str] = frozenset()  # other hosts whose token service may get `auth` (`registry_auth.pair_hosts`)
+    withheld: str | None = None  # why credentials configured for it are not used (for messages)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
     _token: dict[str, str] = field(default_factory=dict, repr=False)
     _scheme: str | None = field(default=None, repr=False)  # once known: https, or http (an insecure one)
@@ -85,11 +89,20 @@ class Registry:
         self._session.mount("https://", tls.ContextAdapter(tls.context(self.cafiles)))
 
     @classmethod
-    def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = (),
-                 trust: tls.RegistryTrust | None = None) -> Registry:
+    def for_host(cls, host: str, insecure_hosts: tuple[str, ...] = (), trust: tls.RegistryTrust | None = None,
+                 scope: tuple[str, ...] = ()) -> Registry:
+        """The client of `host`: its credentials (the environment's pair where it is for this host, `scope` being
+        the matrix's registry), none for a registry spoken to over plain HTTP off loopback unless the environment
+        allows it."""
         cafiles = tuple((trust or tls.RegistryTrust()).files(host))
-        return cls(host=host, insecure=is_loopback(host) or host in insecure_hosts, auth=credentials(host),
-                   cafiles=cafiles)
+        auth, withheld = credentials(host, scope=scope), None
+        if auth is not None and host in insecure_hosts and not is_loopback(host) and not plain_http_allowed(
+                os.environ):
+            auth, withheld = None, (f"the engine lists {host} as an insecure registry (plain HTTP): credentials are "
+                                    "not sent to it, nor given to the engine for it; set "
+                                    "IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH=1 to send them anyway")
+        return cls(host=host, insecure=is_loopback(host) or host in insecure_hosts, auth=auth, cafiles=cafiles,
+                   realms=pair_hosts(os.environ, scope), withheld=withheld)
 
     @property
     def base(self) -> str:
@@ -99,7 +112,9 @@ class Registry:
     @property
     def who(self) -> str:
         """Who this client is to the registry, for messages (a user name is not a secret)."""
-        return f"user {self.auth[0]!r}" if self.auth else "anonymous (no credentials)"
+        if self.auth:
+            return f"user {self.auth[0]!r}"
+        return f"anonymous ({self.withheld})" if self.withheld else "anonymous (no credentials)"
 
     # -- requests with auth and retries ---------------------------------------------------------
     def _request(self, method: str, path: str, *, scope: str, headers: Mapping[str, str] | None = None,
@@ -200,15 +215,23 @@ class Registry:
         if self.auth is not None and where.scheme.lower() == "http" and not is_loopback(where.netloc):
             raise RegistryAccess(f"registry {self.host}: its token service {shown} is plain HTTP; the credentials of "
                                  f"{self.who} are not sent there", hint="the token service must speak HTTPS")
+        auth, elsewhere = self.auth, None
+        if auth is not None and not realm_allowed(self.host, where.netloc, self.realms):
+            auth, elsewhere = None, where.netloc  # a token service on another host: asked without credentials
         params = [*fields.items(), *(("scope", one) for one in scope.split())]
         try:
-            resp = self._session.get(realm, params=params, auth=self.auth, timeout=self.timeout)
+            resp = self._session.get(realm, params=params, auth=auth, timeout=self.timeout)
         except requests.exceptions.SSLError as exc:
             why = tls.untrusted(exc)
             if why is None:
                 raise  # the network's: retried
             raise RegistryAccess(f"registry {self.host}: the TLS certificate of its token service {shown} is not "
                                  f"trusted ({why})", hint=tls.hint(self.host, self.cafiles)) from None
+        if resp.status_code in (401, 403) and elsewhere is not None:
+            raise RegistryAccess(f"registry {self.host}: its token service {shown} is on another host ({elsewhere}); "
+                                 f"the credentials of {self.who} were not sent there, and it refused to answer "
+                                 f"without them (HTTP {resp.status_code})", hint=f"if {elsewhere} is this registry's "
+                                 f"token service, list it: IMAGEBUILDER_REGISTRY_HOSTS='{self.host} {elsewhere}'")
         if resp.status_code in (401, 403):
             what = f"refused the credentials of {self.who}" if self.auth else "wants credentials, and none were given"
             raise RegistryAccess(f"registry {self.host}: its token service {shown} {what} "
@@ -411,6 +434,9 @@ class Registry:
         resp = self._request("GET", f"{repo}/blobs/{config}", scope=f"repository:{repo}:pull")
         if resp.status_code != 200:
             return None
+        if "sha256:" + hashlib.sha256(resp.content).hexdigest() != config:  # as `blob`: what the manifest names
+            raise EngineError(f"registry {self.host}: the config of {repo}:{reference} does not match its digest "
+                              f"{str(config)[:19]}")
         out: dict[str, Any] = json.loads(resp.content)
         return out
 
@@ -469,15 +495,16 @@ class Registries:
 
     @classmethod
     def of_engine(cls, insecure: Callable[[], tuple[str, ...]], trust: tls.RegistryTrust | None = None, *,
-                  use: bool = True) -> Registries:
+                  use: bool = True, scope: tuple[str, ...] = ()) -> Registries:
         """Clients that may speak plain HTTP where the engine does (its insecure registries, asked once), and
-        trust the CAs `trust` names."""
+        trust the CAs `trust` names; the environment's credentials go to the hosts `scope` names (the matrix's
+        registry) unless IMAGEBUILDER_REGISTRY_HOSTS says otherwise."""
         hosts: list[tuple[str, ...]] = []
 
         def connect(host: str) -> RegistryPort:
             if not hosts:
                 hosts.append(insecure())
-            return Registry.for_host(host, hosts[0], trust)
+            return Registry.for_host(host, hosts[0], trust, scope)
         return cls(connect, use=use)
 
     def __call__(self, host: str) -> RegistryPort:

@@ -1,6 +1,9 @@
-"""Where a registry's credentials come from, as the Docker client finds them.
+"""Where a registry's credentials come from, as the Docker client finds them, and which hosts may get them.
 
-`IMAGEBUILDER_REGISTRY_USER` / `IMAGEBUILDER_REGISTRY_PASSWORD` first (CI); else the Docker config
+`IMAGEBUILDER_REGISTRY_USER` / `IMAGEBUILDER_REGISTRY_PASSWORD` first (CI), for the hosts they are for only: those
+`IMAGEBUILDER_REGISTRY_HOSTS` names (space- or comma-separated; `host` (any port) or `host:port`), else the matrix's
+own `registry:` host (`scope`; none where a command reads no matrix). A registry elsewhere (an include's, a
+`promote --from`'s) gets the Docker config's credentials for it, never the pair. Else the Docker config
 (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`): the credential helper it names for the registry
 (`credHelpers`), else its credential store (`credsStore`), else the registry's `auths` entry. A helper is the
 program `docker-credential-<name>` (a desktop keychain, `pass`, ECR's or GCR's helper: whatever `docker login` or
@@ -17,13 +20,18 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import RegistryAccess
 from ..ports.reference import DOCKER_HUB
 
+USER_ENV, PASSWORD_ENV, HOSTS_ENV = "IMAGEBUILDER_REGISTRY_USER", "IMAGEBUILDER_REGISTRY_PASSWORD", \
+    "IMAGEBUILDER_REGISTRY_HOSTS"
+PLAIN_HTTP_ENV = "IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH"  # `1`: credentials may go over plain HTTP off loopback
+HUB_AUTH = "auth.docker.io"  # Docker Hub's token service: a host of Docker Hub's own
 HUB_SERVER = "https://index.docker.io/v1/"  # the name Docker stores Docker Hub's credentials under
 IDENTITY_TOKEN_USER = "<token>"  # a helper's user name for an identity token
 
@@ -47,12 +55,53 @@ def docker_config(env: Mapping[str, str]) -> tuple[Path, dict[str, Any]]:
     return path, config if isinstance(config, dict) else {}
 
 
-def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = run_helper) \
-        -> tuple[str, str] | None:
-    """(user, secret) for the registry `host`, or None when nothing is configured for it."""
+def pair_hosts(env: Mapping[str, str], scope: Iterable[str] = ()) -> frozenset[str]:
+    """The hosts the environment's pair is for: `IMAGEBUILDER_REGISTRY_HOSTS`, else `scope` (the matrix's registry)."""
+    listed = frozenset(h for h in re.split(r"[\s,]+", env.get(HOSTS_ENV, "")) if h)
+    return listed or frozenset(h for h in scope if h)
+
+
+def _name(host: str) -> str:
+    return (urllib.parse.urlsplit(f"//{host}").hostname or host).lower()
+
+
+def _port(host: str) -> int | None:
+    try:
+        return urllib.parse.urlsplit(f"//{host}").port
+    except ValueError:
+        return None
+
+
+def listed(host: str, hosts: Iterable[str]) -> bool:
+    """Whether `host` (`name`, `name:port`) is one of `hosts`: the same `name:port`, or its name given without a
+    port; Docker Hub's names are one registry, its token service included."""
+    names = {h.lower() for h in hosts}
+    if names & set(DOCKER_HUB):
+        names |= {*DOCKER_HUB, HUB_AUTH}
+    return any(h == host.lower() or (_port(h) is None and _name(h) == _name(host)) for h in names)
+
+
+def realm_allowed(registry: str, realm: str, hosts: Iterable[str]) -> bool:
+    """Whether a token service at `realm` (its `host[:port]`) may get the credentials of the registry `registry`: it
+    is on the registry's own host name (any port), or is Docker Hub's for Docker Hub, or `hosts` (`pair_hosts`)
+    names it."""
+    return _name(realm) == _name(registry) or (registry in DOCKER_HUB and _name(realm) == HUB_AUTH) \
+        or listed(realm, hosts)
+
+
+def plain_http_allowed(env: Mapping[str, str]) -> bool:
+    """Whether credentials may go over plain HTTP to a registry off loopback (`$IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH`
+    is 1, true or yes)."""
+    return env.get(PLAIN_HTTP_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = run_helper,
+                scope: Iterable[str] = ()) -> tuple[str, str] | None:
+    """(user, secret) for the registry `host`, or None when nothing is configured for it. The environment's pair
+    only where it is for this host (`pair_hosts`)."""
     env = os.environ if env is None else env
-    user, password = env.get("IMAGEBUILDER_REGISTRY_USER"), env.get("IMAGEBUILDER_REGISTRY_PASSWORD")
-    if user and password:
+    user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
+    if user and password and listed(host, pair_hosts(env, scope)):
         return user, password
     path, config = docker_config(env)
     names = (*DOCKER_HUB, HUB_SERVER) if host in DOCKER_HUB else (host,)

@@ -13,7 +13,10 @@ proxy get `http_proxy=http://imagebuilder:<token>@127.0.0.1:<port>` (and `HTTP_P
 predefined build args, which the builder keeps out of the image's history and of the build cache's key and gives
 to every RUN step's environment (not its command line). pip, apt and curl then send their plain-HTTP requests to
 the proxy with the token; a request without it (another process on the machine, a build of another run) is
-answered 407 and reaches nothing. Requests for an index go on with its credentials; plain-HTTP requests for
+answered 407 and reaches nothing. Requests for an index go on with its credentials, and only for paths under the
+index's own (its URL's path, less a last `simple` or `+simple` segment: where its pages and files are; `index_root`):
+another path on that host (another repository of an Artifactory, say) is answered 403 and reaches nothing, so the
+credentials go to the index and nowhere else on its host. Plain-HTTP requests for
 anything else (the wheelhouse, Debian's mirror) are passed on as they came, with no credentials. HTTPS is not
 proxied: it goes from the build to its host directly, as before.
 
@@ -171,7 +174,7 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
     urls: dict[str, str] = {}
     context = ssl.create_default_context(cafile=str(cafile) if cafile else None)
     token = secrets.token_urlsafe(24)
-    routes: dict[str, tuple[str, str, str]] = {}  # the proxy's own address -> (scheme, netloc, Authorization)
+    routes: dict[str, tuple[str, str, str, str]] = {}  # own address -> (scheme, netloc, Authorization, root path)
     expected = "Basic " + base64.b64encode(f"{PROXY_USER}:{token}".encode()).decode()
     with _serving(servers):
         for url, creds in sorted(indexes.items()):
@@ -179,9 +182,27 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
             server = _server(stable_port(url), functools.partial(_IndexProxy, routes, expected, context, upstream))
             servers.append(server)
             own = f"127.0.0.1:{server.server_address[1]}"
-            routes[own] = (parts.scheme, parts.netloc, creds.header())
+            routes[own] = (parts.scheme, parts.netloc, creds.header(), index_root(parts.path))
             urls[url] = urllib.parse.urlunsplit(("http", own, parts.path, parts.query, ""))
         yield IndexProxies(urls, token, servers[0].server_address[1] if servers else 0, upstream)
+
+
+def index_root(path: str) -> str:
+    """The path an index's credentials are lent for: its URL's path, less a last `simple`/`+simple` segment (where
+    PyPI-style repositories keep their files: Artifactory's `.../packages/`, devpi's `.../+f/`), ending in `/`."""
+    parts = [p for p in path.split("/") if p]
+    if parts and parts[-1] in ("simple", "+simple"):
+        parts = parts[:-1]
+    return "/" + "".join(f"{p}/" for p in parts)
+
+
+def under(path: str, root: str) -> bool:
+    """Whether a request's path is under `root`, read as the index's server reads it (percent-decoded; any `..`
+    or `.` segment refused)."""
+    plain = urllib.parse.unquote(urllib.parse.urlsplit(path).path or "/")
+    if any(segment in ("..", ".") for segment in plain.split("/")) or "\\" in plain:
+        return False
+    return (plain if plain.endswith("/") else plain + "/").startswith(root)
 
 
 class _IndexProxy(http.server.BaseHTTPRequestHandler):
@@ -193,7 +214,7 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def __init__(self, routes: Mapping[str, tuple[str, str, str]], expected: str, context: ssl.SSLContext,
+    def __init__(self, routes: Mapping[str, tuple[str, str, str, str]], expected: str, context: ssl.SSLContext,
                  upstream: Upstream, *args: Any) -> None:
         self.routes, self.expected, self.ssl_context, self.upstream = routes, expected, context, upstream
         super().__init__(*args)
@@ -240,7 +261,9 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
                 return self.forward("http", via[0], f"http://{authority}{path}", None, local=None, body=body,
                                     proxy_authorization=via[1])
             return self.forward("http", authority, path, None, local=None, body=body)
-        scheme, netloc, authorization = route
+        scheme, netloc, authorization, root = route
+        if not under(path, root):
+            return self.refuse(403, f"only paths under {root} of this index are proxied")
         return self.forward(scheme, netloc, path, authorization, local=f"http://{authority}", body=body)
 
     def forward(self, scheme: str, netloc: str, path: str, authorization: str | None, *, local: str | None,

@@ -18,11 +18,13 @@ from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_m
 from ..evidence import attestation, passes, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
+from ..input.matrix import VulnerabilitySettings
+from ..plan.plan import Node, Plan
 from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
 from ..supply import osv
-from ..supply.policy import Policy, judge
+from ..supply.policy import Policy, judge, stale
 from .supply import installed
 
 FIELDS = ("tag", "match", "repository")
@@ -201,22 +203,31 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
     if proof.record is None and not allow_untested:
         raise Refused(f"promote {move.source}: {proof.why}; not moved")
     has_sbom = carry_sbom(registry, keys.trust, move.digest, source_repo, target_repo)  # (before the tag moves)
+    carry_verdicts(registry, move.digest, source_repo, target_repo)  # (so is every verdict: failures block there too)
     if move.previous != move.digest:
         registry.copy(source_repo, move.digest, target_repo, tag)
         held = registry.manifest_digest(target_repo, tag)
         if held != move.digest:
             raise EngineError(f"promote {move.target}: the registry holds {held}, not {move.digest}")
     if proof.record is not None and proof.tag is not None:
-        if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
-            record_digest = registry.manifest_digest(source_repo, proof.tag)
-            if record_digest is not None:
-                registry.copy(source_repo, record_digest, target_repo, proof.tag)
         return has_sbom
     config = store.config_digest(source_repo, move.digest) or ""
     store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
                                       entry="", date=passes.now(), suite=passes.suite_hash(),
                                       allowed_by="--allow-untested (promote)").at(move.digest, f"{host}/{target_repo}"))
     return has_sbom
+
+
+def carry_verdicts(registry: Registry, digest: str, source_repo: str, target_repo: str) -> None:
+    """Every record tag beside the digest (its passes, per-GPU-model verdicts, failed ones included) goes along into
+    another repository, where the target lacks it: a failure recorded before the promotion blocks promotions from
+    there as it does here. (One recorded after it is only in the repository it was written to.)"""
+    if target_repo == source_repo:
+        return
+    held = set(registry.tags(target_repo))
+    for record_tag in passes.tags_for(digest, registry.tags(source_repo)):
+        if record_tag not in held and (found := registry.manifest_digest(source_repo, record_tag)) is not None:
+            registry.copy(source_repo, found, target_repo, record_tag)
 
 
 def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, target_repo: str) -> bool:
@@ -240,6 +251,9 @@ def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, adv
     """The vulnerability gate on a promotion, with the current data and the matrix's policy for the digest's node:
     why its (trusted) SBOM blocks it, or why it cannot be judged when the policy requires data; None when it may
     move. A digest without an SBOM that counts is judged by nothing (said when it moves)."""
+    aged = stale(policy, advisories, today)
+    if aged is not None and policy.require_data:
+        return f"it cannot be judged: {aged}"
     found = sboms.RegistrySboms(registry, trust).lookup(split_reference(move.source)[1], move.digest)
     if found.sbom is None:
         return "it has no SBOM that counts, and the matrix requires vulnerability data to judge it" \
@@ -247,3 +261,12 @@ def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, adv
     looked_up, _ = installed(found.sbom.document)
     verdict = judge(looked_up, advisories, policy, today)
     return f"blocked by the vulnerability gate: {verdict.why()}" if verdict.blocked else None
+
+
+def settings_for(node: Node | None, plan: Plan) -> list[VulnerabilitySettings]:
+    """The vulnerability settings a move is judged by: its node's; for a digest whose node the matrix does not know
+    (no trusted record names one, or another matrix's), every distinct setting of the matrix's entries, any of which
+    that blocks keeps it back (so `require_data` refuses it where it has no SBOM that counts)."""
+    if node is not None:
+        return [node.entry.vulnerabilities]
+    return list(dict.fromkeys(entry.vulnerabilities for entry in plan.entries()))

@@ -34,7 +34,7 @@ from ..plan.plan import Node
 from ..ports.hashing import Hashing
 from ..supply import osv
 from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
-from ..supply.policy import Installed, Verdict, judge, no_data
+from ..supply.policy import Installed, Verdict, judge, no_data, stale
 from .context import RunContext
 
 
@@ -119,12 +119,20 @@ class SupplyChain:
     def start(self, run: RunContext) -> None:
         """Every entry's vulnerability data loaded (once per set of files) before anything runs: a file that is
         not OSV data, or a matrix that requires data and has none, is an input error now."""
+        old: set[str] = set()
         for entry in run.plan.entries():
             settings = entry.vulnerabilities
             advisories = self.advisories(settings.data)
             why = no_data(settings.policy, advisories)
+            aged = stale(settings.policy, advisories, self.today)
+            if why is None and aged is not None and settings.policy.require_data:
+                why = aged  # (data too old to judge with is no data)
             if why is not None:
                 raise InputError(f"{entry.id}: {why}", where=entry.where)
+            if aged is not None:
+                old.add(aged)
+        for aged in sorted(old):
+            run.logs.say(f"[yellow]warning: {escape(aged)}[/]")
         for data, advisories in self._advisories.items():
             if data:
                 run.logs.say(f"[dim]vulnerability data: {escape(advisories.summary())}[/]")
@@ -158,6 +166,7 @@ class SupplyChain:
         advisories = self.advisories(settings.data)
         looked_up, unchecked = installed(sbom.document)
         unchecked += uncovered(looked_up, advisories)
+        unchecked += [line for item in looked_up for line in advisories.unchecked(item.query)]  # (never "none known")
         verdict = judge(looked_up, advisories, settings.policy, self.today)
         run.ledger.update(node.id, vulnerabilities={**verdict.to_json(), "unchecked": unchecked,
                                                     "policy": settings.policy.to_json()})
@@ -169,7 +178,7 @@ class SupplyChain:
         if not advisories.count:
             run.logs.say(f"[yellow]  {escape(node.id)}: no vulnerability data: nothing was checked "
                          "(vulnerabilities.data)[/]")
-        elif not verdict.findings:
+        elif not verdict.findings and not unchecked:
             run.logs.say(f"[dim]  {escape(node.id)}: no known vulnerability ({escape(verdict.data)})[/]")
         if advisories.count and unchecked:
             run.logs.say(f"[yellow]  {escape(node.id)}: not checked: {escape('; '.join(unchecked))}[/]")

@@ -19,10 +19,12 @@ record's explicit `versions` list can match it (there is no order to evaluate ra
 Matching follows the schema's evaluation: an `affected` entry of the package affects a version in its `versions`
 list, or inside one of its `ECOSYSTEM` or `SEMVER` ranges (`GIT` ranges are not read). A range's events are
 ordered by version: `introduced` (`0`: from the first version) starts an affected span, `fixed` and `limit` end it
-before the version they name, `last_affected` ends it after; a span with no end goes on forever. A version that
-cannot be parsed never falls in a range (it can still be listed in `versions`, compared as written); a range with
-an event version that cannot be parsed is skipped. A match says which fixed versions apply: the `fixed` event that
-ends the span the version is in.
+before the version they name, `last_affected` ends it after; a span with no end goes on forever. A PyPI version
+with a local label (`2.6.0+cu124`, `2.13.0+cpu`: PyTorch's own builds) is compared by its public version
+(`2.6.0`) against advisory versions that carry none: the label names a build of that release, not a later one. A
+match says which fixed versions apply: the `fixed` event that ends the span the version is in. What cannot be
+evaluated is never taken for "not affected": an installed version that does not parse against an entry with
+ranges, and a range with an event version that does not parse, are `unchecked` (named with the advisory).
 
 Severity, first found: the record's `severity` vectors (CVSS v4, then v3, then v2; the base score computed from
 the vector), the `severity` vectors of the matching `affected` entries, the record's `database_specific.severity`
@@ -113,6 +115,16 @@ def _same_version(base: str, a: str, b: str) -> bool:
         return True
     key_a, key_b = _version_key(base, a.strip()), _version_key(base, b.strip())
     return key_a is not None and key_b is not None and not key_a < key_b and not key_b < key_a
+
+
+def public_version(base: str, version: str) -> str:
+    """A PyPI version without its local label (`2.6.0+cu124` -> `2.6.0`); any other version as it is."""
+    key = _version_key(base, version.strip())
+    return key.public if base == PYPI and isinstance(key, PyPIVersion) else version.strip()
+
+
+def _local(raw: str) -> bool:
+    return "+" in raw
 
 
 # -- severities ------------------------------------------------------------------------------------------------------
@@ -277,7 +289,8 @@ def _advisory(record: Mapping[str, Any]) -> Advisory:
                     modified if isinstance(modified, str) else None, severity_of(record, affected), url, affected)
 
 
-def _timestamp(text: str) -> datetime.datetime | None:
+def timestamp(text: str) -> datetime.datetime | None:
+    """An OSV `modified`/`published` time (nanoseconds allowed, UTC when it names no zone); None if unreadable."""
     try:
         stamp = datetime.datetime.fromisoformat(_NANOS.sub(r"\1", text.strip()).replace("Z", "+00:00"))
     except ValueError:
@@ -290,8 +303,14 @@ def _timestamp(text: str) -> datetime.datetime | None:
 _EVENTS = ("introduced", "fixed", "last_affected", "limit")
 
 
-def _range_hit(base: str, events: Any, key: Ordered) -> tuple[bool, str | None]:
-    """Whether the version `key` falls in a range, and the `fixed` event that ends its span (None: no fix known)."""
+class Unparsed(Exception):
+    """A range whose events cannot all be read: it says nothing either way (`unchecked`)."""
+
+
+def _range_hit(base: str, events: Any, version: str) -> tuple[bool, str | None]:
+    """Whether `version` falls in a range, and the `fixed` event that ends its span (None: no fix known). A PyPI
+    version with a local label is compared by its public version unless an event carries a label too. `Unparsed`
+    when an event version does not parse."""
     if not isinstance(events, list):
         return False, None
     from_start = False  # an `introduced: "0"`: before every version
@@ -304,14 +323,18 @@ def _range_hit(base: str, events: Any, key: Ordered) -> tuple[bool, str | None]:
             if raw is None:
                 continue
             if not isinstance(raw, str):
-                return False, None
+                raise Unparsed(f"{kind}: {raw!r}")
             if kind == "introduced" and raw.strip() == "0":
                 from_start = True
                 continue
             parsed = _version_key(base, raw.strip())
             if parsed is None:
-                return False, None
+                raise Unparsed(f"{kind}: {raw!r}")
             ordered.append((parsed, kind, raw))
+    labelled = any(_local(raw) for _, _, raw in ordered)
+    key = _version_key(base, version if labelled else public_version(base, version))
+    if key is None:
+        raise Unparsed(f"the installed version {version!r}")
     ordered.sort(key=lambda event: event[0])
     affected, fix, ended = from_start, None, False
     for at, kind, raw in ordered:
@@ -331,26 +354,32 @@ def _fixed_events(entry: Mapping[str, Any]) -> list[str]:
             for event in r.get("events") or () if isinstance(event, Mapping) and isinstance(event.get("fixed"), str)]
 
 
-def _affects(base: str, entry: Mapping[str, Any], version: str) -> tuple[bool, list[str]]:
-    """Whether one `affected` entry affects `version`, and the fixed versions that apply."""
-    key = _version_key(base, version.strip())
-    hit, fixed = False, []
-    if key is not None:
-        for r in entry.get("ranges") or ():
-            if isinstance(r, Mapping) and r.get("type") in RANGE_TYPES:
-                inside, fix = _range_hit(base, r.get("events"), key)
-                if inside:
-                    hit = True
-                    if fix is not None:
-                        fixed.append(fix)
+def _affects(base: str, entry: Mapping[str, Any], version: str) -> tuple[bool, list[str], list[str]]:
+    """Whether one `affected` entry affects `version`, the fixed versions that apply, and what could not be read
+    (ranges that say nothing either way; empty when it is affected anyway)."""
+    hit, fixed, unread = False, [], []
+    for r in entry.get("ranges") or ():
+        if isinstance(r, Mapping) and r.get("type") in RANGE_TYPES:
+            try:
+                inside, fix = _range_hit(base, r.get("events"), version.strip())
+            except Unparsed as exc:
+                unread.append(f"{exc} does not parse")
+                continue
+            if inside:
+                hit = True
+                if fix is not None:
+                    fixed.append(fix)
     if hit:
-        return True, fixed
+        return True, fixed, []
+    public = public_version(base, version)
     listed = entry.get("versions")
-    if isinstance(listed, list) and any(isinstance(v, str) and _same_version(base, v, version) for v in listed):
+    if isinstance(listed, list) and any(isinstance(v, str) and (_same_version(base, v, version) or (
+            not _local(v) and _same_version(base, v, public))) for v in listed):
+        key = _version_key(base, public)
         later = [f for f in _fixed_events(entry)
                  if key is None or ((at := _version_key(base, f.strip())) is not None and key < at)]
-        return True, later
-    return False, []
+        return True, later, []
+    return False, [], unread
 
 
 def _sorted_versions(base: str, versions: Iterable[str]) -> tuple[str, ...]:
@@ -443,19 +472,30 @@ class Advisories:
             self._cache[index] = _advisory(self._records[index])
         return self._cache[index]
 
+    def unchecked(self, query: Query) -> list[str]:
+        """What could not be evaluated for the queried package version, one line per advisory that might affect it
+        (`jinja2 3.1.4: GHSA-…: fixed: 'x.y' does not parse`): never to be taken for "no known vulnerability"."""
+        return self._lookup(query)[1]
+
     def matching(self, query: Query) -> list[Match]:
         """The advisories that affect the queried package version, by id; one match per advisory."""
+        return self._lookup(query)[0]
+
+    def _lookup(self, query: Query) -> tuple[list[Match], list[str]]:
         base, release = ecosystem_parts(query.ecosystem)
         hits: dict[int, tuple[list[Mapping[str, Any]], list[str]]] = {}
+        unread: dict[int, list[str]] = {}
         for entry in self._index.get((base, normalize_name(base, query.name)), ()):
             if release is not None and entry.release is not None and entry.release != release:
                 continue
             affected = self._records[entry.record]["affected"][entry.affected]
-            hit, fixed = _affects(base, affected, query.version)
+            hit, fixed, unsure = _affects(base, affected, query.version)
             if hit:
                 entries, fixes = hits.setdefault(entry.record, ([], []))
                 entries.append(affected)
                 fixes.extend(fixed)
+            elif unsure:
+                unread.setdefault(entry.record, []).extend(unsure)
         matches = []
         for index, (entries, fixes) in hits.items():
             advisory = self.advisory(index)
@@ -464,7 +504,9 @@ class Advisories:
                 rated = severity_of(self._records[index], entries)
                 own = None if rated == advisory.severity else rated
             matches.append(Match(advisory, _sorted_versions(base, fixes), own))
-        return sorted(matches, key=lambda m: m.advisory.id)
+        unchecked = sorted(f"{query.name} {query.version}: {self.advisory(index).id}: {'; '.join(dict.fromkeys(why))}"
+                           for index, why in unread.items() if index not in hits)
+        return sorted(matches, key=lambda m: m.advisory.id), unchecked
 
     def __repr__(self) -> str:
         return f"Advisories({self.summary()!r})"
@@ -539,7 +581,7 @@ class _Reader:
         if affected is not None and (not isinstance(affected, list)
                                      or not all(isinstance(entry, Mapping) for entry in affected)):
             raise bad(f"{rid}: `affected` is not a list of objects")
-        stamp = _timestamp(record["modified"]) if isinstance(record.get("modified"), str) else None
+        stamp = timestamp(record["modified"]) if isinstance(record.get("modified"), str) else None
         held = self.records.get(rid)
         if held is None or (stamp is not None and (held[0] is None or stamp > held[0])):
             self.records[rid] = (stamp, record)

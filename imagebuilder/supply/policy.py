@@ -6,8 +6,10 @@ advisory's severity, or `Policy.unknown` when the advisory states none: unknown 
 `high` unless the matrix says otherwise. A finding at or above `Policy.block` blocks, unless an exception
 (`Allowance`) covers it: one that names the advisory (its id or any alias, e.g. the CVE) and, when it lists
 packages, the package. An exception is valid through its `expires` day; after that it no longer lets the finding
-through, and the finding says which exception expired and when. `block: none` reports findings and blocks
-nothing. One advisory found twice on one component is one finding.
+through, and the finding says which exception expired and when. An exception may not be written to expire more than
+`Policy.exception_days` (at most a year) after the day it is read (`too_far`). `block: none` reports findings and
+blocks nothing. One advisory found twice on one component is one finding. Data older than `Policy.max_age` days
+(its newest record's `modified`) is said, and refused under `require_data` (`stale`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Policy:
     unknown: str = schema.value("vulnerabilities.unknown")
     allow: tuple[Allowance, ...] = ()
     require_data: bool = schema.value("vulnerabilities.require_data")
+    max_age: int = schema.value("vulnerabilities.max_age")  # days the data may be old (`stale`)
+    exception_days: int = schema.value("vulnerabilities.exception_days")  # how far out an exception may expire
 
     def __post_init__(self) -> None:
         for key, value, allowed in (("block", self.block, THRESHOLDS), ("unknown", self.unknown, LEVELS)):
@@ -92,9 +96,14 @@ class Policy:
                                  hint=did_you_mean(value.strip().lower(), allowed))
             object.__setattr__(self, key, value.strip().lower())
         object.__setattr__(self, "allow", tuple(self.allow))
+        for key, days in (("max_age", self.max_age), ("exception_days", self.exception_days)):
+            low, high = schema.bounds(f"vulnerabilities.{key}")
+            if (low is not None and days < low) or (high is not None and days > high):
+                raise InputError(f"vulnerabilities.{key}: {days} is outside [{low:g}, {high:g}] (days)")
 
     def to_json(self) -> dict[str, Any]:
         return {"block": self.block, "unknown": self.unknown, "require_data": self.require_data,
+                "max_age": self.max_age, "exception_days": self.exception_days,
                 "allow": [a.to_json() for a in self.allow]}
 
     def blocks_at(self, level: str) -> bool:
@@ -258,3 +267,25 @@ def no_data(policy: Policy, advisories: osv.Advisories) -> str | None:
             f"{advisories.summary() if advisories.sources else 'none'}: download OSV's export of each ecosystem "
             f"the images hold ({' and '.join(OSV_EXPORTS)}) and name the files or their folder in "
             "vulnerabilities.data")
+
+
+def too_far(allowance: Allowance, days: int, today: datetime.date) -> str | None:
+    """Why an exception's `expires` is too far out: more than `days` after `today` (the day the matrix is read)."""
+    last = today + datetime.timedelta(days=days)
+    if allowance.expires <= last:
+        return None
+    return (f"the exception for {allowance.id} expires {allowance.expires.isoformat()}, more than {days} days out "
+            f"(vulnerabilities.exception_days): at most {last.isoformat()}; renew it when it runs out")
+
+
+def stale(policy: Policy, advisories: osv.Advisories, today: datetime.date) -> str | None:
+    """Why the data is too old to judge with: its newest record is older than `policy.max_age` days; None when it is
+    fresh enough or there is none (`no_data` says that)."""
+    stamp = osv.timestamp(advisories.modified) if advisories.modified else None
+    if stamp is None:
+        return None
+    age = (today - stamp.date()).days
+    if age <= policy.max_age:
+        return None
+    return (f"the vulnerability data is {age} days old (as of {advisories.modified}; vulnerabilities.max_age is "
+            f"{policy.max_age}): download OSV's exports again ({' and '.join(OSV_EXPORTS)})")

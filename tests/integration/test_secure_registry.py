@@ -10,9 +10,11 @@ session's mirror), so nothing here builds: this is about the registry, not the i
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,7 @@ from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import REGISTRY, Chain, CliRun, public_key, report, session_trust
+from .conftest import REGISTRY, Chain, CliRun, itest_matrix, public_key, report, session_trust
 from .secure_registry import CERTS_D, SecureRegistry
 
 COPY = "itest/debian-copy:bookworm"  # the base image under a second name: a second entry of the same images
@@ -135,10 +137,12 @@ def test_stage_verify_publish_and_promote_through_tls_and_scoped_tokens(
     # (The records are the chain's passes, of its nodes: its matrix says what they are a pass of.)
     source = f"{reg.host}/itest/{name}-a:*-task"
     target = f"{reg.host}/itest/{name}-stable:{{tag}}"
-    no = cli("promote", "--matrix", str(cpu_chain.matrix), "--from", source, "--to", target, env=reader)
+    listed = {"IMAGEBUILDER_REGISTRY_HOSTS": reg.host}  # (the chain's matrix names another registry: list this one)
+    no = cli("promote", "--matrix", str(cpu_chain.matrix), "--from", source, "--to", target, env={**reader, **listed})
     runs.append(no)
     assert no.code == 2 and f"promote needs push to {reg.host}/itest/{name}-stable: user 'reader'" in no.err, no.text
-    promoted = cli("promote", "--matrix", str(cpu_chain.matrix), "--from", source, "--to", target, env=pusher)
+    promoted = cli("promote", "--matrix", str(cpu_chain.matrix), "--from", source, "--to", target,
+                   env={**pusher, **listed})
     runs.append(promoted)
     assert promoted.code == 0, promoted.text[-3000:]
     task = next(n for n in report(tmp_path / "publish")["nodes"] if n["layer"] == "task" and "copy" not in n["entry"])
@@ -215,3 +219,85 @@ def test_who_the_registry_does_not_let_in_is_stopped_before_anything_is_built(
            "ca.crt on the engine's host" in engine_only.text, engine_only.text[-3000:]
     leaked = [s for s in reg.secrets() if s in shown(runs, tmp_path)]
     assert not leaked, f"{len(leaked)} secret(s) shown"
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """A loopback HTTP server that records each request's Authorization; as a registry it challenges for a token from
+    `realm`, as a token service it answers a token only to a request with credentials."""
+
+    realm: str | None = None  # a registry's token service; None: it is a token service
+    seen: list[tuple[str, str]]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        auth = self.headers.get("Authorization", "")
+        self.seen.append((self.path, auth))
+        status, headers, body = 404, {}, b""
+        if self.realm is not None and not auth.startswith("Bearer "):
+            status, headers = 401, {"WWW-Authenticate": f'Bearer realm="{self.realm}",service="foreign"'}
+        elif self.realm is not None:
+            status, body = 200, b'{"tags": []}'
+        elif auth:
+            status, body = 200, b'{"token": "foreign-token"}'
+        else:
+            status = 401
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+
+def serve(address: str, realm: str | None) -> tuple[http.server.ThreadingHTTPServer, list[tuple[str, str]]]:
+    seen: list[tuple[str, str]] = []
+    handler = type("Handler", (Recorder,), {"realm": realm, "seen": seen})
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_token_service_on_another_host_gets_no_credentials(
+        secure_registry: SecureRegistry, tmp_path: Path, cli: Callable[..., CliRun]) -> None:
+    """CI's registry pair (IMAGEBUILDER_REGISTRY_USER/PASSWORD) goes to the matrix's registry (and its token service,
+    on its own host name) by default, and to no other registry; a registry listed in IMAGEBUILDER_REGISTRY_HOSTS
+    whose token service is on another host (here 127.0.0.2) does not get it sent there unless that host is listed
+    too. The foreign registry and its token service are loopback servers that record what they are sent."""
+    reg = secure_registry
+    realm_server, realm_seen = serve("127.0.0.2", None)
+    realm = f"127.0.0.2:{realm_server.server_address[1]}"
+    foreign_server, foreign_seen = serve("127.0.0.1", f"http://{realm}/token")
+    foreign = f"127.0.0.1:{foreign_server.server_address[1]}"
+    matrix = itest_matrix(tmp_path, f"creds-{uuid.uuid4().hex[:8]}", layers="[base]", body="""
+        matrix: {torch: ["2.13.0"], accelerator: [cpu], python: ["3.11"]}
+        """)
+    matrix.write_text(matrix.read_text().replace(f"registry: {REGISTRY}/itest", f"registry: {reg.host}/itest"))
+    pusher = reg.login("pusher")
+    try:
+        # The matrix's registry: its token service got the pair (a token was issued to pusher for a read).
+        before = len(reg.issued())
+        read = cli("history", "--matrix", str(matrix), env=pusher)
+        assert read.code == 0, read.text[-2000:]
+        assert [t["user"] for t in reg.issued()[before:]] == ["pusher"], reg.issued()[before:]
+        # Another registry, not listed: nothing is sent anywhere, and the token service refuses the anonymous ask.
+        promote = ("promote", "--matrix", str(matrix), "--from", f"{foreign}/itest/x:*", "--to", "stable-{match}")
+        unlisted = cli(*promote, env=pusher)
+        assert unlisted.code == 2 and "wants credentials, and none were given" in unlisted.err, unlisted.text
+        # Listed, with its token service on another host that is not: the registry is spoken to, the realm gets
+        # nothing, and the one message says what to list.
+        listed = cli(*promote, env={**pusher, "IMAGEBUILDER_REGISTRY_HOSTS": f"{reg.host} {foreign}"})
+        assert listed.code == 2 and f"is on another host ({realm})" in listed.err, listed.text
+        assert "Traceback" not in listed.text and reg.passwords["pusher"] not in listed.text
+        assert realm_seen and all(auth == "" for _, auth in realm_seen), realm_seen
+        assert all(not auth.startswith("Basic") for _, auth in foreign_seen), foreign_seen
+        # Listed too: the realm gets the pair (the rule, not the network, kept it away before).
+        both = cli(*promote, env={**pusher, "IMAGEBUILDER_REGISTRY_HOSTS": f"{reg.host} {foreign} {realm}"})
+        assert both.code == 2 and "matches no tag" in both.err, both.text
+        assert realm_seen[-1][1].startswith("Basic "), realm_seen[-1]
+    finally:
+        realm_server.shutdown()
+        foreign_server.shutdown()

@@ -6,6 +6,7 @@ blocks that image, an exception lets it through, and an expired one blocks again
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import re
 import shutil
@@ -21,13 +22,14 @@ from imagebuilder.steps.supply import image_layers
 from imagebuilder.supply import cyclonedx
 from imagebuilder.supply.inventory import read_folder, read_layer
 
-from .conftest import ROOT, Chain, CliRun, cpu_matrix, registry_tags, report, session_trust
+from .conftest import ROOT, Chain, CliRun, cpu_matrix, public_key, registry_tags, report, session_trust
 
 FEED = ROOT / "tests" / "unit" / "data" / "osv"
 OLDER = "3.1.4"  # fixed in 3.1.5 (GHSA-q2x7-8rv6-6q7h, GHSA-gmj6-6f8f-6699) and 3.1.6 (GHSA-cpwx-vrp4-4pq7)
 JINJA2 = ("GHSA-cpwx-vrp4-4pq7", "GHSA-gmj6-6f8f-6699", "GHSA-q2x7-8rv6-6q7h")  # (GHSA-h75v-3vvj-5mfj: < 3.1.4)
 UNTESTED = ("--no-smoke", "--allow-untested")
 TWIN = "itest/bookworm-twin:latest"  # debian:bookworm under a second name: a second entry on the same base image
+IN_FORCE = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=300)).isoformat()
 
 # What the image's own tools say is installed: every Debian package dpkg calls installed, and `pip list` of every
 # folder that holds a Python distribution (found by its metadata folder, wherever it is).
@@ -44,7 +46,7 @@ done
 def write_matrix(folder: Path, repository: str, wheelhouse: Path, allow: str = "") -> Path:
     """Two entries: the chain's on debian:bookworm, and one on the same image under a second name whose leaf
     installs the older jinja2; they share the base and business nodes. The gate blocks from `medium` up and
-    requires data."""
+    requires data (`max_age` covers the fixture feed: a fixed snapshot of published records)."""
     return cpu_matrix(folder, repository, wheelhouse, layers="[base, business, task]", base_images=(
         "debian:bookworm", TWIN), extra=f"""
 layers_path: [layers]
@@ -55,6 +57,7 @@ vulnerabilities:
   data: [feed]
   block: medium
   require_data: true
+  max_age: 3650
   allow: [{allow}]
 """)
 
@@ -70,6 +73,21 @@ def feed(folder: Path) -> Path:
             shutil.copy(record, out / record.name)
     assert len(list(out.iterdir())) == 5
     return out
+
+
+TORCH_ADVISORY = "GHSA-itest-torch-nofix"
+
+
+def torch_advisory() -> dict[str, object]:
+    """A critical advisory against torch with no fix, shaped as OSV writes GHSA-887c-mr87-cxwp (CVE-2025-3730) while
+    it had none: `introduced: 0`, `last_affected`, and the releases listed; written for this test (modified now)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"schema_version": "1.6.0", "id": TORCH_ADVISORY, "modified": now, "published": now,
+            "summary": "a test advisory: torch <= 2.13.0, no fix", "database_specific": {"severity": "CRITICAL"},
+            "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"},
+                          "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"},
+                                                                     {"last_affected": "2.13.0"}]}],
+                          "versions": ["2.12.0", "2.13.0"]}]}
 
 
 def inside(engine: DockerEngine, image: str) -> set[tuple[str, str, str, str]]:
@@ -171,11 +189,11 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
     assert [t for t in registry_tags(registry, repo) if "twin" in t] == []
 
     # 3. Exceptions in force: published (untested, as asked), each finding saying which exception let it through.
-    write_matrix(tmp_path, repository, wheelhouse, expired.replace("2025-01-31", "2099-12-31"))
+    write_matrix(tmp_path, repository, wheelhouse, expired.replace("2025-01-31", IN_FORCE))
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r3"), *UNTESTED)
     assert run.code == 0, run.text[-3000:]
     older = next(n for n in report(tmp_path / "r3")["nodes"] if n["layer"] == "older")
-    assert {(f["outcome"], f["expires"]) for f in older["vulnerabilities"]["findings"]} == {("allowed", "2099-12-31")}
+    assert {(f["outcome"], f["expires"]) for f in older["vulnerabilities"]["findings"]} == {("allowed", IN_FORCE)}
     assert older["publish"] == "pushed" and older["untested"]
     assert all(t.split(":")[-1] in registry_tags(registry, repo) for t in older["tags"])
 
@@ -184,10 +202,28 @@ def test_sboms_and_the_vulnerability_gate(engine: DockerEngine, registry: str, w
     write_matrix(tmp_path, repository, wheelhouse, expired)
     kept = cli("promote", "--from", source, "--to", "stable-older", "--matrix", str(matrix))
     assert kept.code == 1 and "vulnerability gate" in kept.text and "stable-older" not in registry_tags(registry, repo)
-    write_matrix(tmp_path, repository, wheelhouse, expired.replace("2025-01-31", "2099-12-31"))
+    write_matrix(tmp_path, repository, wheelhouse, expired.replace("2025-01-31", IN_FORCE))
     moved = cli("promote", "--from", source, "--to", "stable-older", "--matrix", str(matrix), *UNTESTED[1:])
     assert moved.code == 0, moved.text[-3000:]
     assert client.manifest_digest(repo, "stable-older") == older["digest"]
+
+    # A no-fix advisory against torch <= 2.13.0, as OSV writes one (`last_affected`, the releases listed): the
+    # chain's real torch is 2.13.0+cpu (PyTorch's CPU build), and the gate keeps its image back (audit N6).
+    (tmp_path / "feed" / "torch.json").write_text(json.dumps(torch_advisory()), encoding="utf-8")
+    task_tag = stock["task"]["tags"][0].rsplit(":", 1)[1]
+    torch = cli("promote", "--from", f"{registry}/{repo}:{task_tag}", "--to", "stable-torch", "--matrix", str(matrix))
+    assert torch.code == 1 and "vulnerability gate" in torch.text and TORCH_ADVISORY in torch.text, torch.text[-3000:]
+    assert "torch 2.13.0+cpu" in torch.text and "stable-torch" not in registry_tags(registry, repo)
+    # The SBOM it was judged by reads back on a second machine (a fresh cache folder) that trusts only the key the
+    # publishing run signed with (audit N4), and on none that trusts another key only.
+    ci_key = public_key(tmp_path / "ci.pub")
+    second = ("--cache-dir", str(tmp_path / "second-machine"))
+    shown = cli(*second, "--trust-key", str(ci_key), "sbom", f"{registry}/{repo}@{stock['task']['digest']}")
+    assert shown.code == 0 and json.loads(shown.out)["metadata"]["component"]["version"] == stock["task"]["digest"]
+    stranger = tmp_path / "stranger.pub"
+    stranger.write_bytes(Signer.generate("a stranger").public.pem())
+    refused = cli(*second, "--trust-key", str(stranger), "sbom", f"{registry}/{repo}@{stock['task']['digest']}")
+    assert refused.code == 1 and "untrusted key" in refused.err, refused.text[-2000:]
 
     # 4. The SBOM counts only as signed by a trusted key, about this digest: one changed after it was signed, or
     # signed by a key nobody here trusts, is refused, naming why (the rules of pass records).

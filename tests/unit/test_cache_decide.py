@@ -104,7 +104,8 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     env = {"DOCKER_CONFIG": str(folder)}
     assert credentials("reg.example.com", env) == ("robot", "s3cret")
     assert credentials("other.example.com", env) is None
-    assert credentials("x", {"IMAGEBUILDER_REGISTRY_USER": "u", "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}) == ("u", "p")
+    assert credentials("x", {"IMAGEBUILDER_REGISTRY_USER": "u", "IMAGEBUILDER_REGISTRY_PASSWORD": "p"},
+                       scope=("x",)) == ("u", "p")
     loopback, remote = Registry.for_host("127.0.0.1:5000"), Registry.for_host("reg.example.com")
     assert loopback.base == "https://127.0.0.1:5000/v2/" and loopback.insecure  # TLS first; plain HTTP if it has none
     assert remote.base == "https://reg.example.com/v2/" and not remote.insecure

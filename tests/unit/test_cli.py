@@ -295,6 +295,10 @@ def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     (["stage", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
     (["verify", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
     (["publish", "--report", "{bad}"], "--report", "cannot be created: {file} is not a folder"),
+    # /proc: os.access says yes to root there (CI runs as root); nothing can be made in it (audit f11)
+    (["render", "--out", "/proc/x"], "--out", "cannot be created: /proc is not writable"),
+    (["--cache-dir", "/proc/x", "publish"], "--cache-dir", "cannot be created: /proc is not writable"),
+    (["export", "bake", "-o", "/proc/x/b.json"], "--output", "cannot be created: /proc is not writable"),
 ])
 def test_an_unwritable_output_is_an_input_error_before_anything_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
@@ -410,15 +414,30 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_an_unstaged_plan(
             str(tiny_matrix(tmp_path, host)), "--report", str(tmp_path / "report")]
 
     closed = Registries(lambda name: Registry(host=name, insecure=True, attempts=1))  # the real client, no retries
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True: closed))
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): closed))
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert f"error: registry {host} did not answer: whether 1 node(s) of the plan are staged is unknown" in err
     assert "not staged" not in err and "Traceback" not in err
 
     answers = Registries(lambda name: engine.registry)  # a registry that answers: it has no such key tag
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True: answers))
+    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): answers))
     assert cli.main(argv) == 2
     assert f"error: not staged: 1 node(s) of the plan have no key tag in the registry (first: {host}/ml/p:cache-" in \
         capsys.readouterr().err
     assert engine.builds == [] and engine.runs == [] and not (tmp_path / "report").exists()
+
+
+def test_the_environments_registry_pair_is_for_the_matrix_registry_host(tmp_path: Path) -> None:
+    """N5: a command that reads a matrix scopes IMAGEBUILDER_REGISTRY_USER/PASSWORD to the host of the file's own
+    `registry:` (or --registry's), which its registry clients are made with; before any matrix, to none."""
+    from rich.console import Console
+
+    from imagebuilder import cli
+
+    ctx = cli.Context(Console(), Console(), check_index=False)
+    assert ctx.registry_hosts == ()
+    cli.load_plan(ctx, tiny_matrix(tmp_path, "registry.corp.example:5443"))
+    assert ctx.registry_hosts == ("registry.corp.example:5443",)
+    cli.load_plan(ctx, tiny_matrix(tmp_path), registry="ghcr.io/org")
+    assert ctx.registry_hosts == ("ghcr.io",)

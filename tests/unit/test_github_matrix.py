@@ -52,16 +52,18 @@ def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.Capt
     assert jobs["stage-wave0"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.wave0) }}"
     assert jobs["stage-wave1"]["needs"] == ["plan", "stage-wave0"]
     assert jobs["stage-wave2"]["needs"] == ["plan", "stage-wave0", "stage-wave1"]
-    assert "stage-wave2" in jobs["verify"]["needs"] and jobs["publish"]["needs"] == "verify"
+    assert all("stage-wave2" in jobs[v]["needs"] for v in ("verify-gpu", "verify-cpu"))
+    assert jobs["publish"]["needs"] == ["verify-gpu", "verify-cpu"]
     # the project's matrix needs every wave the workflow has, and no more (os shared by all, torch by two)
     waves = {job["wave"] for job in generated(capsys)["include"]}
     assert waves == {0, 1, 2} and "--wave 3" in plan_step["run"]
-    assert jobs["verify"]["runs-on"] == "${{ matrix.runs_on }}"
+    assert jobs["verify-gpu"]["runs-on"] == jobs["verify-cpu"]["runs-on"] == "${{ matrix.runs_on }}"
     steps = {name: yaml.safe_dump(job) for name, job in jobs.items()}
     assert "imagebuilder stage" in steps["stage-wave0"] and "imagebuilder stage" in steps["stage-wave1"]
-    assert "imagebuilder verify" in steps["verify"] and "imagebuilder build" not in "".join(steps.values())
+    assert "imagebuilder verify" in steps["verify-gpu"] and "imagebuilder verify" in steps["verify-cpu"]
+    assert "imagebuilder build" not in "".join(steps.values())
     assert "imagebuilder publish --matrix" in steps["publish"] and "--only" not in steps["publish"]
-    for name in ("stage-wave0", "stage-wave1", "stage-wave2", "verify"):
+    for name in ("stage-wave0", "stage-wave1", "stage-wave2", "verify-gpu", "verify-cpu"):
         used = set(re.findall(r"matrix\.([A-Za-z_]+)", steps[name]))
         assert {"id", "only"} <= used
         for job in generated(capsys)["include"]:
@@ -96,3 +98,27 @@ def test_an_entry_sharing_a_node_with_an_earlier_one_waits_for_its_wave(tmp_path
     assert waves[first] == 0 and waves[second] == 1
     assert sorted(waves.values()) == [0, 0, 0, 1]
     assert set(waves_mod.waves(plan).values()) == {0}  # without keys: by what each node is made of
+
+
+def test_the_gpu_runners_key_goes_to_their_verify_jobs_only_and_every_reader_trusts_the_signers() -> None:
+    """N15: the GPU runners' signing key reaches the verify jobs of CUDA entries only (verify-gpu); the CPU entries
+    are verified on GitHub-hosted runners with the hosted fleet's key, which also signs publish's SBOMs (N4: a
+    durable key every reader trusts, not a throw-away one), and both public halves are what every job trusts.
+    promote's registry pair goes to the workflow's registry only (N5)."""
+    workflow = yaml.safe_load(NIGHTLY.read_text())
+    jobs = {name: yaml.safe_dump(job) for name, job in workflow["jobs"].items()}
+    assert [name for name, text in jobs.items() if "secrets.IMAGEBUILDER_SIGNING_KEY" in text] == ["verify-gpu"]
+    assert sorted(name for name, text in jobs.items() if "secrets.IMAGEBUILDER_HOSTED_KEY" in text) == [
+        "publish", "verify-cpu"]
+    assert workflow["jobs"]["verify-gpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu) }}"
+    assert workflow["jobs"]["verify-cpu"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.cpu) }}"
+    plan_step = next(s for s in workflow["jobs"]["plan"]["steps"] if s.get("id") == "plan")["run"]
+    assert "select($pick)" in plan_step and "pick='.gpu'" in plan_step and "pick='.gpu | not'" in plan_step
+    trusted = workflow["env"]["IMAGEBUILDER_TRUST_KEYS"]
+    assert "keys/signing.pub" in trusted and "keys/hosted.pub" in trusted
+    publish = workflow["jobs"]["publish"]["steps"]
+    signs = next(i for i, step in enumerate(publish) if "IMAGEBUILDER_HOSTED_KEY" in str(step.get("env")))
+    runs = next(i for i, step in enumerate(publish) if "imagebuilder publish" in str(step.get("run")))
+    assert signs < runs and "IMAGEBUILDER_SIGNING_KEY=" in publish[signs]["run"]
+    promote = next(step for step in publish if "imagebuilder promote" in str(step.get("run")))
+    assert promote["env"]["IMAGEBUILDER_REGISTRY_HOSTS"] == "${{ vars.IMAGEBUILDER_REGISTRY }}"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from imagebuilder.secrets.index_auth import scope_problem
-from imagebuilder.steps.loopback import Credentials, Upstream, index_credentials, serve_indexes
+from imagebuilder.steps.loopback import Credentials, Upstream, index_credentials, index_root, serve_indexes
 
 from ..auth_index import auth_index, basic
 
@@ -160,3 +160,27 @@ def test_a_docker_client_config_with_proxies_keeps_working(upstream: tuple[str, 
         corporate.shutdown()
         corporate.server_close()
     assert Upstream.of_config({"DOCKER_CONFIG": str(tmp_path / "none")}) == Upstream()
+
+
+def test_the_proxy_lends_the_credentials_only_under_the_index_path(upstream: tuple[str, list[str]]) -> None:
+    """N14: an index at /team-a/simple (an Artifactory repository, say) gets its credentials for /team-a/... (its
+    pages and files) and for nothing else on its host: another repository's path, or one that climbs out with
+    `..` (plain or percent-encoded), is answered 403 and never reaches the host."""
+    url, seen = upstream
+    index = url.replace("/simple", "/team-a/simple")
+    assert index_root("/team-a/simple") == "/team-a/" and index_root("/root/pypi/+simple/") == "/root/pypi/"
+    assert index_root("/simple") == "/" and index_root("/pypi/custom") == "/pypi/custom/"
+    with serve_indexes({index: Credentials("u", "pw-123456", "test")}) as proxied:
+        local = proxied.urls[index]
+        origin = local.rsplit("/team-a/simple", 1)[0]
+        build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxied.build_args()["http_proxy"]}),
+                                            NoRedirect)
+        assert build.open(local + "/p/").status == 200 and seen[-1] == AUTH
+        assert build.open(origin + "/team-a/files/p.whl").status == 200
+        before = len(seen)
+        for path in ("/team-b/simple/p/", "/admin/", "/team-a/../team-b/simple/", "/team-a/%2e%2e/team-b/",
+                     "/team-ab/simple/"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                build.open(origin + path)
+            assert info.value.code == 403, path
+        assert len(seen) == before  # nothing of it reached the index's host

@@ -140,7 +140,9 @@ def test_limit_ends_a_span_and_events_are_read_in_version_order(tmp_path: Path) 
     assert ids(shuffled, "PyPI", "jinja2", "1.7") == {}
     assert ids(shuffled, "PyPI", "jinja2", "2.1") == {"GHSA-h75v-3vvj-5mfj": ("2.2",)}
     broken = Advisories.load(write(tmp_path / "c", with_events([{"introduced": "0"}, {"fixed": "not-a-version!"}])))
-    assert ids(broken, "PyPI", "jinja2", "1.0") == {}  # a range that cannot be ordered is not evaluated
+    assert ids(broken, "PyPI", "jinja2", "1.0") == {}  # a range that cannot be ordered is not evaluated: unchecked
+    assert broken.unchecked(Query("PyPI", "jinja2", "1.0")) == [
+        "jinja2 1.0: GHSA-h75v-3vvj-5mfj: fixed: 'not-a-version!' does not parse"]
 
 
 def test_an_explicit_versions_list(tmp_path: Path) -> None:
@@ -155,8 +157,11 @@ def test_an_explicit_versions_list(tmp_path: Path) -> None:
     assert ids(feed, "PyPI", "jinja2", "2.10.1") == {"PYSEC-2021-66": ()}  # GIT ranges are not read
     assert ids(feed, "PyPI", "jinja2", "2.10.4") == {}
     assert ids(feed, "PyPI", "jinja2", "2.11.2+vendored build") == {"PYSEC-2021-66": ()}  # as written
-    open_ended = with_events([{"introduced": "0"}])
-    assert ids(Advisories.load(write(tmp_path / "b", open_ended)), "PyPI", "jinja2", "vendored build") == {}
+    open_ended = Advisories.load(write(tmp_path / "b", with_events([{"introduced": "0"}])))
+    assert ids(open_ended, "PyPI", "jinja2", "vendored build") == {}  # a version that does not parse: unchecked
+    assert open_ended.unchecked(Query("PyPI", "jinja2", "vendored build")) == [
+        "jinja2 vendored build: GHSA-h75v-3vvj-5mfj: the installed version 'vendored build' does not parse"]
+    assert open_ended.unchecked(Query("PyPI", "jinja2", "3.1.4")) == []  # (matched, so checked)
 
 
 def test_a_withdrawn_record_is_left_out_and_counted(tmp_path: Path) -> None:
@@ -333,3 +338,34 @@ def test_no_data() -> None:
     assert (empty.count, empty.withdrawn, empty.modified, empty.ecosystems, empty.sources) == (0, 0, None, (), ())
     assert empty.summary() == "no vulnerability data"
     assert empty.matching(Query("PyPI", "jinja2", "3.1.3")) == []
+
+
+def torch_advisory(events: list[dict[str, str]], versions: list[str]) -> dict[str, Any]:
+    """A torch advisory shaped as OSV wrote GHSA-887c-mr87-cxwp (CVE-2025-3730, torch.nn.functional.ctc_loss) while no
+    fix was published: `introduced: 0`, `last_affected`, and the affected releases listed. A fixture record with
+    its package, events and versions changed (not a copy of that record)."""
+    changed = with_events(events)
+    changed["id"], changed["aliases"] = "GHSA-887c-mr87-cxwp", ["CVE-2025-3730"]
+    changed["affected"][0]["package"]["name"] = "torch"
+    changed["affected"][0]["versions"] = versions
+    return changed
+
+
+def test_a_local_version_label_matches_its_public_version(tmp_path: Path) -> None:
+    """N6: PyTorch's own builds are `2.7.1+cpu`, `2.6.0+cu124`; PEP 440 orders them after `2.7.1`, so a `last_affected`
+    range or a `versions` list missed them. They are compared by their public version; an advisory that names a
+    labelled version itself is compared as written."""
+    ranged = Advisories.load(write(tmp_path / "a", torch_advisory([{"introduced": "0"}, {"last_affected": "2.7.1"}],
+                                                                 [])))
+    listed = Advisories.load(write(tmp_path / "b", torch_advisory([], ["2.6.0", "2.7.0", "2.7.1"])))
+    for feed in (ranged, listed):
+        for version in ("2.7.1", "2.7.1+cpu", "2.6.0+cu124", "2.7.0+cu126"):
+            assert ids(feed, "PyPI", "torch", version) == {"GHSA-887c-mr87-cxwp": ()}, version
+        assert ids(feed, "PyPI", "torch", "2.8.0+cpu") == ids(feed, "PyPI", "torch", "2.8.0") == {}
+    fixed = Advisories.load(write(tmp_path / "c", torch_advisory([{"introduced": "0"}, {"fixed": "2.8.0"}], [])))
+    assert ids(fixed, "PyPI", "torch", "2.7.1+cu126") == {"GHSA-887c-mr87-cxwp": ("2.8.0",)}
+    assert ids(fixed, "PyPI", "torch", "2.8.0+cpu") == {}  # the fixed release, whatever its build
+    own = Advisories.load(write(tmp_path / "d", torch_advisory([], ["2.7.1+cu126"])))
+    assert ids(own, "PyPI", "torch", "2.7.1+cu126") == {"GHSA-887c-mr87-cxwp": ()}
+    assert ids(own, "PyPI", "torch", "2.7.1+cpu") == {}
+    assert osv.public_version("PyPI", "2.13.0+cpu") == "2.13.0" and osv.public_version("Debian", "1.2+b1") == "1.2+b1"

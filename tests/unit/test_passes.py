@@ -244,3 +244,23 @@ def test_a_verdict_tag_that_does_not_verify_blocks_as_a_failure_would() -> None:
     reg.tagged[("ml/x", tag)] = other  # any manifest a pusher puts under a verdict's tag
     why = _verdicts(reg, manifest).blocking("it")
     assert why is not None and tag in why and "does not count" in why
+
+
+def test_promote_carries_every_verdict_so_a_failure_blocks_from_the_target_too() -> None:
+    """N12: a digest that passed on H200 and failed on H100, promoted with --allow-untested into another repository,
+    took only its pass record (none here) along: the failure stayed behind, and promoting from the target counted
+    nothing against it. Every record tag of the digest goes along now."""
+    reg = FakeRegistry()
+    store = RegistryPasses(reg, KEYS.trust, SIGNER)
+    manifest, config = reg.image("ml/x", "nightly-a", "a")
+    on_h100 = record(config).at(manifest, "r/ml/x")
+    store.put("ml/x", replace(on_h100, verdict=passes.FAILED), per_model=True)
+    (move,) = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
+    proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
+    assert not proof.passed and proof.why.startswith("it failed this spec's suite on NVIDIA H100")
+    promote.apply(reg, KEYS, move, proof, allow_untested=True)  # type: ignore[arg-type]
+    assert reg.manifest_digest("ml/x-stable", "nightly-a") == manifest
+    (again,) = moves(reg, "r:5000/ml/x-stable:nightly-*", "stable-{match}")
+    from_target = promote.evidence(reg, KEYS.trust, again, reg.tags("ml/x-stable"), SPECS.get)  # type: ignore[arg-type]
+    assert not from_target.passed, from_target.why
+    assert from_target.why.startswith("it failed this spec's suite on NVIDIA H100"), from_target.why

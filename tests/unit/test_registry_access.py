@@ -73,8 +73,10 @@ def bearer(call: dict[str, Any]) -> str:
     return str((call.get("headers") or {}).get("Authorization", ""))
 
 
-def client(script: Script, auth: tuple[str, str] | None = ("robot", "s3cret-pw")) -> Registry:
-    return Registry(HOST, auth=auth, attempts=1, _session=script)  # type: ignore[arg-type]
+def client(script: Script, auth: tuple[str, str] | None = ("robot", "s3cret-pw"),
+           realms: frozenset[str] = frozenset({"auth.example"})) -> Registry:
+    """A client of HOST whose token service (REALM, on another host) is listed (IMAGEBUILDER_REGISTRY_HOSTS)."""
+    return Registry(HOST, auth=auth, attempts=1, realms=realms, _session=script)  # type: ignore[arg-type]
 
 
 def test_tokens_are_asked_per_scope_with_every_scope_a_parameter_and_renewed_when_refused() -> None:
@@ -315,8 +317,8 @@ def test_credentials_come_from_the_helper_the_docker_config_names(tmp_path: Path
     with pytest.raises(RegistryAccess, match=r"names the credential helper 'missing' for reg.example, and "
                        r"docker-credential-missing could not be run"):
         credentials("reg.example", env)
-    assert credentials("reg.example", {**env, "IMAGEBUILDER_REGISTRY_USER": "u",
-                                       "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}) == ("u", "p")  # the environment first
+    pair = {**env, "IMAGEBUILDER_REGISTRY_USER": "u", "IMAGEBUILDER_REGISTRY_PASSWORD": "p"}
+    assert credentials("reg.example", pair, scope=("reg.example",)) == ("u", "p")  # the environment first
 
 
 def test_a_tls_failure_of_the_network_is_retried_never_a_fallback_and_a_plain_answer_is_named(
@@ -361,3 +363,88 @@ def test_the_system_cas_count_and_a_broken_ca_file_is_named(serve: Callable[[boo
     (broken / "ca.crt").write_text("not a certificate\n")
     with pytest.raises(InputError, match=r"certs.d/reg.example:5000/ca.crt: not a CA certificate file"):
         Registry.for_host("reg.example:5000", trust=RegistryTrust(certs_d=tmp_path / "certs.d"))
+
+
+# -- which hosts get the environment's pair (audit N5, N20) ---------------------------------------------------
+
+PAIR = {"IMAGEBUILDER_REGISTRY_USER": "ci-bot", "IMAGEBUILDER_REGISTRY_PASSWORD": "s3cret",
+        "DOCKER_CONFIG": "/nonexistent"}
+
+
+def test_the_environments_pair_goes_only_to_the_hosts_it_is_for() -> None:
+    """The matrix's registry by default; IMAGEBUILDER_REGISTRY_HOSTS instead when set (a name without a port: any
+    port); any other host gets the Docker config's, here none. Docker Hub's names are one registry."""
+    assert credentials("registry.corp.example", PAIR, scope=("registry.corp.example",)) == ("ci-bot", "s3cret")
+    for host in ("evil.example.net", "registry.corp.example.evil.net", "ghcr.io"):
+        assert credentials(host, PAIR, scope=("registry.corp.example",)) is None, host
+    assert credentials("registry.corp.example", PAIR) is None  # a command that reads no matrix: nowhere
+    listed = {**PAIR, "IMAGEBUILDER_REGISTRY_HOSTS": "ghcr.io, reg.lan:5000"}
+    assert credentials("ghcr.io", listed, scope=("registry.corp.example",)) == ("ci-bot", "s3cret")
+    assert credentials("ghcr.io:443", listed) == ("ci-bot", "s3cret") and credentials("reg.lan:5000", listed)
+    assert credentials("reg.lan:5001", listed) is None and credentials("registry.corp.example", listed,
+                                                                       scope=("registry.corp.example",)) is None
+    assert credentials("registry-1.docker.io", PAIR, scope=("docker.io",)) == ("ci-bot", "s3cret")
+
+
+def test_a_token_service_on_another_host_gets_no_credentials_unless_listed() -> None:
+    """The registry's token service on another host is asked without credentials (and, refusing, the error says
+    what to list); on the registry's own host name, or listed, it gets them."""
+    foreign = 'Bearer realm="https://evil.example/token",service="reg"'
+    asked: list[Any] = []
+
+    def token(call: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        asked.append(call.get("auth"))
+        return (401, {}, {"details": "who are you"}) if call.get("auth") is None else (200, {}, {"token": "t"})
+
+    script = Script([("GET", "https://evil.example/token", token),
+                     ("HEAD", f"https://{HOST}/v2/", lambda call: (200, {"Docker-Content-Digest": "sha256:1"}, None)
+                      if bearer(call) else (401, {"WWW-Authenticate": foreign}, None))])
+    with pytest.raises(RegistryAccess, match=r"is on another host \(evil.example\); the credentials of user 'robot' "
+                       r"were not sent there") as caught:
+        client(script, realms=frozenset({HOST})).manifest_digest("ml/x", "latest")
+    assert "s3cret-pw" not in str(caught.value) and "IMAGEBUILDER_REGISTRY_HOSTS" in str(caught.value.hint)
+    assert asked == [None]
+    assert client(script, realms=frozenset({HOST, "evil.example"})).manifest_digest("ml/x", "latest") == "sha256:1"
+    assert asked[-1] == ("robot", "s3cret-pw")
+    own = 'Bearer realm="https://reg.example:5001/token",service="reg"'
+    script = Script([("GET", "https://reg.example:5001/token", token),
+                     ("HEAD", f"https://{HOST}/v2/", lambda call: (200, {"Docker-Content-Digest": "sha256:2"}, None)
+                      if bearer(call) else (401, {"WWW-Authenticate": own}, None))])
+    assert client(script, realms=frozenset()).manifest_digest("ml/x", "latest") == "sha256:2"
+    assert asked[-1] == ("robot", "s3cret-pw")
+
+
+def test_an_insecure_registry_off_loopback_gets_no_credentials_unless_the_environment_allows_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """N20: plain HTTP off loopback carries no credentials, to imagebuilder's client or the engine (`auth` is what
+    the engine is given); IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH=1 allows it. Loopback keeps them."""
+    for key, value in PAIR.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("IMAGEBUILDER_REGISTRY_HOSTS", "registry.lan 127.0.0.1:5000")
+    plain = Registry.for_host("registry.lan", ("registry.lan",))
+    assert plain.auth is None and plain.insecure and "insecure registry" in plain.who
+    assert Registry.for_host("registry.lan").auth == ("ci-bot", "s3cret")  # over TLS
+    assert Registry.for_host("127.0.0.1:5000", ("127.0.0.1:5000",)).auth == ("ci-bot", "s3cret")
+    monkeypatch.setenv("IMAGEBUILDER_REGISTRY_PLAIN_HTTP_AUTH", "1")
+    assert Registry.for_host("registry.lan", ("registry.lan",)).auth == ("ci-bot", "s3cret")
+
+
+def test_a_config_blob_that_is_not_its_digest_is_refused() -> None:
+    """N13: the config a manifest names is checked against its digest, as every other blob is."""
+    config = json.dumps({"config": {"Labels": {"a": "b"}}}).encode()
+    digest = "sha256:" + __import__("hashlib").sha256(config).hexdigest()
+    manifest = json.dumps({"schemaVersion": 2, "config": {"digest": digest}, "layers": []}).encode()
+
+    def answer(body: bytes) -> Callable[[dict[str, Any]], tuple[int, dict[str, str], Any]]:
+        def reply(call: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+            return 200, {"Docker-Content-Digest": "sha256:m"}, json.loads(body)
+        return reply
+
+    def script(served: bytes) -> Script:
+        return Script([("HEAD", f"https://{HOST}/v2/ml/x/manifests/", answer(manifest)),
+                       ("GET", f"https://{HOST}/v2/ml/x/manifests/", answer(manifest)),
+                       ("GET", f"https://{HOST}/v2/ml/x/blobs/", answer(served))])
+
+    assert client(script(config)).labels("ml/x", "latest") == {"a": "b"}
+    with pytest.raises(EngineError, match="does not match its digest"):
+        client(script(json.dumps({"config": {"Labels": {}}}).encode())).labels("ml/x", "latest")

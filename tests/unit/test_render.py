@@ -237,3 +237,23 @@ def test_reused_outputs_are_the_same_as_rendering_each_node(write_matrix: Matrix
     assert "RUN echo new" in plan.node("2.7.1-cpu-py3.11-runtime/peek").rendered.dockerfile
     assert renderer.reads(plan.node("2.6.0-cpu-py3.11-runtime/peek").layer) is None
     assert renderer.reads(plan.node("2.6.0-cpu-py3.11-runtime/task").layer) == ()  # prints its parent, reads nothing
+
+
+def test_a_link_out_of_a_layer_folder_is_refused_and_one_inside_it_is_copied(
+        write_matrix: MatrixWriter, table: CompatTable, header: str, tmp_path: Path) -> None:
+    """N10: a team layer's `notes.txt -> ~/.docker/config.json` would put that host file into the build context and,
+    COPY'd, into the image: an input error naming the link. A link to a file of the folder itself is fine."""
+    secret = tmp_path / "home" / ".docker" / "config.json"
+    secret.parent.mkdir(parents=True)
+    secret.write_text('{"auths": {"registry.corp.example": {"auth": "Y2ktYm90OnMzY3JldA=="}}}')
+    template = team_layer(tmp_path, "FROM {{ parent_image }}\nCOPY notes.txt /opt/team/notes.txt\n")
+    (template.parent / "notes.txt").symlink_to(secret)
+    with pytest.raises(InputError, match=r"layer 'team': notes.txt is a symbolic link to .*/home/.docker/config.json, "
+                       "outside the layer folder") as err:
+        plan_with_team_layer(write_matrix, table, header)
+    assert err.value.where is not None and err.value.where.file.endswith("team/notes.txt")
+    (template.parent / "notes.txt").unlink()
+    (template.parent / "real.txt").write_text("team notes\n")
+    (template.parent / "notes.txt").symlink_to("real.txt")
+    plan = plan_with_team_layer(write_matrix, table, header)
+    assert any(n.layer.name == "team" for n in plan.nodes)

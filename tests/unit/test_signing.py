@@ -180,3 +180,16 @@ def test_the_trust_check_names_what_is_wrong() -> None:
                           ({"payload": "e30=", "payloadType": "text/plain", "signatures": [{}]}, "payload type")):
         with pytest.raises(Rejected, match=why):
             trust.open(envelope)
+
+
+def test_a_bad_signature_of_a_trusted_key_hides_no_good_one() -> None:
+    """N19: an envelope whose first signature (of a trusted key id) does not verify and whose second does is read
+    by the second; one with only the bad signature is refused, saying it does not verify."""
+    key = Signer.generate()
+    good = key.sign(b'{"a": 1}')
+    bogus = {"keyid": key.public.keyid, "sig": base64.b64encode(b"\0" * 64).decode()}
+    trust = Trust((key.public,))
+    payload, by = trust.open({**good, "signatures": [bogus, *good["signatures"]]})
+    assert payload == b'{"a": 1}' and by.keyid == key.public.keyid
+    with pytest.raises(Rejected, match="does not verify"):
+        trust.open({**good, "signatures": [bogus]})

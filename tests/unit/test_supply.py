@@ -10,6 +10,7 @@ import copy
 import datetime
 import hashlib
 import json
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,12 @@ from imagebuilder.steps.context import RunContext
 from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.steps.promote import Move, carry_sbom, vulnerable
 from imagebuilder.steps.publish import Publish
-from imagebuilder.steps.supply import installed, uncovered
+from imagebuilder.steps.supply import SupplyChain, installed, uncovered
 from imagebuilder.supply import cyclonedx, osv
 from imagebuilder.supply.policy import Allowance, Policy
 from imagebuilder.supply.policy import judge as judge_
 
-from ..conftest import MatrixWriter
+from ..conftest import HEADER, MatrixWriter
 from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
 
 REPO = "ml/pytorch"
@@ -127,6 +128,9 @@ def gate(allow: str = "", block: str = "medium") -> str:
     return f"vulnerabilities:\n  data: [{FEED}]\n  block: {block}\n  allow: [{allow}]\n"
 
 
+IN_FORCE = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=300)).isoformat()
+
+
 def exception(ids: tuple[str, ...], expires: str) -> str:
     return ", ".join(f"{{id: {i}, reason: 'templates are ours only', expires: {expires}}}" for i in ids)
 
@@ -150,7 +154,7 @@ def test_a_vulnerable_image_blocks_its_entry_and_nothing_is_tagged(
 
 def test_each_sbom_is_of_its_own_layers_signed_beside_its_digest_and_a_parents_is_made_once(
         write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
-    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")))
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), IN_FORCE)))
     opened: list[str] = []
     real = m.registry.open_blob
     m.registry.open_blob = lambda repo, digest: (opened.append(digest), real(repo, digest))[1]  # type: ignore[method-assign]
@@ -166,7 +170,7 @@ def test_each_sbom_is_of_its_own_layers_signed_beside_its_digest_and_a_parents_i
     assert m.node("task")["sbom"]["source"] == "computed" and m.node("task")["sbom"]["components"] == 3
     assert {f["outcome"] for f in m.node("business")["vulnerabilities"]["findings"]} == {"allowed"}
     # A second run finds them beside the digests (signed by a trusted key): nothing is read again.
-    again = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), "2099-12-31")), m.registry)
+    again = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC, *JINJA2), IN_FORCE)), m.registry)
     opened.clear()
     assert again.publish(), again.display.said
     assert opened == [] and again.node("task")["sbom"]["source"] == "found"
@@ -343,5 +347,101 @@ def test_promote_keeps_back_a_digest_the_current_data_says_is_vulnerable() -> No
     assert vulnerable(registry, trusted, move, Policy(block="critical"), advisories, today) is None
     old = Move(f"127.0.0.1:5000/{REPO}:nightly-bare", f"127.0.0.1:5000/{REPO}:stable-bare", bare, None)
     assert vulnerable(registry, trusted, old, Policy(block="medium"), advisories, today) is None
+    fresh = datetime.date(2025, 11, 8)  # (within max_age of the feed's newest record, 2025-11-03)
     assert "no SBOM that counts" in str(vulnerable(registry, trusted, old, Policy(require_data=True), advisories,
-                                                   today))
+                                                   fresh))
+    # Data older than max_age days cannot judge under require_data (N17); without it, the gate still judges.
+    aged = str(vulnerable(registry, trusted, move, Policy(block="critical", require_data=True), advisories, today))
+    assert aged.startswith("it cannot be judged: the vulnerability data is 388 days old (as of 2025-11-03"), aged
+    assert vulnerable(registry, trusted, move, Policy(block="critical", require_data=True, max_age=30), advisories,
+                      fresh) is None
+
+
+def test_an_exception_expires_within_a_year_or_the_horizon_the_matrix_sets(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N17: `expires: 9999-12-31` made an exception permanent; now at most 365 days from the day the matrix is read,
+    and `exception_days` may lower that."""
+    with pytest.raises(InputError, match=r"vulnerabilities.allow\[0\].expires: the exception for DSA-5514-1 expires "
+                       r"9999-12-31, more than 365 days out \(vulnerabilities.exception_days\)"):
+        make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), "9999-12-31")))
+    with pytest.raises(InputError, match="more than 30 days out"):
+        make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), IN_FORCE)) + "  exception_days: 30\n")
+    with pytest.raises(InputError, match=r"exception_days 400 is outside \[1, 365\]"):
+        make(write_matrix, header, table, tmp_path, gate() + "  exception_days: 400\n")
+    m = make(write_matrix, header, table, tmp_path, gate(exception((GLIBC,), IN_FORCE)))
+    assert m.run.plan.entries()[0].vulnerabilities.policy.exception_days == 365
+
+
+def test_old_data_is_said_and_refused_under_require_data(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N17: the fixture feed's newest record is of 2025-11-03: past `max_age` (7 days by default), a run says so, and
+    one that requires data refuses before anything; a `max_age` the data is within lets it judge."""
+    m = make(write_matrix, header, table, tmp_path, gate(block="none"))
+    Publish().start(m.run)
+    assert any("the vulnerability data is" in line and "days old (as of 2025-11-03" in line and "max_age is 7" in line
+               for line in m.display.said), m.display.said
+    required = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
+    with pytest.raises(InputError, match=r"days old \(as of 2025-11-03T22:54:41Z; vulnerabilities.max_age is 7\)"):
+        Publish().start(required.run)
+    within = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
+    Publish(supply=SupplyChain(today=datetime.date(2025, 11, 8))).start(within.run)
+
+
+def test_what_the_data_cannot_evaluate_is_listed_unchecked_never_none_known(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    """N18: a jinja2 advisory whose range has a version that does not parse says nothing either way: the node lists
+    it as not checked, and the run does not say "no known vulnerability"."""
+    record = json.loads(next(FEED.rglob("GHSA-h75v-3vvj-5mfj.json")).read_text(encoding="utf-8"))
+    record["affected"][0]["ranges"][0]["events"] = [{"introduced": "0"}, {"fixed": "not-a-version!"}]
+    feed = tmp_path / "feed.json"
+    feed.write_text(json.dumps(record), encoding="utf-8")
+    m = make(write_matrix, header, table, tmp_path, f"vulnerabilities: {{data: [{feed}], max_age: 365}}\n")
+    m.publish(supply=SupplyChain(today=datetime.date(2025, 1, 1)))
+    unchecked = m.node("business")["vulnerabilities"]["unchecked"]
+    assert "Jinja2 3.1.4: GHSA-h75v-3vvj-5mfj: fixed: 'not-a-version!' does not parse" in unchecked, unchecked
+    assert not any("business" in line and "no known vulnerability" in line for line in m.display.said)
+
+
+def test_promote_judges_a_digest_whose_node_the_matrix_does_not_know(
+        write_matrix: MatrixWriter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """N11: a digest with no trusted pass record names no node; promote skipped the gate for it, so
+    `--allow-untested` moved it although its trusted SBOM holds a blocking jinja2. Now every policy of the matrix
+    judges it; and under require_data one with no SBOM that counts is refused."""
+    from imagebuilder import cli
+    from imagebuilder.errors import EngineUnavailable
+    from imagebuilder.ports.registry import Registry
+
+    registry, stager = FakeRegistry(), Signer.generate("the stager")
+    digest, _ = registry.image(REPO, "nightly-task", "published")
+    bare, _ = registry.image(REPO, "nightly-bare", "published before SBOMs")
+    document = {"metadata": {"component": {"version": digest}}, "components": [
+        component("Jinja2", "3.1.4", "pkg:pypi/jinja2@3.1.4", path="/opt/venv/lib/python3.11/site-packages",
+                  layer="task")]}
+    RegistrySboms(registry, Trust((stager.public,)), stager).put(REPO, digest, document, node="e/task")
+    key = tmp_path / "stager.pub"
+    key.write_bytes(stager.public.pem())
+    promoter = tmp_path / "promoter.pem"  # (keys are named: a promote that writes `untested` records needs its key)
+    promoter.write_bytes(Signer.generate("the promote job").private_pem())
+    promoter.chmod(0o600)
+    monkeypatch.setenv("IMAGEBUILDER_SIGNING_KEY", str(promoter))
+
+    def engine(self: object) -> object:
+        raise EngineUnavailable("no engine in this test")
+    monkeypatch.setattr(cli.Context, "engine", engine)
+    monkeypatch.setattr(Registry, "for_host", classmethod(lambda cls, *args, **kwargs: registry))
+
+    def promote(tag: str, gate_text: str) -> int:
+        matrix = write_matrix(textwrap.dedent(HEADER).lstrip() + "matrix: {torch: [2.8.0], accelerator: [cpu], "
+                              "python: ['3.11']}\n" + gate_text)
+        return cli.main(["--offline", "--cache-dir", str(tmp_path / "cache"), "--trust-key", str(key), "promote",
+                         "--from", f"127.0.0.1:5000/{REPO}:{tag}", "--to", f"stable-{tag}", "--matrix", str(matrix),
+                         "--allow-untested"])
+
+    assert promote("nightly-task", gate() + "  max_age: 3650\n") == 1
+    assert "vulnerability gate" in capsys.readouterr().out and registry.manifest_digest(REPO, "stable-nightly-task") \
+        is None
+    assert promote("nightly-bare", gate() + "  max_age: 3650\n  require_data: true\n") == 1
+    assert "no SBOM that counts" in capsys.readouterr().out
+    assert promote("nightly-bare", gate() + "  max_age: 3650\n") == 0  # (no SBOM, and the policy does not ask)
+    assert registry.manifest_digest(REPO, "stable-nightly-bare") == bare
