@@ -973,7 +973,8 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     verdict = judge(report, expected, commands, host=host, allow_skip=allowed, kinds=kinds)
     click.echo(json.dumps({"image": image, "expect_from": source, "expect": expected,
                            **({"only": list(kinds)} if kinds else {}), **report.to_json(),
-                           "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}, indent=2))
+                           "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why(),
+                           **({"host_notes": list(verdict.notes)} if verdict.notes else {})}, indent=2))
     if not verdict.passed:
         raise RunFailed("smoke failed: " + verdict.why().replace("smoke.allow_skip", "--allow-skip"))
     return 0

@@ -61,7 +61,7 @@ def expected_checks(expect: Mapping[str, Any], commands: Iterable[Mapping[str, s
     """The checks a whole run of the suite must report for this image (only `kinds`, when given)."""
     cuda = expect.get("accelerator") not in (None, "cpu")
     out = {"versions": [f"versions.{k}" for k in VERSION_CHECKS if k in expect]
-           + ["versions.library_path", "versions.single_copy"]
+           + ["versions.library_path", "versions.single_copy"] + (["versions.cuda_libraries"] if cuda else [])
            + (["versions.gpu_arch", "versions.driver"] if gpu_run else []),
            "health": ["health.shm"] + (["health.user"] if expect.get("user") else []),
            "distributed": ["distributed.nccl_init" if gpu_run else "distributed.gloo_init", "distributed.all_reduce",
