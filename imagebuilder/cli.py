@@ -32,7 +32,8 @@ from .errors import (
     did_you_mean,
 )
 from .evidence import spec as spec_mod
-from .evidence.history import point_of, series
+from .evidence.history import cell_of, point_of, series
+from .evidence.provenance import BuildTrust
 from .evidence.signing import Keys, Signer
 from .input import certs, compat_refresh, grammar, lookups
 from .input import compat as compat_mod
@@ -165,7 +166,7 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
-    cache = cache_mod.Cache(engine, registries, ctx.keys().build_trust if builds else None)
+    cache = cache_mod.Cache(engine, registries, BuildTrust(ctx.keys().build_trust) if builds else None)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
         ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -897,16 +898,18 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     trust, thresholds, stores = ctx.keys().trust, Thresholds.measured(), {}
-    lineages = []
+    lineages, shown = [], set()
     for node in (n for n in the_plan.nodes if n.leaf):
         ref = parse(f"{node.entry.registry}/{node.entry.repository}:latest")
         if ref.host not in stores:
             stores[ref.host] = History(RegistryPasses(ctx.registry(ref.host), trust))
         found = stores[ref.host].records(ref.repository)
-        runners = sorted({p.runner for p in (point_of(f) for f in found) if p is not None and p.node == node.id},
+        cell = cell_of(node)
+        runners = sorted({p.runner for p in (point_of(f) for f in found) if p is not None and p.cell == cell},
                          key=lambda r: r.label())
-        for runner in runners:
-            points = series(found, node.id, runner)
+        for runner in (r for r in runners if (ref.host, ref.repository, cell, r) not in shown):
+            shown.add((ref.host, ref.repository, cell, runner))
+            points = series(found, cell, runner)
             lineages.append((node, ref, runner, points, replay(points, thresholds, node.entry.smoke.history_window)))
     if as_json:
         click.echo(json.dumps([{"node": node.id, "repository": f"{ref.host}/{ref.repository}",
@@ -921,9 +924,10 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
         return 0
     for node, ref, runner, points, judged in lineages:
         names = sorted({name for p in points for name in p.metrics})
-        table = Table(title=f"{node.id} · {runner.label()} · {ref.host}/{ref.repository}", box=None, pad_edge=False,
+        table = Table(title=f"{cell_of(node)} · {runner.label()} · {ref.host}/{ref.repository}", box=None,
+                      pad_edge=False,
                       title_justify="left")
-        for col in ("date", "image", "gate", *names, "pins changed"):
+        for col in ("date", "image", "gate", *names, "what changed"):
             table.add_column(col, overflow="fold")
         for point, finding in zip(points, judged, strict=True):
             rows = {r.metric: r for r in finding.rows}
@@ -936,7 +940,7 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
                 cells.append(f"[bold red]{text}[/]" if row is not None and row.regressed else text)
             style = {"regressed": "bold red", "accepted": "yellow", "first": "cyan"}.get(finding.verdict, "green")
             table.add_row(point.date[:16], point.manifest[7:19], f"[{style}]{finding.verdict}[/]", *cells,
-                          escape(", ".join(finding.pins_changed)) or "-")
+                          escape(finding.summary()) or "-")
         ctx.out.print(table)
     ctx.out.print(f"thresholds: {thresholds.source} (a metric's threshold is in report.json's `performance`); the "
                   "baseline is the median of the last smoke.history_window passes before each image", highlight=False)
@@ -1001,7 +1005,8 @@ def smoke(ctx: Context, image: str, expect: tuple[str, ...], timeout: int, shm_s
     verdict = judge(report, expected, commands, host=host, allow_skip=allowed, kinds=kinds)
     click.echo(json.dumps({"image": image, "expect_from": source, "expect": expected,
                            **({"only": list(kinds)} if kinds else {}), **report.to_json(),
-                           "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}, indent=2))
+                           "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why(),
+                           **({"host_notes": list(verdict.notes)} if verdict.notes else {})}, indent=2))
     if not verdict.passed:
         raise RunFailed("smoke failed: " + verdict.why().replace("smoke.allow_skip", "--allow-skip"))
     return 0

@@ -1,10 +1,16 @@
 """The performance history of an image lineage, read from the pass records in the registry (so every machine
 with registry access sees the same history; nothing is kept anywhere else).
 
-A **lineage** is what makes two measurements comparable: the node (its entry and layer, one cell of the matrix,
-in one repository) and the **runner** it was measured on: the GPU model(s), their count and the driver, or, for a
-run without GPUs, the CPU model and count. Everything else may change between an image and its predecessors
-(the pins: torch, CUDA, cuDNN, NCCL, the base image): that is what the history is for, and the gate names it.
+A **lineage** is what makes two measurements comparable: a stable **cell** of the matrix (the layer node with
+its flavor and accelerator family, e.g. `cuda-runtime/task`; or the entry's own `name:` where the user gives one)
+and the **runner** it was measured on: the GPU model(s), their count, the driver and the interconnect as the host
+names them, or, for a run without GPUs, the CPU model and count. The versions are **pins** that change along it
+(torch, CUDA, cuDNN, NCCL, Python, the base image): that is what the history is for, and the gate names them.
+
+A cell holds one **line** per version (torch, CUDA, Python), so that a matrix holding 2.9, 2.10 and 2.11 side by
+side judges each against its own past. An image of a version the cell has no pass of yet continues the line of
+the newest older version (`line`): an upgrade is judged against the images before it, and two versions that are
+both current never stand in for each other.
 
 A **point** is one image of a lineage: its digests, date, pins, metrics and what the gate said of it, from a
 signed record that counts (`passes.RegistryPasses.read`). An image has one point per runner: its per-GPU-model
@@ -13,14 +19,22 @@ ancestors' `via` records) are no points."""
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from packaging.version import InvalidVersion, Version
 
 from ..smoke.judge import VERSION_CHECKS
 from .metrics import Metric
 from .passes import Signed, is_record_tag
+
+if TYPE_CHECKING:
+    from ..plan.plan import Node
+
+LINE = ("torch", "cuda", "python")  # the versions a cell keeps one line each of
 
 
 @dataclass(frozen=True)
@@ -31,23 +45,53 @@ class Runner:
     models: tuple[str, ...] = ()  # GPU models (sorted), or the CPU model
     count: int = 0  # GPUs, or CPUs
     driver: str | None = None
+    interconnect: str = ""  # nvlink | pcie | single (GPU runners, as nvidia-smi says)
 
     def label(self) -> str:
         what = " + ".join(self.models) or "unknown"
         if self.kind == "gpu":
-            return f"{self.count}x {what}, driver {self.driver or 'unknown'}"
+            link = f" ({self.interconnect})" if self.interconnect else ""
+            return f"{self.count}x {what}{link}, driver {self.driver or 'unknown'}"
         return f"CPU {what} x{self.count}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "models": list(self.models), "count": self.count, "driver": self.driver}
+        return {"kind": self.kind, "models": list(self.models), "count": self.count, "driver": self.driver,
+                "interconnect": self.interconnect}
 
     @classmethod
     def from_json(cls, doc: Any) -> Runner | None:
         try:
             return cls(str(doc["kind"]), tuple(str(m) for m in doc.get("models") or ()), int(doc.get("count") or 0),
-                       str(doc["driver"]) if doc.get("driver") else None)
+                       str(doc["driver"]) if doc.get("driver") else None, str(doc.get("interconnect") or ""))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
+
+
+def cell_of(node: Node) -> str:
+    """The node's stable cell: its entry's name where the user gave one, else its flavor and accelerator family
+    (`cuda-runtime`, `cpu-devel`, and the base image where the matrix names one), and its layer."""
+    entry = node.entry
+    default = f"{entry.torch}-{entry.accelerator}-py{entry.python}-{entry.flavor}"
+    family = re.sub(r"[0-9.]+$", "", entry.accelerator).replace("cu", "cuda", 1) if entry.accelerator != "cpu" \
+        else "cpu"
+    named = entry.id if not entry.id.startswith(default) else f"{family}-{entry.flavor}{entry.id[len(default):]}"
+    return f"{named}/{node.name}"
+
+
+def _version(value: str | None) -> Version:
+    try:
+        return Version(value or "0")
+    except InvalidVersion:
+        return Version("0")
+
+
+def line_key(pins: Mapping[str, str]) -> tuple[Version, ...]:
+    """The line of a cell an image belongs to: its torch, CUDA and Python versions, in that order."""
+    return tuple(_version(pins.get(name)) for name in LINE)
+
+
+def line_text(pins: Mapping[str, str]) -> str:
+    return " ".join(f"{name} {pins[name]}" for name in LINE if pins.get(name))
 
 
 def pins_of(expect: Mapping[str, Any]) -> dict[str, str]:
@@ -68,6 +112,7 @@ class Point:
     metrics: Mapping[str, Metric]
     verdict: str  # what the gate said when it was verified: first | ok | accepted | regressed
     signer: str = ""
+    cell: str = ""  # the lineage's cell (older records: their node)
 
     @property
     def baseline(self) -> bool:
@@ -78,7 +123,7 @@ class Point:
     def to_json(self) -> dict[str, Any]:
         return {"manifest": self.manifest, "config": self.config, "date": self.date, "node": self.node,
                 "runner": self.runner.to_json(), "pins": dict(self.pins), "verdict": self.verdict,
-                "signer": self.signer, "metrics": {k: m.to_json() for k, m in self.metrics.items()}}
+                "signer": self.signer, "cell": self.cell, "metrics": {k: m.to_json() for k, m in self.metrics.items()}}
 
 
 def point_of(found: Signed) -> Point | None:
@@ -92,20 +137,31 @@ def point_of(found: Signed) -> Point | None:
     if runner is None or not metrics:
         return None
     return Point(record.manifest, record.config, record.date, record.node, runner, pins_of(record.expect), metrics,
-                 str(perf.get("verdict") or "ok"), found.signer())
+                 str(perf.get("verdict") or "ok"), found.signer(), str(perf.get("cell") or record.node))
 
 
-def series(found: Iterable[Signed], node: str, runner: Runner, *, image: str | None = None) -> list[Point]:
-    """The lineage of `node` on `runner`, oldest first, one point per image (its newest record); without the
-    image `image` (by image ID: the one being judged, whose predecessors these are)."""
+def series(found: Iterable[Signed], cell: str, runner: Runner, *, image: str | None = None) -> list[Point]:
+    """The lineage of `cell` on `runner` (every line), oldest first, one point per image (its newest record);
+    without the image `image` (by image ID: the one being judged, whose predecessors these are)."""
     newest: dict[str, Point] = {}
     for signed in found:
         point = point_of(signed)
-        if point is None or point.node != node or point.runner != runner or point.config == image:
+        if point is None or point.cell != cell or point.runner != runner or point.config == image:
             continue
         if point.manifest not in newest or point.date > newest[point.manifest].date:
             newest[point.manifest] = point
     return sorted(newest.values(), key=lambda p: (p.date, p.manifest))
+
+
+def line(points: Sequence[Point], pins: Mapping[str, str]) -> list[Point]:
+    """The points an image of these `pins` is judged against: its own line's, when it has a pass the gate let
+    through; else the line of the newest older version that has one (an upgrade continues it); else none (the
+    first of its line: the floors judge it). Never a newer version's line: versions side by side keep theirs."""
+    own = line_key(pins)
+    if any(p.baseline and line_key(p.pins) == own for p in points):
+        return [p for p in points if line_key(p.pins) == own]
+    older = [line_key(p.pins) for p in points if p.baseline and line_key(p.pins) < own]
+    return [p for p in points if line_key(p.pins) == max(older)] if older else []
 
 
 class RecordReader(Protocol):
@@ -132,5 +188,5 @@ class History:
                 self._found[repo] = {tag: f for tag, f in read.items() if f is not None}
             return list(self._found[repo].values())
 
-    def lineage(self, repo: str, node: str, runner: Runner, *, image: str | None = None) -> list[Point]:
-        return series(self.records(repo), node, runner, image=image)
+    def lineage(self, repo: str, cell: str, runner: Runner, *, image: str | None = None) -> list[Point]:
+        return series(self.records(repo), cell, runner, image=image)

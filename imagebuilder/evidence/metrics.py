@@ -1,5 +1,6 @@
 """What a suite's report measured, for the performance history. The suite reports every repetition of each
-measurement (`suite.metric`: a name, a unit, which way is better, the statistic that stands for a run); the
+measurement (`suite.metric`); what a metric means (its unit, which way is better, the statistic that stands for a
+run) is the host's (`SEMANTICS`), never the report's: a metric the table does not name is not recorded. The
 value is computed here, on the host, from the repetitions. Across GPUs a metric's value is the median of the
 GPUs' values: a regression of the image slows every GPU, one slow GPU is the host's. Repetitions that are not
 finite positive numbers make no metric (a report cannot feed the history nonsense). Pure.
@@ -17,6 +18,23 @@ from typing import Any
 
 STATS = ("median", "max", "min")
 BETTER = ("higher", "lower")
+# What each metric the suite measures means, by name or by a prefix ending in ".": (unit, better, statistic).
+SEMANTICS: tuple[tuple[str, str, str, str], ...] = (
+    ("matmul.bf16.", "TFLOP/s", "higher", "median"),
+    ("matmul.fp32.", "GFLOP/s", "higher", "max"),
+    ("memory.copy", "GB/s", "higher", "median"),
+    ("fsdp.samples_per_s", "samples/s", "higher", "median"),
+    ("fsdp.compile_s", "s", "lower", "median"),
+    ("all_reduce.busbw.", "GB/s", "higher", "median"),
+    ("all_gather.busbw.", "GB/s", "higher", "median"),
+    ("reduce_scatter.busbw.", "GB/s", "higher", "median"),
+)
+
+
+def semantics(name: str) -> tuple[str, str, str] | None:
+    """(unit, better, statistic) of a metric by its name, from the host's table; None: not a metric of the suite."""
+    return next(((unit, better, stat) for key, unit, better, stat in SEMANTICS
+                 if name == key or (key.endswith(".") and name.startswith(key))), None)
 
 
 @dataclass(frozen=True)
@@ -65,10 +83,11 @@ def _one(doc: Any) -> tuple[str, str, str, str, list[float]] | None:
     values = [float(r) for r in reps]
     if not all(_usable(v) for v in values):
         return None
-    stat, better = str(doc.get("stat") or "median"), str(doc.get("better") or "higher")
-    if stat not in STATS or better not in BETTER or not isinstance(doc.get("name"), str):
+    meaning = semantics(doc["name"]) if isinstance(doc.get("name"), str) else None
+    if meaning is None:  # (what the report says a metric means counts for nothing)
         return None
-    return str(doc["name"]), str(doc.get("unit") or ""), better, stat, values
+    unit, better, stat = meaning
+    return str(doc["name"]), unit, better, stat, values
 
 
 def metrics_of(checks: Iterable[Any]) -> dict[str, Metric]:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
-from ..smoke.judge import RULES
+from ..smoke.judge import rules
 from . import attestation
 from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
 
@@ -49,7 +49,7 @@ def suite_hash() -> str:
 def spec_key(spec: Mapping[str, Any]) -> str:
     """What a pass is a pass of: the suite's source, the rules the host judges its report by, and everything the
     suite is told; never the image."""
-    payload = json.dumps({"suite": suite_hash(), "rules": RULES, **spec}, sort_keys=True, default=str)
+    payload = json.dumps({"suite": suite_hash(), "rules": rules(), **spec}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -158,6 +158,18 @@ class RegistryBuilds:
         return None
 
 
+@dataclass(frozen=True)
+class BuildTrust:
+    """The run's build trust, as the plan asks it (`cache.Vouch`): whether a trusted build record vouches for an
+    image under a key tag."""
+
+    trust: Trust
+
+    def __call__(self, registry: attestation.Store, repo: str, digest: str, *, key: str, config: str,
+                 parent: str | None) -> str | None:
+        return RegistryBuilds(registry, self.trust).check(repo, digest, key=key, config=config, parent=parent)
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 

@@ -1,9 +1,11 @@
 """The regression gate: an image's metrics against its lineage's history (`history`), judged by the host.
 
-Rule: for each metric, the baseline is the median of the last `window` passes of the lineage (same node, same
-runner; regressed images never count, accepted ones do). A metric worse than the baseline by more than its
-threshold is a regression; one regression fails the image (unless the run accepts it: then its pass says
-`accepted`, and it is the new normal). The first image of a lineage has no baseline: the suite's absolute floors
+Rule: for each metric, the baseline is the median of the last `window` passes of the image's line (same cell,
+same runner, same versions, or the newest older version's line for an upgrade: `history.line`); regressed images
+never count. An accepted image (`--accept-regression`) is the new normal from the next image on: the baseline
+starts at it, passes before it no longer count. A metric worse than the baseline by more than its threshold is a
+regression; one regression fails the image (unless the run accepts it: then its pass says `accepted`). The
+first image of a lineage has no baseline: the suite's absolute floors
 are all that judge it. The finding names the metric, the baseline and the images it came from, and the pins that
 changed since the newest of them (`nccl 2.27.5 -> 2.28.9`).
 
@@ -25,7 +27,7 @@ from importlib import resources
 from typing import Any
 
 from ..input import schema
-from .history import Point, Runner
+from .history import Point, Runner, line
 from .metrics import Metric
 
 MIN_THRESHOLD = 0.05  # PyTorch's dashboards alert at 0.95x of a baseline
@@ -119,6 +121,7 @@ class Performance:
     window: int = WINDOW
     thresholds: str = ""  # where the thresholds come from
     history: tuple[Point, ...] = ()  # the lineage before this image, oldest first (the report's plots; not signed)
+    cell: str = ""  # the lineage's cell (history.cell_of)
 
     @property
     def regressed(self) -> bool:
@@ -135,11 +138,20 @@ class Performance:
                 + f" (baseline: the median of {len(self.baseline_of)} earlier pass(es) of this lineage: "
                 + ", ".join(m[:19] for m in self.baseline_of) + ")" + pins)
 
+    def summary(self) -> str:
+        """What changed since the previous image and what it did, in one line: `torch 2.10.0 → 2.11.0:
+        fsdp.samples_per_s −6 %` (every metric with a baseline)."""
+        changes = ", ".join(f"{r.metric} {r.change * 100:+.0f} %".replace("-", "\u2212") for r in self.rows
+                            if r.change is not None)
+        pins = ", ".join(self.pins_changed).replace(" -> ", " \u2192 ") or "no pin changed"
+        return f"{pins}: {changes}" if changes else ""
+
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "runner": self.runner.to_json(),
                 "metrics": [m.to_json() for m in self.metrics.values()], "rows": [r.to_json() for r in self.rows],
                 "baseline_of": list(self.baseline_of), "previous": self.previous,
-                "pins_changed": list(self.pins_changed), "window": self.window, "thresholds": self.thresholds}
+                "pins_changed": list(self.pins_changed), "window": self.window, "thresholds": self.thresholds,
+                "cell": self.cell, "summary": self.summary()}
 
     def report_json(self) -> dict[str, Any]:
         """What the run's report says: the finding, and the newest `HISTORY_SHOWN` points of the lineage before
@@ -164,13 +176,16 @@ def pins_changed(before: Mapping[str, str], after: Mapping[str, str]) -> list[st
 
 
 def judge(metrics: Mapping[str, Metric], runner: Runner, history: Sequence[Point], pins: Mapping[str, str],
-          thresholds: Thresholds, window: int = WINDOW) -> Performance:
+          thresholds: Thresholds, window: int = WINDOW, cell: str = "") -> Performance:
     """The finding for an image with these `metrics` and `pins`, measured on `runner`, after its lineage's
     `history` (oldest first, the image itself left out)."""
-    usable = [p for p in history if p.baseline and p.runner == runner][-window:]
+    usable = [p for p in history if p.baseline and p.runner == runner]
+    accepted = [i for i, p in enumerate(usable) if p.verdict == ACCEPTED]
+    usable = usable[accepted[-1]:] if accepted else usable  # the accepted image is the new normal
+    usable = usable[-window:]
     if not usable:
         return Performance(FIRST, runner, metrics, window=window, thresholds=thresholds.source,
-                           history=tuple(history))
+                           history=tuple(history), cell=cell)
     rows = []
     for name, metric in metrics.items():
         earlier = [p.metrics[name].value for p in usable if name in p.metrics and p.metrics[name].unit == metric.unit]
@@ -182,10 +197,11 @@ def judge(metrics: Mapping[str, Metric], runner: Runner, history: Sequence[Point
     previous = usable[-1]
     return Performance(REGRESSED if any(r.regressed for r in rows) else OK, runner, metrics, tuple(rows),
                        tuple(p.manifest for p in usable), previous.manifest,
-                       tuple(pins_changed(previous.pins, pins)), window, thresholds.source, tuple(history))
+                       tuple(pins_changed(previous.pins, pins)), window, thresholds.source, tuple(history), cell)
 
 
 def replay(points: Sequence[Point], thresholds: Thresholds, window: int = WINDOW) -> list[Performance]:
     """Each point of a lineage judged against the points before it, by today's thresholds (`imagebuilder
     history`): what the gate says of the series as it stands."""
-    return [judge(p.metrics, p.runner, points[:i], p.pins, thresholds, window) for i, p in enumerate(points)]
+    return [judge(p.metrics, p.runner, line(points[:i], p.pins), p.pins, thresholds, window, p.cell)
+            for i, p in enumerate(points)]

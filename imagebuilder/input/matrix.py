@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
-from ..smoke.suite import gpu_peak
+from ..smoke.suite import gpus_matching
 from ..supply.policy import Allowance, Policy, too_far
 from . import certs, grammar, lookups, schema, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
@@ -879,12 +879,13 @@ class _Loader:
             if tflops <= 0:
                 raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} must be above 0 (it is the bf16 matmul "
                                 "throughput a GPU of this name must reach)", path)
-            peak = gpu_peak(name)
             low, high = (float(b or 0) for b in schema.bounds("smoke.throughput_floor"))
-            if peak is not None and not low * peak <= tflops <= high * peak:
-                raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} is outside [{low * peak:g}, {high * peak:g}]: "
-                                f"{low:g} to {high:g} of its dense bf16 peak ({peak:g}), the bounds of "
-                                "throughput_floor", path)
+            for model, peak in gpus_matching(name):  # every GPU the pattern matches, as the suite matches it
+                if not low * peak <= tflops <= high * peak:
+                    raise self.fail(f"floor {tflops:g} TFLOP/s for {name!r} is outside [{low * peak:g}, "
+                                    f"{high * peak:g}] for {model}, which it matches: {low:g} to {high:g} of its dense "
+                                    "bf16 peak, the bounds of throughput_floor", path,
+                                    hint="name the GPU model in full (e.g. 'H100 PCIe'), one floor per model")
             gpu_floors.append((name, tflops))
         window = int(self.bounded(merged, "smoke.history_window", "the passes whose median is an image's "
                                   "performance baseline"))

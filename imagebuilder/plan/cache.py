@@ -12,18 +12,25 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import EngineError
-from ..evidence.lineage import rooted
-from ..evidence.provenance import RegistryBuilds
-from ..evidence.signing import Trust
 from ..ports import Engine
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from . import keys
 from .keys import cache_ref
+from .lineage import rooted
 from .plan import Decision, Node, Plan, State
+
+
+class Vouch(Protocol):
+    """Whether a trusted build key vouches for the image `repo@digest` (config digest `config`) as the image of
+    `key` built on `parent` (an image ID; None: not asked): None when it does, else why not. The evidence
+    (`provenance.BuildTrust`) implements it; the plan only asks."""
+
+    def __call__(self, registry: Any, repo: str, digest: str, *, key: str, config: str,
+                 parent: str | None) -> str | None: ...
 
 
 @dataclass
@@ -32,7 +39,7 @@ class Cache:
 
     engine: Engine
     registries: Registries
-    trust: Trust | None = None  # build keys whose provenance lets a key tag's image be built on; None: not asked
+    vouch: Vouch | None = None  # whether a key tag's image may be built on (its build record); None: not asked
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
     _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # lineage -> newest labels
     warnings: list[str] = field(default_factory=list)
@@ -62,7 +69,7 @@ class Cache:
         if not node.key:
             return None
         below = (parent.decision.image or parent.decision.config) if parent is not None else None
-        found, why = self.registry_image(node, below) if self.trust is not None else (None, "")
+        found, why = self.registry_image(node, below) if self.vouch is not None else (None, "")
         if found is not None:
             return found
         local = self.local().get(node.key)
@@ -73,7 +80,7 @@ class Cache:
             return Decision(State.BUILD, why)
         if why:
             return Decision(State.BUILD, why)
-        if self.trust is not None:
+        if self.vouch is not None:
             return None
         ref = cache_ref(node)
         digest = self._digest(ref)
@@ -93,7 +100,7 @@ class Cache:
     def registry_image(self, node: Node, below: str | None) -> tuple[Decision | None, str]:
         """The key tag's image when its build record vouches for it (`provenance`), or None and why it does not
         count ("" when there is no key tag)."""
-        assert self.trust is not None
+        assert self.vouch is not None
         ref = cache_ref(node)
         digest = self._digest(ref)
         if digest is None:
@@ -105,8 +112,7 @@ class Cache:
             config = str(json.loads(body)["config"]["digest"])
         except (EngineError, ValueError, KeyError, TypeError):
             return None, f"key tag {ref} names {digest}, which is not an image manifest: built again"
-        why = RegistryBuilds(client, self.trust).check(parsed.repository, digest, key=node.key, config=config,
-                                                       parent=below)
+        why = self.vouch(client, parsed.repository, digest, key=node.key, config=config, parent=below)
         if why is not None:
             return None, f"key tag {ref} names {digest[:19]}, not reused: {why}; built again"
         image = config if self.engine.image_id(config) is not None else None

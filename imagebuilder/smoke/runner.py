@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class SmokeReport:
     log_tail: str = ""
     gpu_verified: bool = False
     gpu_mode: str = "none"
+    visible: tuple[str, ...] = ()  # variables that narrow the GPUs a container sees, as the image or matrix set them
 
     def failures(self) -> list[str]:
         return [f"{c['name']}: {c.get('reason') or 'failed'}" for c in self.checks if c.get("status") == "fail"]
@@ -100,37 +102,71 @@ def nvidia_devices() -> list[str]:
     return found
 
 
-def _nvidia_smi() -> list[tuple[str, str]]:
-    """(model, driver version) of each GPU, as nvidia-smi says; empty without nvidia-smi or GPUs."""
+def _nvidia_smi(*args: str) -> str | None:
+    """What nvidia-smi prints with `args`; None without nvidia-smi, or when it fails."""
     import shutil
     import subprocess
 
     if shutil.which("nvidia-smi") is None:
-        return []
+        return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    rows = [tuple(part.strip() for part in line.rsplit(",", 1)) for line in out.stdout.splitlines() if "," in line]
-    return [(row[0], row[1]) for row in rows if len(row) == 2] if out.returncode == 0 else []
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def gpu_rows(text: str | None) -> list[tuple[str, str]]:
+    """(model, driver version) of each GPU from `nvidia-smi --query-gpu=name,driver_version
+    --format=csv,noheader`: one row per GPU."""
+    rows = [tuple(part.strip() for part in line.rsplit(",", 1)) for line in (text or "").splitlines() if "," in line]
+    return [(row[0], row[1]) for row in rows if len(row) == 2 and row[0]]
+
+
+def interconnect_of(topology: str | None, count: int) -> str:
+    """How this host's GPUs talk to each other, from `nvidia-smi topo -m`: `nvlink` when every pair of GPUs is
+    joined by NVLink (`NV<n>`), `pcie` when a pair is not, `single` for one GPU, `` when nvidia-smi did not say."""
+    if count == 1:
+        return "single"
+    rows = [line.split() for line in (topology or "").splitlines() if re.match(r"GPU\d+\s", line)]
+    pairs = [cell for i, row in enumerate(rows) for j, cell in enumerate(row[1:count + 1]) if i != j]
+    if not rows or len(pairs) < count * (count - 1):
+        return ""
+    return "nvlink" if all(re.fullmatch(r"NV\d+", cell) for cell in pairs) else "pcie"
 
 
 @dataclass(frozen=True)
 class GpuHost:
-    """What this host offers the suite: its /dev/nvidia* devices and its GPU models (as the driver names them)."""
+    """What this host offers the suite, as the host itself knows it (never from a report): its /dev/nvidia*
+    devices, its GPU models, their count, the driver and the interconnect (as nvidia-smi names them), and
+    its CPU. This is the runner a pass is recorded against."""
 
     devices: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     driver: str | None = None  # the driver version, as nvidia-smi says
     cpu: str = ""  # the CPU model, as /proc/cpuinfo says (a CPU run's history is this CPU's)
     cpus: int = 0
+    count: int = 0  # GPUs nvidia-smi lists (0: not known; then the /dev/nvidia<N> devices are counted)
+    interconnect: str = ""  # nvlink | pcie | single | "" (not known)
+    env: tuple[tuple[str, str], ...] = ()  # the host's variables every smoke container gets (`forwarded`)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs this host gives a container: nvidia-smi's count, else its /dev/nvidia<N> devices."""
+        return self.count or sum(1 for d in self.devices if re.fullmatch(r"/dev/nvidia\d+", d))
 
     @classmethod
     def probe(cls) -> GpuHost:
-        gpus = _nvidia_smi()
+        gpus = gpu_rows(_nvidia_smi("--query-gpu=name,driver_version", "--format=csv,noheader"))
+        topology = _nvidia_smi("topo", "-m") if len(gpus) > 1 else None
         return cls(tuple(nvidia_devices()), tuple(sorted({name for name, _ in gpus})),
-                   gpus[0][1] if gpus else None, cpu_model(), os.cpu_count() or 0)
+                   gpus[0][1] if gpus else None, cpu_model(), os.cpu_count() or 0, len(gpus),
+                   interconnect_of(topology, len(gpus)) if gpus else "", tuple(forwarded(os.environ).items()))
+
+    def facts(self) -> dict[str, Any]:
+        """The runner as a pass record states it (`gpu`): models, count, driver, interconnect."""
+        return {"models": list(self.models), "count": self.gpus, "driver": self.driver,
+                "interconnect": self.interconnect, "env": dict(self.env)}
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
@@ -143,6 +179,22 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 
 FORWARDED_ENV = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+VISIBILITY_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def forwarded(host_env: Mapping[str, str]) -> dict[str, str]:
+    """The host's variables every smoke container gets (NCCL/NVSHMEM/symmetric-memory tuning and safety
+    switches); a pass records them, since they change what the collectives measure."""
+    return {k: v for k, v in sorted(host_env.items()) if k.startswith(FORWARDED_ENV)}
+
+
+def narrowing(image_env: list[str], configured: Mapping[str, str]) -> tuple[str, ...]:
+    """`NAME=value (where)` for each variable of the image or of `smoke.env` that narrows the GPUs a container
+    sees, or tunes NCCL: what a verdict names as the likely cause of fewer GPUs, or slow collectives."""
+    image = dict(item.split("=", 1) for item in image_env if "=" in item)
+    wanted = [k for k in [*image, *configured] if k in VISIBILITY_ENV or k.startswith(FORWARDED_ENV)]
+    return tuple(dict.fromkeys([f"{k}={image[k]} (the image's environment)" for k in wanted if k in image]
+                               + [f"{k}={configured[k]} (smoke.env)" for k in wanted if k in configured]))
 
 
 def memlock_limit() -> int:
@@ -159,7 +211,7 @@ def container_env(host_env: Mapping[str, str], configured: Mapping[str, str],
     """The smoke container's environment: the host's NCCL/NVSHMEM/symmetric-memory settings (site tuning
     and safety switches such as NCCL_NVLS_ENABLE=0 must reach the container), the matrix's `smoke.env`,
     the GPU access variables; NCCL talks over loopback, since the container has no other network."""
-    env = {k: v for k, v in host_env.items() if k.startswith(FORWARDED_ENV)}
+    env = forwarded(host_env)
     env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     env.update(configured)
     env.update(gpu_env)
@@ -191,7 +243,9 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
 
     found = list(nvidia_devices() if devices is None else devices)
     mode = gpu_mode(gpus, has_toolkit=engine.has_nvidia_runtime(), devices=found)
-    gpu_config, gpu_env = gpu_options(mode, found, driver_dir, engine.inspect(image)["Config"].get("Env") or [])
+    image_env = engine.inspect(image)["Config"].get("Env") or []
+    gpu_config, gpu_env = gpu_options(mode, found, driver_dir, image_env)
+    visible = narrowing(image_env, env or {})
     host_config: dict[str, Any] = {
         "shm_size": shm_size, "network_mode": "none",
         # A fresh, executable /tmp: some images have none, and Inductor/Triton build and load code there.
@@ -208,7 +262,7 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     if result.exit_code is None:
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason":
                                     f"timed out after {timeout:.0f} s; the container was killed"},),
-                           result.duration, None, log_tail=tail, gpu_mode=mode)
+                           result.duration, None, log_tail=tail, gpu_mode=mode, visible=visible)
     raw = _report(result.files.get(REPORT_PATH, b""), result.logs)
     checks_ok = isinstance(raw.get("checks"), list) and raw["checks"] and \
         all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw["checks"])
@@ -216,8 +270,8 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
         reason = f"the suite exited {result.exit_code} without a report" if not raw.get("checks") else \
             "the report is not the suite's (its checks or its GPU count are malformed)"
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason": reason},),
-                           result.duration, result.exit_code, log_tail=tail, gpu_mode=mode)
+                           result.duration, result.exit_code, log_tail=tail, gpu_mode=mode, visible=visible)
     checks = tuple(raw["checks"])
     passed = bool(raw.get("passed")) and result.exit_code == 0
     return SmokeReport(passed, checks, result.duration, result.exit_code, raw, tail,
-                       gpu_verified=bool(raw.get("gpu_verified")), gpu_mode=mode)
+                       gpu_verified=bool(raw.get("gpu_verified")), gpu_mode=mode, visible=visible)

@@ -143,6 +143,23 @@ def arch_covered(capability: tuple[int, int], arch_list: list[str]) -> tuple[boo
     return False, ""
 
 
+# GPU names as drivers report them, one or more per model of the peak table: what a `smoke.gpu_floors` pattern
+# (a substring of the device name) is checked against when the matrix is read.
+GPU_NAMES = ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 NVL",
+             "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H800",
+             "NVIDIA H800 PCIe", "NVIDIA B200", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB",
+             "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-80GB", "NVIDIA L40S", "NVIDIA L40",
+             "NVIDIA L4", "NVIDIA A10G")
+
+
+def gpus_matching(pattern: str) -> list[tuple[str, float]]:
+    """(name, dense bf16 peak) of every GPU of `GPU_NAMES` whose name holds `pattern` (case-insensitive), as the
+    suite matches a `smoke.gpu_floors` key; and the pattern itself where it names a model of the peak table."""
+    found = [(name, gpu_peak(name)) for name in GPU_NAMES if pattern.strip().upper() in name.upper()]
+    found += [(pattern, gpu_peak(pattern))] if gpu_peak(pattern) is not None else []
+    return [(name, peak) for name, peak in found if peak is not None]
+
+
 def gpu_peak(name: str) -> float | None:
     upper = name.upper()
     for words, peak in GPU_PEAKS_BF16:
@@ -928,30 +945,44 @@ def _collectives_worker(rank: int, world: int, port: int, results: Any, backend:
 
 ALL_REDUCE_SIZES = (1 << 20, 1 << 25, 1 << 28)  # bytes of fp32 all-reduced: 1 MiB, 32 MiB, 256 MiB
 ALL_REDUCE_REPS = (3, 10)  # warm-ups, timed repetitions per size
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")  # whose bus bandwidth is measured
 
 
-def _busbw(dist: Any, world: int, dev: Any) -> dict[str, list[float]]:
-    """all_reduce bus bandwidth in GB/s per repetition and size, as nccl-tests computes it: the bytes over the
-    time (the slowest rank's, through a barrier-free max), times 2(n-1)/n."""
+def _collective(dist: Any, op: str, whole: Any, part: Any) -> None:
+    if op == "all_reduce":
+        dist.all_reduce(whole)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(whole, part)
+    else:
+        dist.reduce_scatter_tensor(part, whole)
+
+
+def _busbw(dist: Any, world: int, dev: Any) -> dict[str, dict[str, list[float]]]:
+    """Bus bandwidth in GB/s per collective (all_reduce, all_gather, reduce_scatter), size and repetition, as
+    nccl-tests computes it: the bytes of the whole buffer over the time (the slowest rank's, through a max),
+    times 2(n-1)/n for all_reduce and (n-1)/n for the other two."""
     import torch
 
     warmup, reps = ALL_REDUCE_REPS
-    out = {}
-    for size in ALL_REDUCE_SIZES:
-        t = torch.ones(size // 4, device=dev)
-        for _ in range(warmup):
-            dist.all_reduce(t)
-        torch.cuda.synchronize(dev)
-        rates = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
+    out: dict[str, dict[str, list[float]]] = {}
+    for op in COLLECTIVES:
+        factor = (2 if op == "all_reduce" else 1) * (world - 1) / world
+        for size in ALL_REDUCE_SIZES:
+            whole = torch.ones(size // 4, device=dev)
+            part = torch.ones(size // 4 // world, device=dev)
+            for _ in range(warmup):
+                _collective(dist, op, whole, part)
             torch.cuda.synchronize(dev)
-            took = torch.tensor([time.perf_counter() - t0], device=dev)
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            rates.append(size / float(took) / 1e9 * 2 * (world - 1) / world)
-        out[f"{size >> 20}MiB"] = [round(r, 2) for r in rates]
-        del t
+            rates = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                _collective(dist, op, whole, part)
+                torch.cuda.synchronize(dev)
+                took = torch.tensor([time.perf_counter() - t0], device=dev)
+                dist.all_reduce(took, op=dist.ReduceOp.MAX)
+                rates.append(size / float(took) / 1e9 * factor)
+            out.setdefault(op, {})[f"{size >> 20}MiB"] = [round(r, 2) for r in rates]
+            del whole, part
     return out
 
 
@@ -978,6 +1009,16 @@ def _stage_name(backend: str, stage: str) -> str:
     return f"distributed.{backend}_init" if stage == "init" else f"distributed.{stage}"
 
 
+def _busbw_extra(stage: str, got: dict[str, Any]) -> dict[str, Any]:
+    """The bus bandwidth metrics of a collective's record (measured by rank 0), or why there are none."""
+    extra: dict[str, Any] = {}
+    if (got.get("busbw") or {}).get(stage):
+        extra["metrics"] = [metric(f"{stage}.busbw.{size}", "GB/s", reps) for size, reps in got["busbw"][stage].items()]
+    if stage == "all_reduce" and got.get("busbw_error"):
+        extra["busbw_error"] = got["busbw_error"]
+    return extra
+
+
 def _stage_record(stage: str, got: list[dict[str, Any]], backend: str, world: int) -> Record:
     """The record of a stage every rank got through, judged by the values the ranks report."""
     name, want = _stage_name(backend, stage), collectives_expected(world)
@@ -987,12 +1028,7 @@ def _stage_record(stage: str, got: list[dict[str, Any]], backend: str, world: in
     if stage in ("all_reduce", "all_gather"):
         values = [g[stage] for g in got]
         ok = all(v == want[stage] for v in values)
-        extra: dict[str, Any] = {}
-        if stage == "all_reduce" and got[0].get("busbw"):
-            extra["metrics"] = [metric(f"all_reduce.busbw.{size}", "GB/s", reps)
-                                for size, reps in got[0]["busbw"].items()]
-        if stage == "all_reduce" and got[0].get("busbw_error"):
-            extra["busbw_error"] = got[0]["busbw_error"]
+        extra = _busbw_extra(stage, got[0])
         return record(name, "pass" if ok else "fail", value=values[0], expected=want[stage],
                       reason="" if ok else f"{stage} gave {values}", **extra)
     if stage == "reduce_scatter" and any("reduce_scatter_unsupported" in g for g in got):
@@ -1002,7 +1038,7 @@ def _stage_record(stage: str, got: list[dict[str, Any]], backend: str, world: in
         bad = [g["rank"] for g in got if g["reduce_scatter"] != want[f"reduce_scatter.{g['rank']}"]]
         return record(name, "fail" if bad else "pass", value=[g["reduce_scatter"] for g in got],
                       expected=[want[f"reduce_scatter.{r}"] for r in range(world)],
-                      reason=f"wrong values on ranks {bad}" if bad else "")
+                      reason=f"wrong values on ranks {bad}" if bad else "", **_busbw_extra(stage, got[0]))
     return record(name, "pass", value=world, expected=world)  # barrier and destroy returned on every rank
 
 

@@ -12,7 +12,7 @@ import json
 import re
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.markup import escape
@@ -30,6 +30,7 @@ from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..secrets import redact
 from ..secrets.scan import Findings
+from ..supply import torch_stack
 from .context import RunContext, Served
 from .ledger import BuildStatus, NodeRecord, PublishStatus
 from .loopback import Credentials, index_credentials
@@ -362,6 +363,7 @@ class Stage(Nodes):
     """Build what is not cached; reuse what is."""
 
     no_cache: bool = False  # ignore the engine's build cache (a cold build)
+    stacks: dict[str, tuple[torch_stack.Dist, ...]] = field(default_factory=dict, compare=False)  # by image ID
 
     def start(self, run: RunContext) -> None:
         super().start(run)
@@ -428,6 +430,15 @@ class Stage(Nodes):
             run.ledger.update(node.id, build=BuildStatus.FAILED, error=error)
             run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(error)}[/]")
             return False
+        changed = self.stack_changes(run, node, parent_id, image)
+        if changed:  # removed, so that no later run finds it by its key; nothing of its entry is published
+            engine.remove_image(image)
+            error = ("the torch stack changed above the torch node (the image was removed): " + "; ".join(changed)
+                     + ". Keep torch, triton and nvidia-* as the torch node installed them: pin them to its versions "
+                     "in the layer's requirements (or a constraints file), or install with --no-deps")
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=error)
+            run.logs.say(f"[bold red]✗ {escape(node.id)}: {escape(error)}[/]")
+            return False
         run.ledger.update(node.id, image=image, build=BuildStatus.BUILT)
         took = run.ledger[node.id].durations["build"]
         run.logs.say(f"[green]✓ built {escape(node.id)}[/] [dim]{image[:19]} in {took:.1f}s[/]")
@@ -436,6 +447,16 @@ class Stage(Nodes):
         except ImageBuilderError as exc:
             run.logs.say(f"[yellow]  {escape(node.id)}: its key tag could not be read ({escape(exc.message)})[/]")
         return True
+
+    def stack_changes(self, run: RunContext, node: Node, parent: str, image: str) -> list[str]:
+        """How this node's layer changed the torch stack of its parent's image (`supply.torch_stack`); none
+        when the parent has no torch (the torch node, and the layers below it)."""
+        engine = run.images.worker()
+        for one in (parent, image):
+            if one not in self.stacks:
+                self.stacks[one] = torch_stack.probe(engine, one)
+        return torch_stack.changes(self.stacks[parent], self.stacks[image], node.name,
+                                   node.parent or node.base_image or parent)
 
     def check_disk(self, run: RunContext) -> None:
         """Warn before anything builds when the engine's storage is short for what must be built: a CUDA

@@ -17,11 +17,11 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes, regression
-from ..evidence.history import Point, Runner, pins_of
-from ..evidence.lineage import blob_configs, diff_ids, rooted
+from ..evidence.history import Point, Runner, cell_of, line, pins_of
 from ..evidence.metrics import metrics_of
 from ..evidence.passes import PassRecord, Signed
 from ..plan.keys import cache_ref
+from ..plan.lineage import blob_configs, diff_ids, rooted
 from ..plan.plan import Node
 from ..smoke.judge import judge
 from ..smoke.runner import GpuHost, gpu_mode, run_smoke
@@ -30,17 +30,31 @@ from .ledger import VerifyStatus
 from .schedule import Task
 
 
-def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Collection[str]) -> str | None:
+def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Collection[str],
+            host: GpuHost | None = None) -> str | None:
     """Why a pass found for this image may not stand in for running the suite here; None when it may.
     A CUDA image's pass without a GPU does not where GPUs are (the suite runs again and can verify it: CPU
-    fleets build, GPU fleets test); with `models_here` (a verify on a GPU runner), a pass of other GPU models
-    does not stand in for this host's."""
+    fleets build, GPU fleets test); with `models_here` (a verify on a GPU runner), a pass of other GPU models,
+    of fewer GPUs, over another interconnect or under other forwarded NCCL settings (`host`) does not stand in
+    for this host's."""
     if not record.serves(gpus_here=gpus_here):
         return f"its pass ({where}) was without a GPU; GPUs are here: testing again"
     models = sorted(record.gpu.get("models") or [])
     if models_here and models != sorted(models_here):
         return (f"its pass ({where}) was on {', '.join(models) or 'no GPU'}; this host has "
                 f"{', '.join(sorted(models_here))}: testing here too")
+    if not models_here or host is None:
+        return None
+    count = int(record.gpu.get("count") or 0)
+    if count < host.gpus:
+        return (f"its pass ({where}) was on {count or 'an unknown number of'} GPU(s); this host gives the suite "
+                f"{host.gpus}: a pass on fewer GPUs does not stand in for more, testing here")
+    link = str(record.gpu.get("interconnect") or "")
+    if host.interconnect and link != host.interconnect:
+        return f"its pass ({where}) was over {link or 'an unknown interconnect'}; this host's GPUs use " \
+               f"{host.interconnect}: testing here too"
+    if dict(record.gpu.get("env") or {}) != dict(host.env):
+        return f"its pass ({where}) ran with other forwarded NCCL/NVSHMEM settings than this host's: testing here too"
     return None
 
 
@@ -113,7 +127,8 @@ class Verify:
         found = None if self.resmoke else self.find(run, node, key)
         if found is not None:
             why = refusal(found[0].record, found[1], gpus_here=self.gpus_here(run, node),
-                          models_here=self.host.models if self.same_gpu_model and node.entry.cuda else ())
+                          models_here=self.host.models if self.same_gpu_model and node.entry.cuda else (),
+                          host=self.host)
             if why is not None:
                 run.logs.say(f"[yellow]  {escape(node.id)}: {escape(why)}[/]")
                 found = None
@@ -170,8 +185,7 @@ class Verify:
                 return
             verdict = PassRecord(passes.PASSED if passed else passes.FAILED, config=record.image, spec=key,
                                  node=node.id, entry=node.entry.id, expect=run.specs.told(node)["expect"],
-                                 gpu={"kind": "gpu", "verified": bool(record.gpu_verified), "count": report.get("gpus"),
-                                      "models": list(self.host.models), "driver": self.host.driver},
+                                 gpu={"kind": "gpu", "verified": bool(record.gpu_verified), **self.host.facts()},
                                  date=passes.now(), suite=passes.suite_hash(), report=report,
                                  performance=record.performance)
             tag = run.passes(host).put(repo, verdict.at(digest, f"{host}/{repo}"), per_model=True)
@@ -255,7 +269,10 @@ class Verify:
             run.logs.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
         verdict = judge(report, spec["expect"], spec["commands"], host=self.host,
                         allow_skip=node.entry.smoke.allow_skip)
-        smoke_report = {**report.to_json(), "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why()}
+        smoke_report = {**report.to_json(), "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why(),
+                        **({"host_notes": list(verdict.notes)} if verdict.notes else {})}
+        for note in verdict.notes:
+            run.logs.say(f"[yellow]  {escape(node.id)}: {escape(note)}[/]")
         run.ledger.update(node.id, smoke_report=smoke_report, allowed_skips=verdict.allowed_skips)
         if not verdict.passed:
             run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=verdict.why(), log_tail=report.log_tail)
@@ -276,7 +293,7 @@ class Verify:
                          f"{escape(performance.why())}[/]")
         perf = performance.to_json() if performance is not None else None
         record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
-                            expect=spec["expect"], gpu=passes.gpu_facts(smoke_report, bool(node.entry.cuda)),
+                            expect=spec["expect"], gpu=self.gpu_facts(smoke_report, bool(node.entry.cuda)),
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report, performance=perf)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
@@ -285,12 +302,17 @@ class Verify:
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
 
-    def runner(self, report: dict[str, Any]) -> Runner:
-        """What the suite ran on, as the host knows it: its GPUs (the models the report names, which the judge
-        held against this host's), or this host's CPU."""
-        if report.get("gpu_verified") and int(report.get("gpus") or 0) > 0:
-            facts = passes.gpu_facts(report, True)
-            return Runner("gpu", tuple(facts["models"]), int(report["gpus"]), self.host.driver or facts["driver"])
+    def gpu_facts(self, report: Mapping[str, Any], cuda: bool) -> dict[str, Any]:
+        """What a pass record says of where its suite ran: a GPU-verified run's runner is this host's, as the
+        host names it (the judge held the report against it), never the report's."""
+        facts = passes.gpu_facts(report, cuda)
+        return {**facts, **self.host.facts()} if cuda and report.get("gpu_verified") else facts
+
+    def runner(self, report: Mapping[str, Any]) -> Runner:
+        """What the suite ran on, as the host knows it: its GPUs (models, count, driver, interconnect, as this
+        host's driver names them), or this host's CPU."""
+        if report.get("gpu_verified") and self.host.models:
+            return Runner("gpu", tuple(self.host.models), self.host.gpus, self.host.driver, self.host.interconnect)
         return Runner("cpu", (self.host.cpu,) if self.host.cpu else (), self.host.cpus)
 
     @staticmethod
@@ -301,6 +323,7 @@ class Verify:
             return None
         runner = Runner.from_json(record.performance.get("runner"))
         points = Verify.lineage(run, node, runner, record.config)[0] if runner is not None else []
+        points = line(points, pins_of(record.expect))
         return {**record.performance, "history": regression.history_json([p for p in points if p.date < record.date])}
 
     @staticmethod
@@ -311,7 +334,7 @@ class Verify:
         if not run.registries.answers(host):
             return [], f"the registry {host} does not answer: no performance history"
         try:
-            return run.history(host).lineage(repo, node.id, runner, image=image), ""
+            return run.history(host).lineage(repo, cell_of(node), runner, image=image), ""
         except ImageBuilderError as exc:
             return [], f"the performance history is unreadable ({exc.message})"
 
@@ -326,12 +349,12 @@ class Verify:
         history, unread = self.lineage(run, node, runner, image)
         if unread:
             run.logs.say(f"[yellow]  {escape(node.id)}: {escape(unread)}; only the floors judge this image[/]")
-        found = regression.judge(metrics, runner, history, pins_of(expect), self.thresholds,
-                                 node.entry.smoke.history_window)
-        deltas = ", ".join(f"{r.metric} {r.change:+.1%}" for r in found.rows if r.change is not None)
-        run.logs.say(f"[dim]  {escape(node.id)} performance on {escape(runner.label())}: {found.verdict}"
-                     + (f" against {len(found.baseline_of)} earlier pass(es): {escape(deltas)}" if deltas else
-                        " (the first of its lineage: the floors judge it)") + "[/]")
+        found = regression.judge(metrics, runner, line(history, pins_of(expect)), pins_of(expect), self.thresholds,
+                                 node.entry.smoke.history_window, cell_of(node))
+        run.logs.say(f"[dim]  {escape(node.id)} performance on {escape(runner.label())} (lineage "
+                     f"{escape(found.cell)}): {found.verdict}"
+                     + (f" against {len(found.baseline_of)} earlier pass(es): {escape(found.summary())}"
+                        if found.summary() else " (the first of its line: the floors judge it)") + "[/]")
         return found
 
     def bind(self, run: RunContext, node: Node) -> bool:

@@ -26,6 +26,7 @@ from imagebuilder.smoke.judge import expected_checks
 from imagebuilder.steps.context import Images, RunContext
 from imagebuilder.steps.ledger import Ledger
 from imagebuilder.steps.logs import Logs
+from imagebuilder.supply.torch_stack import MARK
 
 IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"
 HOST = "127.0.0.1:5000"
@@ -194,6 +195,9 @@ class FakeEngine:
     pulled: list[str] = field(default_factory=list)
     builds: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)  # (context, build args)
     runs: list[str] = field(default_factory=list)  # the images a container ran in
+    probes: list[str] = field(default_factory=list)  # the images whose torch stack was probed
+    # what the torch-stack probe prints, by image ID or by the layer an image was built for
+    stacks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     gpus: int = 1  # the GPUs a container sees when the host gives it GPUs
     model: str = H100  # what they are
     files: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)  # image ID -> files of its own layers
@@ -292,6 +296,11 @@ class FakeEngine:
             fetch: tuple[str, ...] = (), timeout: float = 600, env: Mapping[str, str] | None = None,
             host_config: Mapping[str, Any] | None = None, user: str | None = None,
             sink: LineSink | None = None) -> RunResult:
+        if MARK in command:  # the torch-stack probe of `stage` (supply.torch_stack), not a suite
+            self.probes.append(image)
+            labels = ((self.images.get(image) or {}).get("config") or {}).get("Labels") or {}
+            stack = self.stacks.get(image, self.stacks.get(str(labels.get("io.imagebuilder.layer")), []))
+            return RunResult(0, "\n" + json.dumps(stack), {}, 0.0)
         self.runs.append(image)
         given = bool((host_config or {}).get("devices") or (host_config or {}).get("device_requests"))
         expect, commands, gpus = _arg(command, "--expect") or {}, _arg(command, "--commands") or [], \

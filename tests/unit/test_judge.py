@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagebuilder.evidence.floors import Floors
 from imagebuilder.smoke.judge import expected_checks, judge
 from imagebuilder.smoke.runner import GpuHost, SmokeReport
 
@@ -36,7 +37,7 @@ def test_a_report_that_lacks_an_expected_check_fails_whatever_it_says() -> None:
     lone = SmokeReport(passed=True, checks=({"name": "versions.torch", "status": "pass"},), duration=0.1,
                        exit_code=0, raw={"passed": True, "gpus": 0, "checks": []})
     verdict = judge(lone, CPU, LAYERS, host=GpuHost())
-    assert not verdict.passed and "the report lacks 16 expected check(s): versions.python" in verdict.why()
+    assert not verdict.passed and "the report lacks 19 expected check(s): versions.python" in verdict.why()
     dropped = judge(report(CPU, **{"layer.task.0": "drop"}), CPU, LAYERS, host=GpuHost())  # a layer's own check
     assert not dropped.passed and "layer.task.0" in dropped.why()
     assert "toolchain.cpp_extension" in expected_checks({**CPU, "flavor": "devel"}, [], gpu_run=False)
@@ -85,3 +86,82 @@ def test_a_probe_of_some_kinds_is_judged_by_those_kinds() -> None:
                            only.raw)
     assert judge(versions, CPU, LAYERS, host=GpuHost(), kinds=("versions",)).passed
     assert not judge(versions, CPU, LAYERS, host=GpuHost()).passed
+
+
+# ------------------------------------------------------------------- issue 42: the host names the runner
+
+TWO = GpuHost(("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"), (H100,), DRIVER, count=2, interconnect="nvlink")
+FLOORS = Floors.from_doc({"runners": [{"models": [H100], "count": 2, "interconnect": "nvlink", "command": "measured",
+                                       "metrics": {"all_reduce.busbw.256MiB": [268.0, 271.0, 270.0, 266.0, 272.0]}}]},
+                         "test floors")
+
+
+def on_two(busbw: float | None = 270.0, *, gpus: int = 2, visible: tuple[str, ...] = (),
+           **statuses: str) -> SmokeReport:
+    raw = suite_report(CUDA, LAYERS, gpus, **statuses)
+    for check in raw["checks"]:
+        if check["name"] == "distributed.all_reduce" and busbw is not None:
+            check["metrics"] = [{"name": "all_reduce.busbw.256MiB", "unit": "GB/s", "reps": [busbw] * 5}]
+    return SmokeReport(passed=raw["passed"], checks=tuple(raw["checks"]), duration=1.0, exit_code=0, raw=raw,
+                       gpu_verified=True, gpu_mode="devices", visible=visible)
+
+
+def test_the_suite_must_see_every_gpu_the_host_gave_it() -> None:
+    assert judge(on_two(), CUDA, LAYERS, host=TWO, floors=FLOORS).gpu_verified
+    hidden = judge(on_two(gpus=1, visible=("CUDA_VISIBLE_DEVICES=0 (the image's environment)",)), CUDA, LAYERS,
+                   host=TWO, floors=FLOORS)
+    assert not hidden.passed and not hidden.gpu_verified
+    assert hidden.reasons[0] == (f"the host gave the container 2 GPU(s) ({H100}); the suite saw 1: a pass on fewer "
+                                 "GPUs is no pass of this runner; likely cause: CUDA_VISIBLE_DEVICES=0 (the image's "
+                                 "environment)")
+    unsaid = judge(on_two(gpus=1), CUDA, LAYERS, host=TWO, floors=FLOORS)  # the cause is named even when unseen
+    assert "likely cause: CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES set in the image" in unsaid.why()
+    raw = on_two()
+    world = tuple({**c, "value": {"world_size": 1}} if c["name"] == "distributed.nccl_init" else c for c in raw.checks)
+    narrow = judge(SmokeReport(True, world, 1.0, 0, raw.raw, gpu_verified=True, gpu_mode="devices"), CUDA, LAYERS,
+                   host=TWO, floors=FLOORS)
+    assert "the collectives ran with world size 1; the host gave the container 2 GPU(s)" in narrow.why()
+
+
+def test_a_report_naming_no_gpu_model_or_driver_is_not_gpu_verified() -> None:
+    raw = on_two()
+    nameless = tuple({k: v for k, v in c.items() if k not in ("device", "value")} for c in raw.checks)
+    verdict = judge(SmokeReport(True, nameless, 1.0, 0, raw.raw, gpu_verified=True, gpu_mode="devices"), CUDA, LAYERS,
+                    host=TWO, floors=FLOORS)
+    assert not verdict.passed and not verdict.gpu_verified
+    assert f"the report names no GPU model; this host's driver names {H100}" in verdict.why()
+    assert f"the suite reports driver none; this host's driver is {DRIVER}" in verdict.why()
+
+
+def test_collectives_below_their_floor_fail_and_an_unknown_runner_is_said_not_gated() -> None:
+    assert FLOORS.table[f"2x {H100} (nvlink)"]["all_reduce.busbw.256MiB"].value == 133.0  # half the lowest run
+    slow = judge(on_two(3.1, visible=("NCCL_P2P_DISABLE=1 (the image's environment)",)), CUDA, LAYERS, host=TWO,
+                 floors=FLOORS)
+    assert not slow.passed and slow.why().startswith(
+        f"all_reduce.busbw.256MiB 3.1 GB/s is below its floor 133 GB/s on 2x {H100} (nvlink) (0.5 x the lowest of 5 "
+        "clean runs, 266 GB/s; test floors); likely cause: NCCL_P2P_DISABLE=1 (the image's environment)")
+    missing = judge(on_two(None), CUDA, LAYERS, host=TWO, floors=FLOORS)
+    assert "all_reduce.busbw.256MiB: the suite measured no bus bandwidth" in missing.why()
+    pcie = GpuHost(TWO.devices, (H100,), DRIVER, count=2, interconnect="pcie")
+    ungated = judge(on_two(3.1), CUDA, LAYERS, host=pcie, floors=FLOORS)
+    assert ungated.passed and ungated.notes == (
+        f"collective bandwidth not gated: no floor measured for 2x {H100} (pcie) in test floors (recorded, and "
+        "judged by the regression gate within its lineage)",)
+    assert judge(on_two(3.1), CUDA, LAYERS, host=HOST, floors=FLOORS).notes == ()  # one GPU: no collective floor
+
+
+def test_the_rules_are_named_by_content() -> None:
+    """N16: the spec key holds the hash of the judge, the metrics' meaning, the floors and the regression gate."""
+    from imagebuilder.evidence import passes
+    from imagebuilder.smoke import judge as judge_mod
+
+    assert {"smoke/judge.py", "evidence/metrics.py", "evidence/regression.py", "evidence/floors.py",
+            "data/busbw_floors.json", "data/perf_noise.json"} <= set(judge_mod.RULE_FILES)
+    whole = judge_mod.rules()
+    assert whole.startswith("host-judge/") and len(whole) == len("host-judge/") + 64
+    before = passes.spec_key({"expect": {}})
+    judge_mod.RULE_FILES = judge_mod.RULE_FILES[1:]  # another content of the rules: another spec
+    try:
+        assert judge_mod.rules() != whole and passes.spec_key({"expect": {}}) != before
+    finally:
+        judge_mod.RULE_FILES = ("smoke/judge.py", *judge_mod.RULE_FILES)

@@ -124,7 +124,15 @@ def test_unknown_keys_suggest(write_matrix: MatrixWriter, header: str, table: Co
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {T4: fast}}\n", "invalid float"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {H100: 10}}\n",
      # a GPU the table knows: throughput_floor's bounds
-     "floor 10 TFLOP/s for 'H100' is outside .296.82, 989.4.: 0.3 to 1 of its dense bf16 peak"),
+     "floor 10 TFLOP/s for 'H100' is outside .250.5, 835. for NVIDIA H100 NVL, which it matches: 0.3 to 1 of its "
+     "dense bf16 peak"),
+    # issue 42 (G): a pattern is bounded by every GPU it matches, not by its own text
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {NVIDIA: 0.001}}\n",
+     "floor 0.001 TFLOP/s for 'NVIDIA' is outside .* for NVIDIA GH200 480GB, which it matches"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {80GB: 0.001}}\n",
+     "for '80GB' is outside .* for NVIDIA GH200 480GB, which it matches"),
+    ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {gpu_floors: {NVIDIA: 300}}\n",
+     "floor 300 TFLOP/s for 'NVIDIA' is outside .* for NVIDIA B200, which it matches"),
     ("matrix: {torch: [2.6.0], accelerator: [cpu]}\nsmoke: {cpu_gflops_floor: 0}\n",
      "cpu_gflops_floor 0 is below 10 GFLOP/s"),
     # a baseline of no passes, or of a year of nightlies, is no baseline
@@ -439,7 +447,8 @@ def test_cuda12_devel_needs_a_toolkit_from_the_image(write_matrix: MatrixWriter,
 def test_allow_skip_and_gpu_floors_reach_the_entry(write_matrix: MatrixWriter, header: str,
                                                    table: CompatTable) -> None:
     path = write_matrix(header + "matrix: {torch: [2.6.0], accelerator: [cpu]}\n"
-                        "smoke: {allow_skip: [versions.driver, 'toolchain.*'], gpu_floors: {Tesla T4: 40.5}}\n")
+                        "smoke: {allow_skip: [versions.driver, 'toolchain.*'], gpu_floors: {Tesla T4: 40.5, "
+                        "H100 PCIe: 500}}\n")
     smoke = load(path, table).entries[0].smoke
     assert smoke.allow_skip == ("versions.driver", "toolchain.*")
-    assert smoke.gpu_floors == (("Tesla T4", 40.5),)
+    assert smoke.gpu_floors == (("Tesla T4", 40.5), ("H100 PCIe", 500.0))  # within every GPU they match

@@ -5,14 +5,15 @@ pins that changed. Then the gate inside `verify`, on the fakes: an image half as
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from imagebuilder.evidence import passes, regression
-from imagebuilder.evidence.history import Point, Runner, series
-from imagebuilder.evidence.metrics import Metric, metrics_of
+from imagebuilder.evidence.history import Point, Runner, cell_of, line, series
+from imagebuilder.evidence.metrics import Metric, metrics_of, semantics
 from imagebuilder.evidence.passes import PassRecord, Signed
 from imagebuilder.evidence.regression import Thresholds, judge, pins_changed, threshold_from
 from imagebuilder.input.compat import CompatTable
@@ -169,7 +170,8 @@ def test_verify_fails_an_image_slower_than_its_lineage(write_matrix: MatrixWrite
         engine.tag(earlier, f"{host}/{repo}:old{i}")
         digest = engine.push(f"{host}/{repo}:old{i}")
         report = with_rate(suite_report({}, [], 0), earlier_rate)
-        perf = regression.judge(metrics_of(report["checks"]), Runner("cpu"), [], {}, limits).to_json()
+        perf = regression.judge(metrics_of(report["checks"]), Runner("cpu"), [], {}, limits,
+                                cell=cell_of(leaf)).to_json()
         run.passes(host).put(repo, PassRecord(passes.PASSED, earlier, "a" * 64, leaf.id, leaf.entry.id,
                                               expect={"torch": "2.5.1"}, date=f"2026-11-0{i + 1}",
                                               performance=perf).at(digest, f"{host}/{repo}"))
@@ -204,3 +206,68 @@ def test_the_shipped_thresholds_are_the_measured_ones() -> None:
     # a clean image's noise never trips them, a 10 % slower 8192^3 matmul on an H100 does
     history = [point(i, v) for i, v in enumerate(CLEAN[:5])]
     assert judge({"matmul.bf16.8192": metric(0.9 * 764.0)}, H100, history, PINS, shipped).regressed
+
+
+# ------------------------------------------------------- issue 42: lineages across upgrades, the host's meaning
+
+FSDP = Thresholds({"gpu": {"fsdp.samples_per_s": 0.05}}, "test")
+
+
+def fsdp(i: int, value: float, torch: str, *, verdict: str = "ok", cuda: str = "13.0") -> Point:
+    return Point(f"sha256:{i:064x}", f"sha256:{i + 1000:064x}", f"2026-11-{i + 1:02d}T00:00:00+00:00", "n", H100,
+                 {"torch": torch, "cuda": cuda, "python": "3.12"},
+                 {"fsdp.samples_per_s": metric(value, "fsdp.samples_per_s", unit="samples/s")}, verdict, cell="c")
+
+
+def test_an_upgrade_continues_the_line_of_the_newest_older_version() -> None:
+    points = [fsdp(0, 1000.0, "2.10.0"), fsdp(1, 1010.0, "2.10.0"), fsdp(2, 990.0, "2.10.0")]
+    pins = {"torch": "2.11.0", "cuda": "13.0", "python": "3.12"}
+    found = judge({"fsdp.samples_per_s": metric(940.0, "fsdp.samples_per_s", unit="samples/s")}, H100,
+                  line(points, pins), pins, FSDP)
+    assert found.verdict == "regressed"
+    assert found.summary() == "torch 2.10.0 \u2192 2.11.0: fsdp.samples_per_s \u22126 %"
+    assert line(points, {**pins, "torch": "2.9.1"}) == []  # an older version never takes a newer one's line
+
+
+def test_versions_side_by_side_keep_a_line_each() -> None:
+    points = [fsdp(0, 1000.0, "2.10.0"), fsdp(1, 700.0, "2.11.0"), fsdp(2, 1002.0, "2.10.0"), fsdp(3, 702.0, "2.11.0")]
+    ten = line(points, {"torch": "2.10.0", "cuda": "13.0", "python": "3.12"})
+    eleven = line(points, {"torch": "2.11.0", "cuda": "13.0", "python": "3.12"})
+    assert [p.pins["torch"] for p in ten] == ["2.10.0"] * 2 and [p.pins["torch"] for p in eleven] == ["2.11.0"] * 2
+    twelve = line(points, {"torch": "2.12.0", "cuda": "13.0", "python": "3.12"})
+    assert [p.manifest[-1] for p in twelve] == ["1", "3"]  # the newest older version's line: 2.11's
+    regressed_only = [fsdp(0, 1000.0, "2.10.0"), fsdp(1, 500.0, "2.11.0", verdict="regressed")]
+    assert [p.pins["torch"] for p in line(regressed_only, {"torch": "2.11.0", "cuda": "13.0", "python": "3.12"})] \
+        == ["2.10.0"]  # a line with no pass the gate let through continues the older one
+
+
+def test_an_accepted_regression_is_the_baseline_from_the_next_image_on() -> None:
+    """N8: four passes at 770, then one accepted at 616: the next image at 616 is ok with the default window."""
+    history = [point(i, 770.0) for i in range(4)] + [point(4, 616.0, verdict="accepted")]
+    found = judge({"matmul.bf16.8192": metric(616.0)}, H100, history, PINS, THRESHOLDS)
+    assert found.verdict == "ok" and found.baseline_of == (f"sha256:{4:064x}",) and found.rows[0].baseline == 616.0
+    slower = judge({"matmul.bf16.8192": metric(500.0)}, H100, [*history, point(5, 618.0)], PINS, THRESHOLDS)
+    assert slower.regressed and slower.rows[0].baseline == 617.0  # the accepted level is what it is judged by
+
+
+def test_a_metrics_meaning_is_the_hosts_not_the_reports() -> None:
+    """N9: a report that says matmul throughput is better lower, or in other units, or names a metric of its own."""
+    lying = [{"name": "throughput.cuda:0", "status": "pass", "metrics": [
+        {"name": "matmul.bf16.8192", "unit": "s", "better": "lower", "stat": "min", "reps": [700.0, 760.0, 770.0]},
+        {"name": "made.up", "unit": "x", "better": "higher", "reps": [1.0]}]}]
+    found = metrics_of(lying)
+    assert list(found) == ["matmul.bf16.8192"]
+    assert (found["matmul.bf16.8192"].better, found["matmul.bf16.8192"].unit, found["matmul.bf16.8192"].value) == (
+        "higher", "TFLOP/s", 760.0)
+    assert semantics("all_gather.busbw.256MiB") == ("GB/s", "higher", "median") and semantics("all_gather") is None
+
+
+def test_a_cell_is_the_layer_with_its_flavor_and_accelerator_family_or_the_users_name(
+        write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: Path) -> None:
+    _, leaf = leaf_of(write_matrix, header, table, tmp_path, "cu124", FakeEngine(FakeRegistry()))
+    assert leaf.id == "2.6.0-cu124-py3.11-runtime/task" and cell_of(leaf) == "cuda-runtime/task"
+    named = dataclasses.replace(leaf, entry=dataclasses.replace(leaf.entry, id="prod-train"))
+    assert cell_of(named) == "prod-train/task"
+    cpu = dataclasses.replace(leaf, entry=dataclasses.replace(leaf.entry, id="2.7.1-cpu-py3.12-devel", torch="2.7.1",
+                                                              accelerator="cpu", python="3.12", flavor="devel"))
+    assert cell_of(cpu) == "cpu-devel/task"

@@ -14,6 +14,7 @@ from rich.console import Console
 from imagebuilder.errors import RegistryAccess
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.provenance import BuildTrust
 from imagebuilder.evidence.signing import SIGNING_KEY_ENV, Keys, Signer, Trust
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import matrix as matrix_mod
@@ -48,7 +49,7 @@ def machine(registry: FakeRegistry) -> FakeEngine:
 def decided(plan: Plan, engine: FakeEngine, trust: Trust | None = None) -> tuple[Plan, Registries]:
     keyed = keys.assign(plan, cache_mod.base_ids(plan, engine))
     pool = registries(engine.registry)
-    return cache_mod.decide(keyed, cache_mod.Cache(engine, pool, trust)), pool
+    return cache_mod.decide(keyed, cache_mod.Cache(engine, pool, BuildTrust(trust) if trust else None)), pool
 
 
 def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,

@@ -75,7 +75,7 @@ def test_a_gpu_runner_tests_again_what_passed_on_another_gpu_model(engine: FakeE
     assert engine.runs == [] and run.ledger[leaf.id].verify == VerifyStatus.FOUND
     assert Verify(host=GPU_HOST, same_gpu_model=True).leaf(run, leaf)  # `verify`: this host's model, please
     assert len(engine.runs) == 1 and run.ledger[leaf.id].verify == VerifyStatus.PASSED
-    mirror(run, leaf, {"verified": True, "kind": "gpu", "models": [H100]})
+    mirror(run, leaf, {"verified": True, "kind": "gpu", "models": [H100], "count": 1})
     assert Verify(host=GPU_HOST, same_gpu_model=True).leaf(run, leaf)  # the same model: it stands in
     assert len(engine.runs) == 1 and run.ledger[leaf.id].verify == VerifyStatus.FOUND
 
@@ -92,6 +92,27 @@ def test_refusal_names_both_models_and_the_missing_gpu() -> None:
     assert refusal(without, "here", gpus_here=False, models_here=()) is None
     assert refusal(without, "here", gpus_here=True, models_here=()) == (
         "its pass (here) was without a GPU; GPUs are here: testing again")
+
+
+def test_a_pass_on_fewer_gpus_over_another_link_or_other_nccl_settings_does_not_stand_in() -> None:
+    """issue 42: the runner is models x count x interconnect x forwarded env, as the host names it."""
+    two = GpuHost(("/dev/nvidia0", "/dev/nvidia1"), (H100,), DRIVER, count=2, interconnect="nvlink",
+                  env=(("NCCL_NVLS_ENABLE", "0"),))
+    gpu = {"verified": True, "kind": "gpu", "models": [H100], "count": 2, "interconnect": "nvlink",
+           "env": {"NCCL_NVLS_ENABLE": "0"}}
+
+    def on(**changed: Any) -> PassRecord:
+        return PassRecord(passes.PASSED, "sha256:" + "a" * 64, "s" * 64, "n", "e", gpu={**gpu, **changed})
+
+    assert refusal(on(), "here", gpus_here=True, models_here=(H100,), host=two) is None
+    assert refusal(on(count=1), "here", gpus_here=True, models_here=(H100,), host=two) == (
+        "its pass (here) was on 1 GPU(s); this host gives the suite 2: a pass on fewer GPUs does not stand in "
+        "for more, testing here")
+    assert refusal(on(count=8), "here", gpus_here=True, models_here=(H100,), host=two) is None  # more stands in
+    assert "was over pcie; this host's GPUs use nvlink" in str(
+        refusal(on(interconnect="pcie"), "here", gpus_here=True, models_here=(H100,), host=two))
+    assert "other forwarded NCCL/NVSHMEM settings" in str(
+        refusal(on(env={}), "here", gpus_here=True, models_here=(H100,), host=two))
 
 
 @pytest.mark.parametrize("allow, passed", [("", False), ("allow_skip: [throughput]\n", True)])

@@ -1,0 +1,57 @@
+"""The torch stack is checked in `stage`, on CPU, before any GPU time (issue 42): a team layer on the session's
+CPU chain whose requirements pull another torch build (here a small wheel the test builds, `torch 2.12.0`,
+installed over the chain's torch 2.13.0+cpu) fails in stage, naming the package, both versions and the layer;
+its image is removed and nothing of it is pushed. The chain's own nodes are cached (the session built them)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+from imagebuilder.ports.engine import DockerEngine
+
+from .conftest import Chain, registry_tags, report, run_cli
+
+
+def fake_torch(folder: Path, version: str) -> str:
+    """A tiny `torch` wheel of another version: what a team's requirements would pull."""
+    name = f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    files = {"torch/__init__.py": f"__version__ = '{version}'\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: itest\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()}"
+              f",{len(text)}" for path, text in files.items()] + [f"{info}/RECORD,,"]
+    with zipfile.ZipFile(folder / name, "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+        wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return name
+
+
+def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, engine: DockerEngine,
+                                                             registry: str, tmp_path: Path) -> None:
+    layers = cpu_chain.folder / "layers"
+    team = layers / "team-torch"
+    team.mkdir(exist_ok=True)
+    wheel = fake_torch(team, "2.12.0")
+    (team / "Dockerfile.j2").write_text(f"FROM {{{{ parent_image }}}}\nCOPY {wheel} /tmp/{wheel}\n"
+                                        f"RUN python -m pip install --no-deps --no-index /tmp/{wheel}\n")
+    (team / "layer.yaml").write_text("description: a team's layer whose requirements pull another torch build\n")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
+                                                           "layers: [base, business, team-torch]")
+                      .replace("layers_path: [layers]", f"layers_path: [{layers}]"))
+    run = run_cli("stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    assert run.code == 1, run.text[-3000:]
+    nodes = {n["layer"]: n for n in report(tmp_path / "report")["nodes"]}
+    assert nodes["business"]["build"] == "cached" and nodes["base"]["build"] == "cached"
+    leaf = nodes["team-torch"]
+    assert leaf["build"] == "failed" and leaf["image"] is None
+    assert "layer team-torch downgrades torch 2.13.0+cpu (installed by 2.13.0-cpu-py3.11-runtime/business) with " \
+           "2.12.0" in leaf["error"], json.dumps(leaf)[:2000]
+    assert not any(t for t in registry_tags(registry, f"itest/{cpu_chain.repository}", cache=True)
+                   if leaf["key"][:12] in t)  # nothing of it was pushed
