@@ -33,6 +33,8 @@ from .errors import (
 from .evidence import spec as spec_mod
 from .evidence.history import point_of, series
 from .evidence.signing import Keys, Signer
+from .evidence.sigstore import KINDS as LAYOUT_KINDS
+from .evidence.sigstore import Layouts
 from .input import certs, compat_refresh, grammar, lookups
 from .input import compat as compat_mod
 from .input import matrix as matrix_mod
@@ -250,8 +252,12 @@ accept_regression_option = click.option(
 no_cache_option = click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 untested_gpu_option = click.option("--allow-untested-gpu", is_flag=True,
                                    help="Publish CUDA images even when no GPU was there to test them.")
+attestations_option = click.option("--attestations", type=click.Choice(LAYOUT_KINDS), default=None,
+                                   help="Where cosign-compatible copies of the evidence go (default: the matrix's "
+                                        "`attestations:`, else both): Sigstore bundle referrers, cosign's .att tag, "
+                                        "both, or off.")
 PLAN_OPTIONS = (matrix_option, strict_option, only_option, registry_option)
-RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option)
+RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option, attestations_option)
 
 
 def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -616,6 +622,7 @@ class Common:
     report_dir: Path
     quiet: bool
     jobs: int
+    attestations: str | None = None  # --attestations (else the matrix's)
 
 
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
@@ -623,7 +630,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
               meta: dict[str, Any] | None = None, require: Staged | None = None) -> list[NodeRecord]:
     """Load the plan (every input error before anything builds), then, holding the build lock of every
     repository it pushes to, decide it (what a run before this one left is cached) and run the steps."""
-    _, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
+    matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
     engine = ctx.engine()
@@ -639,6 +646,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
                           "cached", highlight=False)
         options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
                              fail_fast=fail_fast, logs="none" if common.quiet else logs,
+                             layouts=Layouts(common.attestations or matrix.attestations),
                              meta={"tool": "imagebuilder", "version": __version__,
                                    "command": click.get_current_context().info_name, "matrix": str(common.matrix_file),
                                    "registry": common.registry, "only": common.only, "allow_untested": False,

@@ -202,6 +202,7 @@ class Matrix:
     excluded: tuple[tuple[str, str], ...] = ()  # (combination, why)
     warnings: tuple[str, ...] = field(default=())
     questions: lookups.Questions = field(default_factory=lookups.Questions)  # what a first load needs answered
+    attestations: str = "both"  # `attestations:` (`evidence.sigstore` layouts)
 
 
 @dataclass
@@ -363,7 +364,9 @@ class _Loader:
             raise InputError(problem, where=first.where, hint="credentials go only to the index hosts they are "
                              "for: name them, or give each host its own in ~/.netrc")
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
-                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)))
+                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)),
+                      self.scalar(top.get("attestations", schema.default("attestations")), "layouts",
+                                  ("attestations",)))
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)
