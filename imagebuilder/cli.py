@@ -30,9 +30,10 @@ from .errors import (
     RunFailed,
     did_you_mean,
 )
+from .evidence import admission
 from .evidence import spec as spec_mod
 from .evidence.history import point_of, series
-from .evidence.signing import Keys, Signer
+from .evidence.signing import Keys, Signer, Trust
 from .evidence.sigstore import KINDS as LAYOUT_KINDS
 from .evidence.sigstore import Layouts
 from .input import certs, compat_refresh, grammar, lookups
@@ -856,6 +857,38 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
         out_file.write_text(text, encoding="utf-8")
         ctx.err.print(f"wrote {out_file}: {escape(said)}", highlight=False)
     return 0
+
+
+@cli.command()
+@click.argument("image", metavar="IMAGE@DIGEST")
+@click.option("--trust-key", "keys_named", multiple=True, required=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="A PEM public key whose signed evidence counts (repeatable); only these count.")
+@click.option("--gpu", "gpu_model", metavar="MODEL", help="Require a pass on this GPU model (e.g. H100); its "
+              "failed verdict refuses.")
+@click.option("--policy", "policy", multiple=True, type=click.Choice(admission.POLICIES), default=("pass",),
+              show_default=True, help="What must stand beside the digest (repeatable): a pass, a pass on GPUs, a "
+              "signed SBOM, a VSA that says PASSED.")
+@click.option("--spec", metavar="KEY", help="Count only passes of this spec (a prefix of its key).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.pass_obj
+def check(ctx: Context, image: str, keys_named: tuple[Path, ...], gpu_model: str | None, policy: tuple[str, ...],
+          spec: str | None, as_json: bool) -> int:
+    """May this digest run? For a deploy pipeline, without a matrix: verifies the evidence beside IMAGE@DIGEST in
+    its registry (passes by runner, failed verdicts, SBOM, VSA) with exactly the keys named, and prints a
+    verdict. Exit 0 admitted, 1 refused, 2 undecided (bad input, registry unreachable)."""
+    from .ports.reference import parse
+
+    ref = parse(image)
+    if not ref.reference.startswith("sha256:"):
+        raise InputError(f"{image}: name the image by digest (IMAGE@sha256:...): a tag may move after the check")
+    verdict = admission.check(ctx.registry(ref.host), ref.repository, ref.reference, Trust.of(None, keys_named),
+                              policy=policy, gpu_model=gpu_model, spec=spec)
+    if as_json:
+        click.echo(json.dumps(verdict.to_json(), indent=1))
+    else:
+        for line in verdict.lines():
+            ctx.out.print(escape(line), highlight=False, soft_wrap=True)
+    return 0 if verdict.admitted else 1
 
 
 @cli.command()

@@ -26,7 +26,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 
 from . import attestation, referrers
-from .signing import ENVELOPE_TYPE, PublicKey
+from .signing import ENVELOPE_TYPE, PublicKey, Rejected, Trust, predicate_of
 
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
@@ -121,3 +121,39 @@ class Layouts:
     def found(self) -> dict[str, Any]:
         """For report.json: the layouts written, and what each registry does with referrers."""
         return {"layouts": self.kinds, "registries": self.probe.report()}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A statement found in a layout that counts (signed by a trusted key, about this digest)."""
+
+    predicate: Mapping[str, Any]
+    keyid: str
+    where: str
+
+
+def read(registry: attestation.Store, repo: str, subject: str, predicate_type: str, trust: Trust) -> \
+        tuple[list[Found], list[str]]:
+    """The statements of `predicate_type` about `repo@subject` in either layout (bundle referrers, the `.att` tag)
+    that count, and why each other one does not."""
+    envelopes: list[tuple[Any, str]] = []
+    for entry in referrers.listed(registry, repo, subject):
+        notes = entry.get("annotations") or {}
+        if entry.get("artifactType") == BUNDLE_TYPE and notes.get("dev.sigstore.bundle.predicateType") == \
+                predicate_type:
+            doc = json.loads(registry.manifest(repo, str(entry["digest"]))[0])
+            held = json.loads(registry.blob(repo, str(doc["layers"][0]["digest"])))
+            envelopes.append((held.get("dsseEnvelope"), f"bundle {str(entry['digest'])[:19]}"))
+    if registry.manifest_digest(repo, att_tag(subject)) is not None:
+        doc = json.loads(registry.manifest(repo, att_tag(subject))[0])
+        for layer in doc.get("layers") or []:
+            if (layer.get("annotations") or {}).get("predicateType") == predicate_type:
+                envelopes.append((json.loads(registry.blob(repo, str(layer["digest"]))), att_tag(subject)))
+    found, rejected = [], []
+    for envelope, where in envelopes:
+        try:
+            payload, key = trust.open(envelope)
+            found.append(Found(predicate_of(payload, subject, predicate_type), key.keyid, where))
+        except (Rejected, ValueError, TypeError, KeyError) as exc:
+            rejected.append(f"{where}: {exc}")
+    return found, rejected
