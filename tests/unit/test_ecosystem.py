@@ -311,3 +311,23 @@ def test_the_signed_sbom_no_longer_takes_the_sbom_tag_which_holds_the_raw_docume
     att = json.loads(reg.manifest(REPO, sigstore.att_tag(manifest))[0])
     assert [layer["annotations"]["predicateType"] for layer in att["layers"]] == [sboms.PREDICATE_TYPE]
     assert found.lookup(REPO, manifest).sbom is not None
+
+
+def test_the_docs_policies_name_what_we_write() -> None:
+    """docs/guide/ecosystem-tools.md: its Kyverno and policy-controller policies parse, and ask for the predicate
+    type and level names this code writes (no package ships their CRDs' schemas to check them against)."""
+    import re
+
+    import yaml
+
+    text = (ROOT / "docs" / "guide" / "ecosystem-tools.md").read_text(encoding="utf-8")
+    docs = {d["kind"]: d for block in re.findall(r"```yaml\n(.*?)```", text, re.S) for d in yaml.safe_load_all(block)}
+    rule = docs["ClusterPolicy"]["spec"]["rules"][0]["verifyImages"][0]["attestations"][0]
+    assert rule["type"] == predicates.VSA
+    conditions = rule["conditions"][0]["all"]
+    assert {"key": "{{ verifiedLevels }}", "operator": "AnyIn", "value": [predicates.GPU_VERIFIED]} in conditions
+    assert rule["attestors"][0]["entries"][0]["keys"]["rekor"] == {"ignoreTlog": True}
+    authority = docs["ClusterImagePolicy"]["spec"]["authorities"][0]
+    assert authority["attestations"][0]["predicateType"] == predicates.VSA and "ctlog" not in authority
+    assert predicates.GPU_VERIFIED in authority["attestations"][0]["policy"]["data"]
+    assert predicates.model_level("NVIDIA H100 80GB HBM3") in text
