@@ -78,3 +78,21 @@ def test_the_command_wants_a_digest_and_a_named_key(tmp_path: Path, capsys: pyte
                  str(key)]) == 2
     assert "name the image by digest" in capsys.readouterr().err
     assert main(["--cache-dir", str(tmp_path / "c"), "check", "127.0.0.1:5000/ml/x@sha256:" + "a" * 64]) == 2
+
+
+def test_the_command_counts_only_the_keys_named_not_this_machines_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import imagebuilder.cli as cli_mod
+
+    cache = tmp_path / "cache"
+    local = Signer.local(cache / "keys")  # this machine's own key signs the record
+    reg, manifest = published(local)
+    monkeypatch.setattr(cli_mod.Context, "registry", lambda self, host: reg)
+    named, other = tmp_path / "local.pem", tmp_path / "other.pem"
+    named.write_bytes(local.public.pem())
+    other.write_bytes(Signer.generate().public.pem())
+    image = f"{reg.host}/{REPO}@{manifest}"
+    assert main(["--cache-dir", str(cache), "check", image, "--trust-key", str(other)]) == 1
+    assert "REFUSED" in capsys.readouterr().out
+    assert main(["--cache-dir", str(cache), "check", image, "--trust-key", str(named), "--gpu", "H100"]) == 0
+    assert "ADMITTED" in capsys.readouterr().out
