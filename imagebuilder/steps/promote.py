@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
-from ..evidence import attestation, passes, sboms
+from ..evidence import attestation, passes, referrers, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..plan.tags import TAG_RE
@@ -230,6 +230,9 @@ def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, 
     if artifact is None:
         return False
     registry.copy(source_repo, artifact, target_repo, tag)
+    if registry.referrers(target_repo, digest) is None:  # no referrers API: listed in the fallback index there too
+        body, media_type = registry.manifest(target_repo, artifact)
+        referrers.add(registry, target_repo, digest, referrers.descriptor(body, artifact, media_type))
     return target.lookup(target_repo, digest).sbom is not None
 
 
