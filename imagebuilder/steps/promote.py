@@ -208,7 +208,7 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
         if target_repo != source_repo and registry.manifest_digest(target_repo, proof.tag) is None:
             record_digest = registry.manifest_digest(source_repo, proof.tag)
             if record_digest is not None:
-                registry.copy(source_repo, record_digest, target_repo, proof.tag)
+                copy_referrer(registry, source_repo, record_digest, target_repo, proof.tag, move.digest)
         return has_sbom
     config = store.config_digest(source_repo, move.digest) or ""
     store.put(target_repo, PassRecord(passes.UNTESTED, config=config, spec="0" * 64, node=move.source,
@@ -229,11 +229,18 @@ def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, 
     artifact = registry.manifest_digest(source_repo, tag)
     if artifact is None:
         return False
-    registry.copy(source_repo, artifact, target_repo, tag)
-    if registry.referrers(target_repo, digest) is None:  # no referrers API: listed in the fallback index there too
-        body, media_type = registry.manifest(target_repo, artifact)
-        referrers.add(registry, target_repo, digest, referrers.descriptor(body, artifact, media_type))
+    copy_referrer(registry, source_repo, artifact, target_repo, tag, digest)
     return target.lookup(target_repo, digest).sbom is not None
+
+
+def copy_referrer(registry: Registry, source_repo: str, artifact: str, target_repo: str, tag: str,
+                  subject: str) -> None:
+    """Copy an attestation of `subject` into another repository under `tag`, listed among the image's referrers
+    there (the fallback index, where the registry has no referrers API)."""
+    registry.copy(source_repo, artifact, target_repo, tag)
+    if registry.referrers(target_repo, subject) is None:
+        body, media_type = registry.manifest(target_repo, artifact)
+        referrers.add(registry, target_repo, subject, referrers.descriptor(body, artifact, media_type))
 
 
 def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, advisories: osv.Advisories,
