@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import EngineError
+from ..errors import EngineError, ImageBuilderError
 
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 RECORD = "io.imagebuilder.record"  # on our referrers: the record they are a form of (its native tag)
@@ -138,6 +138,14 @@ def listed(registry: Store, repo: str, subject: str) -> list[dict[str, Any]]:
     return [dict(m) for m in (doc or {}).get("manifests") or [] if isinstance(m, Mapping)]
 
 
+def _asked(question: Callable[[], bool]) -> bool | str:
+    """A probe's answer, or why the registry gave none (it refused the request: never a reason to stop a run)."""
+    try:
+        return question()
+    except ImageBuilderError as exc:
+        return f"unknown ({exc.message})"
+
+
 @dataclass
 class Probe:
     """What each registry does, asked once per run and host: the referrers API (a GET of the first subject's
@@ -156,8 +164,8 @@ class Probe:
                 self.found[registry.host]["oci_subject"] = self.found[registry.host]["oci_subject"] or lists
                 return lists
             self.found[registry.host] = {"oci_subject": lists}
-        facts = {"referrers_api": registry.referrers(repo, subject) is not None,
-                 "tag_deletion": registry.deletes_tags(repo)}
+        facts = {"referrers_api": _asked(lambda: registry.referrers(repo, subject) is not None),
+                 "tag_deletion": _asked(lambda: registry.deletes_tags(repo))}
         with self._lock:
             self.found[registry.host].update(facts)
         return lists
