@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser env demo test unit integration lint docs reference golden clean
+.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser sigstore env demo test unit integration lint docs reference golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -65,6 +65,10 @@ env: venv engine registry compose wheelhouse base-image
 browser:
 	bash .ci/browser.sh
 
+# Sigstore's own verifier (npm @sigstore/verify, pinned in tests/sigstore/), for the tests that check our bundles.
+sigstore:
+	bash .ci/sigstore.sh
+
 demo: env
 	$(BIN)/imagebuilder build --matrix $(MATRIX) --report $(REPORT)
 
@@ -84,12 +88,12 @@ reference: venv
 unit: venv
 	$(BIN)/python -m pytest tests -m "not integration and not browser" -q $(PYTEST_ARGS)
 
-integration: cuda-wheels env registry-services browser
+integration: cuda-wheels env registry-services browser sigstore
 	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
 # Lint and build the docs strictly once, then every test once (what .ci/run runs), on two workers: the CUDA
 # images build beside the other integration tests (tests/conftest.py: WORK_UNITS).
-test: cuda-wheels env registry-services browser lint docs
+test: cuda-wheels env registry-services browser sigstore lint docs
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv

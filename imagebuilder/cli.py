@@ -31,10 +31,13 @@ from .errors import (
     RunFailed,
     did_you_mean,
 )
+from .evidence import admission
 from .evidence import spec as spec_mod
 from .evidence.history import cell_of, point_of, series
 from .evidence.provenance import BuildTrust
-from .evidence.signing import Keys, Signer
+from .evidence.signing import Keys, Signer, Trust
+from .evidence.sigstore import KINDS as LAYOUT_KINDS
+from .evidence.sigstore import Layouts
 from .input import certs, compat_refresh, grammar, lookups
 from .input import compat as compat_mod
 from .input import matrix as matrix_mod
@@ -272,8 +275,12 @@ accept_regression_option = click.option(
 no_cache_option = click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 untested_gpu_option = click.option("--allow-untested-gpu", is_flag=True,
                                    help="Publish CUDA images even when no GPU was there to test them.")
+attestations_option = click.option("--attestations", type=click.Choice(LAYOUT_KINDS), default=None,
+                                   help="Where cosign-compatible copies of the evidence go (default: the matrix's "
+                                        "`attestations:`, else both): Sigstore bundle referrers, cosign's .att tag, "
+                                        "both, or off.")
 PLAN_OPTIONS = (matrix_option, strict_option, only_option, registry_option)
-RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option)
+RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option, attestations_option)
 
 
 def options(*stack: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -646,6 +653,7 @@ class Common:
     report_dir: Path
     quiet: bool
     jobs: int
+    attestations: str | None = None  # --attestations (else the matrix's)
 
 
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
@@ -653,7 +661,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
               meta: dict[str, Any] | None = None, require: Staged | None = None) -> list[NodeRecord]:
     """Load the plan (every input error before anything builds), then, holding the build lock of every
     repository it pushes to, decide it (what a run before this one left is cached) and run the steps."""
-    _, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
+    matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
     engine = ctx.engine()
@@ -669,6 +677,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
                           "cached", highlight=False)
         options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
                              fail_fast=fail_fast, logs="none" if common.quiet else logs,
+                             layouts=Layouts(common.attestations or matrix.attestations),
                              meta={"tool": "imagebuilder", "version": __version__,
                                    "command": click.get_current_context().info_name, "matrix": str(common.matrix_file),
                                    "registry": common.registry, "only": common.only, "allow_untested": False,
@@ -878,6 +887,38 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
         out_file.write_text(text, encoding="utf-8")
         ctx.err.print(f"wrote {out_file}: {escape(said)}", highlight=False)
     return 0
+
+
+@cli.command()
+@click.argument("image", metavar="IMAGE@DIGEST")
+@click.option("--trust-key", "keys_named", multiple=True, required=True, type=click.Path(path_type=Path),
+              metavar="FILE", help="A PEM public key whose signed evidence counts (repeatable); only these count.")
+@click.option("--gpu", "gpu_model", metavar="MODEL", help="Require a pass on this GPU model (e.g. H100); its "
+              "failed verdict refuses.")
+@click.option("--policy", "policy", multiple=True, type=click.Choice(admission.POLICIES), default=("pass",),
+              show_default=True, help="What must stand beside the digest (repeatable): a pass, a pass on GPUs, a "
+              "signed SBOM, a VSA that says PASSED.")
+@click.option("--spec", metavar="KEY", help="Count only passes of this spec (a prefix of its key).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.pass_obj
+def check(ctx: Context, image: str, keys_named: tuple[Path, ...], gpu_model: str | None, policy: tuple[str, ...],
+          spec: str | None, as_json: bool) -> int:
+    """May this digest run? For a deploy pipeline, without a matrix: verifies the evidence beside IMAGE@DIGEST in
+    its registry (passes by runner, failed verdicts, SBOM, VSA) with exactly the keys named, and prints a
+    verdict. Exit 0 admitted, 1 refused, 2 undecided (bad input, registry unreachable)."""
+    from .ports.reference import parse
+
+    ref = parse(image)
+    if not ref.reference.startswith("sha256:"):
+        raise InputError(f"{image}: name the image by digest (IMAGE@sha256:...): a tag may move after the check")
+    verdict = admission.check(ctx.registry(ref.host), ref.repository, ref.reference, Trust.of(None, keys_named),
+                              policy=policy, gpu_model=gpu_model, spec=spec)
+    if as_json:
+        click.echo(json.dumps(verdict.to_json(), indent=1))
+    else:
+        for line in verdict.lines():
+            ctx.out.print(escape(line), highlight=False, soft_wrap=True)
+    return 0 if verdict.admitted else 1
 
 
 @cli.command()

@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import EngineError
 from ..smoke import suite_source
 from ..smoke.judge import rules
-from . import attestation
+from . import attestation, referrers
 from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
@@ -255,14 +255,26 @@ def opened(trust: Trust, envelope_doc: Any, subject: str) -> Signed:
     return Signed(record, key.keyid, key.source)
 
 
+class Also(Protocol):
+    """What is written beside each record once it is stored (`ecosystem.Ecosystem`: its copies for other tools)."""
+
+    @property
+    def probe(self) -> referrers.Probe: ...
+
+    def record(self, registry: attestation.Store, repo: str, record: PassRecord, envelope: Mapping[str, Any],
+               tag: str) -> None: ...
+
+
 @dataclass
 class RegistryPasses:
     """Pass records in one registry: signed envelopes in OCI artifacts beside the images they are about. Only a
-    record whose signature verifies against `trust` counts; `signer` signs what this run writes."""
+    record whose signature verifies against `trust` counts; `signer` signs what this run writes; `also` writes
+    the ecosystem's copies of each."""
 
     registry: RecordRegistry
     trust: Trust
     signer: Signer | None = None
+    also: Also | None = None
 
     def config_digest(self, repo: str, manifest: str) -> str | None:
         """The config digest (image ID) of an image manifest; None for an index or a missing manifest."""
@@ -319,11 +331,14 @@ class RegistryPasses:
         if per_model and model is None:
             raise EngineError(f"{record.node}: a GPU model's verdict needs a run on GPUs")
         tag = record_tag(record.manifest, record.spec, record.verdict, model, record.date)
-        attestation.put(self.registry, repo, tag, envelope(self.signer, record, record.manifest),
-                        artifact_type=ARTIFACT_TYPE, subject=record.manifest, predicate_type=PREDICATE_TYPE,
+        signed = envelope(self.signer, record, record.manifest)
+        attestation.put(self.registry, repo, tag, signed, artifact_type=ARTIFACT_TYPE, subject=record.manifest,
+                        predicate_type=PREDICATE_TYPE, probe=self.also.probe if self.also else None,
                         annotations={"io.imagebuilder.verdict": record.verdict, "io.imagebuilder.node": record.node,
                                      "io.imagebuilder.signer": self.signer.public.keyid,
                                      "org.opencontainers.image.created": record.date or now()})
+        if self.also is not None:
+            self.also.record(self.registry, repo, record, signed, tag)
         return tag
 
     def write(self, repo: str, record: PassRecord) -> str:

@@ -1,5 +1,7 @@
 """SBOM attestations: the CycloneDX document of one image, named by its manifest digest, signed like a pass record
-and kept beside the image (`attestation`: tag `sha256-<hex>.sbom`, `artifactType` `application/vnd.cyclonedx+json`).
+and kept beside the image (`attestation`: tag `sha256-<hex>.signed-sbom`, `artifactType`
+`application/vnd.cyclonedx+json`). The tag `sha256-<hex>.sbom` is other tools' (cosign's, NVIDIA's): there a raw
+CycloneDX document is expected, and `ecosystem` writes one; nothing under it counts here.
 
 The document is the predicate of an in-toto Statement of predicate type `https://cyclonedx.org/bom` (the type
 cosign and in-toto give CycloneDX attestations) whose subject is the image's manifest digest, in a DSSE envelope.
@@ -18,16 +20,16 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import EngineError
-from . import attestation
+from . import attestation, referrers
 from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.cyclonedx+json"
 PREDICATE_TYPE = "https://cyclonedx.org/bom"
 LAYER_PREDICATE = "https://imagebuilder.dev/layer-contents/v1"
-KIND = "sbom"
+KIND = "signed-sbom"  # (not `sbom`: that tag holds a raw document for other tools)
 
 
 def sbom_tag(manifest: str) -> str:
@@ -71,6 +73,16 @@ def opened(trust: Trust, envelope: Any, subject: str) -> SignedSbom:
     return SignedSbom(document, key.keyid, key.source)
 
 
+class Also(Protocol):
+    """What is written beside each signed SBOM once it is stored (`ecosystem.Ecosystem`)."""
+
+    @property
+    def probe(self) -> referrers.Probe: ...
+
+    def sbom(self, registry: attestation.Store, repo: str, manifest: str, envelope: Mapping[str, Any],
+             document: Mapping[str, Any], tag: str) -> None: ...
+
+
 @dataclass
 class RegistrySboms:
     """SBOM attestations in one registry; only one whose signature verifies against `trust` counts; `signer`
@@ -79,6 +91,7 @@ class RegistrySboms:
     registry: attestation.Store
     trust: Trust
     signer: Signer | None = None
+    also: Also | None = None  # writes the ecosystem's copies (`ecosystem.Ecosystem`)
 
     def lookup(self, repo: str, manifest: str) -> Found:
         tag = sbom_tag(manifest)
@@ -104,12 +117,14 @@ class RegistrySboms:
         component = (document.get("metadata") or {}).get("component") or {}
         envelope = self.signer.sign(statement(str(component.get("name") or repo), manifest, PREDICATE_TYPE, document))
         attestation.put(self.registry, repo, tag, envelope, artifact_type=ARTIFACT_TYPE, subject=manifest,
-                        predicate_type=PREDICATE_TYPE,
+                        predicate_type=PREDICATE_TYPE, probe=self.also.probe if self.also else None,
                         annotations={"io.imagebuilder.node": node, "io.imagebuilder.signer": self.signer.public.keyid,
                                      "org.opencontainers.image.created": str((document.get("metadata") or {})
                                                                              .get("timestamp") or "")})
         if self.lookup(repo, manifest).sbom is None:
             raise EngineError(f"the SBOM {repo}:{tag} did not read back as signed by this run")
+        if self.also is not None:
+            self.also.sbom(self.registry, repo, manifest, envelope, document, tag)
         return tag
 
 

@@ -43,6 +43,7 @@ PATTERNS: dict[str, str] = {
     "username": r"[a-z_][a-z0-9_-]{0,31}",
     "id": r"[1-9]\d{0,9}",
     "severity": r"none|low|medium|high|critical",
+    "layouts": r"both|bundle|att|off",
     "package": r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}",  # a Python distribution's or a Debian package's name
     "date": r"\d{4}-\d{2}-\d{2}",
     "advisory": r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9.:]+)+",  # an OSV id or alias: GHSA-..., CVE-2024-1, DSA-5532-1
@@ -66,6 +67,7 @@ HINTS: dict[str, str] = {
     "varname": "a letter or _, then letters, digits and _",
     "size": "a number of bytes, optionally with a unit b, k, m or g, e.g. 2g",
     "severity": "none, low, medium, high or critical",
+    "layouts": "both, bundle, att or off",
     "package": "a package name such as jinja2 or libssl3",
     "date": "a date as YYYY-MM-DD, e.g. 2027-01-31",
     "advisory": "an advisory id or alias, e.g. GHSA-h75v-3vvj-5mfj or CVE-2024-56326",

@@ -200,6 +200,7 @@ class Matrix:
     warnings: tuple[str, ...] = field(default=())
     questions: lookups.Questions = field(default_factory=lookups.Questions)  # what a first load needs answered
     registry: str | None = None  # the file's own `registry:` (or --registry): whose host gets the env's credentials
+    attestations: str = schema.value("attestations")  # `attestations:` (`evidence.sigstore` layouts)
 
 
 @dataclass
@@ -377,7 +378,9 @@ class _Loader:
                              "for: name them, or give each host its own in ~/.netrc")
         own = self.registry_override or (top["registry"] if isinstance(top.get("registry"), str) else None)
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
-                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)), own)
+                      lookups.Questions(frozenset(self.base_images), frozenset(self.index)), own,
+                      self.scalar(top.get("attestations", schema.default("attestations")), "layouts",
+                                  ("attestations",)))
 
     def expand(self, top: dict[str, Any]) -> tuple[list[Combo], list[tuple[str, str]]]:
         axes = self.mapping(top["matrix"], ("matrix",), AXES)

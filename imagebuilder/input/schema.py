@@ -67,6 +67,9 @@ KEYS: tuple[Key, ...] = (
         "(GitHub Actions' rules).", "[]", TOP, items="mapping"),
     Key("not_secrets", "list", "Names in `vars`/`smoke.env` that look like secrets but are not.", "[]", TOP,
         items="varname"),
+    Key("attestations", "layouts", "Where cosign-compatible copies of pass records, test results, VSAs and SBOMs "
+        "go: `both` (Sigstore bundle referrers and cosign's `.att` tag), `bundle`, `att` or `off` (or "
+        "--attestations).", "both", TOP),
     Key("name", "name", "The entry's id, instead of {torch}-{accelerator}-py{python}-{flavor}.", None, INCLUDE),
     Key("base_image", "image", "What root layers build FROM (resolved to its image ID).", None, ENTRY,
         required=True),

@@ -79,6 +79,16 @@ class Registry(Protocol):
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str: ...
 
+    def push_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> tuple[str, str | None]:
+        """`put_manifest`, and the `OCI-Subject` header the registry answered with (None: none)."""
+
+    def referrers(self, repo: str, digest: str) -> dict[str, Any] | None:
+        """The referrers API's index for a digest; None where the registry has no referrers API."""
+
+    def deletes_tags(self, repo: str) -> bool: ...
+
+    def tag_lock(self, repo: str, tag: str) -> AbstractContextManager[Any]: ...
+
     def tags(self, repo: str) -> list[str]: ...
 
     def copy(self, source_repo: str, digest: str, target_repo: str, tag: str) -> str: ...

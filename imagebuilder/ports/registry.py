@@ -84,6 +84,8 @@ class Registry:
     _token: dict[str, str] = field(default_factory=dict, repr=False)
     _scheme: str | None = field(default=None, repr=False)  # once known: https, or http (an insecure one)
     _push: dict[str, str | None] = field(default_factory=dict, repr=False)  # repository -> why not (can_push)
+    _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict, repr=False)  # (tag_lock)
+    _locks_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:  # (the token service, on https too, is checked against the same CAs)
         self._session.mount("https://", tls.ContextAdapter(tls.context(self.cafiles)))
@@ -300,13 +302,44 @@ class Registry:
         return resp.content, resp.headers.get("Content-Type", MANIFEST_TYPES[-1]).split(";")[0]
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
+        return self.push_manifest(repo, tag, body, media_type)[0]
+
+    def push_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> tuple[str, str | None]:
+        """PUT a manifest (under a tag, or by its digest); its digest, and the `OCI-Subject` header the registry
+        answered with (OCI distribution 1.1: the subject it listed the manifest under; None when it said none)."""
         resp = self._request("PUT", f"{repo}/manifests/{tag}", scope=f"repository:{repo}:pull,push",
                              headers={"Content-Type": media_type}, data=body)
         if resp.status_code in (401, 403):
             raise self._failed(resp, f"PUT {repo}:{tag}", "push to", repo)
         if resp.status_code not in (200, 201):
             raise EngineError(f"registry {self.host}: PUT {repo}:{tag}: HTTP {resp.status_code} {_said(resp)}")
-        return resp.headers.get("Docker-Content-Digest", "")
+        return resp.headers.get("Docker-Content-Digest", ""), resp.headers.get("OCI-Subject")
+
+    def referrers(self, repo: str, digest: str) -> dict[str, Any] | None:
+        """The referrers API's image index for `digest` (OCI distribution 1.1); None where the registry has no such
+        API (a 404 that is not an index, as Distribution 2.x answers)."""
+        resp = self._request("GET", f"{repo}/referrers/{digest}", scope=f"repository:{repo}:pull",
+                             headers={"Accept": MANIFEST_TYPES[0]})
+        if resp.status_code != 200 or not resp.headers.get("Content-Type", "").startswith(MANIFEST_TYPES[0]):
+            return None
+        try:
+            doc = resp.json()
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def deletes_tags(self, repo: str) -> bool:
+        """Whether the registry deletes a manifest by tag (OCI distribution 1.1): a DELETE of a tag that does not
+        exist (a random name) is answered 404 or 202 where it does, 400/405 where it deletes only by digest."""
+        resp = self._request("DELETE", f"{repo}/manifests/imagebuilder-probe-{os.urandom(6).hex()}",
+                             scope=f"repository:{repo}:pull,push,delete")
+        return resp.status_code in (202, 404)
+
+    def tag_lock(self, repo: str, tag: str) -> threading.Lock:
+        """This client's lock on one tag: read-modify-writes of one tag from this process (a referrers index, a
+        `.att` manifest) take turns; other writers are answered by reading back (`referrers`)."""
+        with self._locks_lock:
+            return self._locks.setdefault((repo, tag), threading.Lock())
 
     def tags(self, repo: str) -> list[str]:
         """Every tag of a repository (following the registry's pagination)."""

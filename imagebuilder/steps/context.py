@@ -12,9 +12,11 @@ from typing import Protocol
 
 from rich.markup import escape
 
+from ..evidence.ecosystem import Ecosystem
 from ..evidence.history import History
 from ..evidence.passes import LocalPasses, RegistryPasses
 from ..evidence.signing import Keys
+from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
 from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan
@@ -86,13 +88,19 @@ class RunContext:
     keys: Keys  # who signs this run's records, whose records count
     cache_dir: Path  # the local mirror of pass records
     served: Served = Served()
+    layouts: Layouts = field(default_factory=Layouts)  # where the ecosystem's copies of evidence go (`sigstore`)
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
     _histories: dict[str, History] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def passes(self, host: str) -> RegistryPasses:
         """The pass records of one registry, read with this run's trust and written with its signer."""
-        return RegistryPasses(self.registries(host), self.keys.trust, self.keys.signer)
+        return RegistryPasses(self.registries(host), self.keys.trust, self.keys.signer, self.ecosystem())
+
+    def ecosystem(self) -> Ecosystem | None:
+        """What writes the ecosystem's copies of this run's evidence (signed by its signer); None when this run has
+        no signing key whose signatures count (it writes no evidence)."""
+        return Ecosystem(self.layouts, self.keys.signer) if self.keys.signer is not None else None
 
     def history(self, host: str) -> History:
         """The performance history in one registry (its records read once per repository and run)."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
-from ..evidence import attestation, passes, sboms
+from ..evidence import attestation, passes, referrers, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..input.matrix import VulnerabilitySettings
@@ -227,7 +227,7 @@ def carry_verdicts(registry: Registry, digest: str, source_repo: str, target_rep
     held = set(registry.tags(target_repo))
     for record_tag in passes.tags_for(digest, registry.tags(source_repo)):
         if record_tag not in held and (found := registry.manifest_digest(source_repo, record_tag)) is not None:
-            registry.copy(source_repo, found, target_repo, record_tag)
+            copy_referrer(registry, source_repo, found, target_repo, record_tag, digest)  # (and its referrers entry)
 
 
 def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, target_repo: str) -> bool:
@@ -242,8 +242,18 @@ def carry_sbom(registry: Registry, trust: Trust, digest: str, source_repo: str, 
     artifact = registry.manifest_digest(source_repo, tag)
     if artifact is None:
         return False
-    registry.copy(source_repo, artifact, target_repo, tag)
+    copy_referrer(registry, source_repo, artifact, target_repo, tag, digest)
     return target.lookup(target_repo, digest).sbom is not None
+
+
+def copy_referrer(registry: Registry, source_repo: str, artifact: str, target_repo: str, tag: str,
+                  subject: str) -> None:
+    """Copy an attestation of `subject` into another repository under `tag`, listed among the image's referrers
+    there (the fallback index, where the registry has no referrers API)."""
+    registry.copy(source_repo, artifact, target_repo, tag)
+    if registry.referrers(target_repo, subject) is None:
+        body, media_type = registry.manifest(target_repo, artifact)
+        referrers.add(registry, target_repo, subject, referrers.descriptor(body, artifact, media_type))
 
 
 def vulnerable(registry: Registry, trust: Trust, move: Move, policy: Policy, advisories: osv.Advisories,

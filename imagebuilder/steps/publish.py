@@ -191,6 +191,7 @@ class Publish:
             run.ledger.update(node.id, tags=node.tags, digest=digests[node.id],
                               publish=PublishStatus.PUSHED if moved[node.id] else PublishStatus.CURRENT)
             if not self.dry_run:
+                self.summarise(run, node, digests[node.id])
                 repository = tagging.repository_ref(node.entry.registry, node.entry.repository)
                 signed = self.signing.sign(f"{repository}@{digests[node.id]}")
                 if signed is not None:
@@ -199,6 +200,26 @@ class Publish:
             run.logs.say(f"[green]✓ {done} {escape(node.tags[0])}@{digests[node.id]}[/]")
             run.ledger.timed(node.id, "publish", time.monotonic() - starts[node.id])
         return True
+
+    @staticmethod
+    def summarise(run: RunContext, node: Node, digest: str) -> None:
+        """The published digest's SLSA VSA, from the trusted records beside it, in the run's layouts (a copy for
+        other tools: one that cannot be written is said, and publishes nothing less)."""
+        ecosystem = run.ecosystem()
+        if run.layouts.kinds == "off" or ecosystem is None:
+            return
+        host, repo, _ = run.key_tag(node)
+        store = run.passes(host)
+        try:
+            found = [(tag, store.registry.manifest_digest(repo, tag) or "", got.found.record)
+                     for tag in passes.tags_for(digest, store.tags_of(repo))
+                     if (got := store.read(repo, tag)).found is not None]
+            verdict = ecosystem.vsa(store.registry, repo, f"{host}/{repo}", digest, run.specs.key(node), found)
+        except ImageBuilderError as exc:
+            run.logs.say(f"[yellow]  {escape(node.id)}: no VSA beside {digest[:19]}: {escape(exc.message)}[/]")
+            return
+        run.logs.say(f"[dim]  {escape(node.id)}: VSA {verdict['verificationResult']} "
+                     f"({escape(', '.join(verdict['verifiedLevels']) or 'no level')}) beside {digest[:19]}[/]")
 
     @staticmethod
     def fail_entry(run: RunContext, nodes: list[Node], starts: Mapping[str, float], bad: Node, message: str,

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..evidence.signing import Keys
+from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
 from ..plan import tags as tagging
 from ..plan.keys import LABEL_PREFIX
@@ -48,6 +49,7 @@ class RunOptions:
     fail_fast: bool = False  # start nothing new after the first failure
     logs: str = "stream"  # the display's mode (`display.LOG_MODES`); none: a summary only
     meta: Mapping[str, Any] = field(default_factory=dict)  # what report.json says of the command
+    layouts: Layouts = field(default_factory=Layouts)  # the ecosystem's copies of evidence (`sigstore`)
 
 
 def compose(steps: Sequence[Step], run: RunContext) -> list[schedule.Task]:
@@ -87,7 +89,7 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to this run's "
                      f"builds through {escape(proxied.urls[url])} (they never enter an image)[/]")
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
-                         Scanner(secrets), keys, options.cache_dir, Served(urls, proxied))
+                         Scanner(secrets), keys, options.cache_dir, Served(urls, proxied), options.layouts)
         try:
             for one in steps:
                 one.start(run)
@@ -117,7 +119,8 @@ def report(ledger: Ledger, secrets: Mapping[str, str], console: Console, options
     """report.json, summary.md and junit.xml from the ledger (every known secret masked), and the summary."""
     ledger.masked(lambda text: redact.mask(text, secrets))
     records = ledger.records()
-    meta = {**options.meta, "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    meta = {**options.meta, "attestations": options.layouts.found(),
+            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": socket.gethostname(), "interrupted": interrupted}
     written = write_reports(records, options.report_dir, meta)
     if not interrupted:

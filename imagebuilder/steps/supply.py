@@ -205,7 +205,7 @@ class SupplyChain:
     def find_or_make(self, run: RunContext, node: Node, digest: str, digests: Mapping[str, str], *,
                      dry_run: bool) -> Sbom:
         host, repo, _ = run.key_tag(node)
-        store = RegistrySboms(run.registries(host), run.keys.trust, run.keys.signer)
+        store = RegistrySboms(run.registries(host), run.keys.trust, run.keys.signer, run.ecosystem())
         found: Found = store.lookup(repo, digest)
         where = f"registry {host}/{repo}:{sbom_tag(digest)}"
         if found.sbom is not None:

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from imagebuilder.evidence import passes
+from imagebuilder.evidence.ecosystem import raw_sbom_tag
+from imagebuilder.evidence.referrers import index_tag
 from imagebuilder.evidence.sboms import sbom_tag
+from imagebuilder.evidence.sigstore import att_tag
 from imagebuilder.ports.engine import DockerEngine
 
 from ..report_page import ReportPage
@@ -73,7 +76,9 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     assert sorted(records) == sorted(t for n in nodes.values() for t in passes.tags_for(n["digest"], every))
     assert len(records) == 3
     assert sorted(every) == sorted([*registry_tags(registry, f"itest/{repository}"), *records,
-                                    *(sbom_tag(n["digest"]) for n in nodes.values()),
+                                    *(t for n in nodes.values() for t in (  # the signed SBOM, the raw one, cosign's
+                                        sbom_tag(n["digest"]), raw_sbom_tag(n["digest"]),  # `.att` and the
+                                        att_tag(n["digest"]), index_tag(n["digest"]))),  # fallback referrers index
                                     *(f"cache-{n['key'][:12]}" for n in nodes.values())])
 
     # Each layer builds FROM its parent's image ID, and carries OCI and version labels.

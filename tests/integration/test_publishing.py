@@ -4,16 +4,23 @@ never published as tested."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from imagebuilder.evidence import passes
+import pytest
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
+
+from imagebuilder.evidence import passes, predicates, referrers, sboms, sigstore
 from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.signing import Signer
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
-from .conftest import Chain, CliRun, cpu_matrix, registry_tags, report, salted_layers, session_trust
+from .conftest import ROOT, Chain, CliRun, cpu_matrix, public_key, registry_tags, report, salted_layers, session_trust
 
 
 def chain_layers_matrix(tmp_path: Path, repository: str, wheelhouse: Path, cpu_chain: Chain,
@@ -105,3 +112,72 @@ def test_the_published_record_says_what_passed_where(registry: str, cpu_chain: C
         else:  # an ancestor passed through the leaf built on it
             assert record.report is None and record.via is not None
             assert record.via["node"].endswith("/task") and record.via["manifest"] == cpu_chain.nodes["task"]["digest"]
+
+
+def test_what_other_tools_find_beside_each_published_digest(registry: str, cpu_chain: Chain, tmp_path: Path) -> None:
+    """On Distribution 2.8 (no referrers API, no OCI-Subject): the fallback index `sha256-<hex>` lists every
+    record with its artifact type; Sigstore's own verifier (npm @sigstore/verify, which no one here wrote) checks
+    each bundle with the PEM public key and refuses a tampered bundle and a foreign key; securesystemslib checks
+    every `.att` layer."""
+    reg = Registry.for_host(registry)
+    repo = f"itest/{cpu_chain.repository}"
+    found = cpu_chain.report["attestations"]
+    assert found["layouts"] == "both" and found["registries"][registry] == {
+        "oci_subject": False, "referrers_api": False, "tag_deletion": False,
+        "referrers": "fallback index (tag sha256-<hex>)"}
+    key = public_key(tmp_path / "key.pem")
+    foreign = tmp_path / "foreign.pem"
+    foreign.write_bytes(Signer.generate().public.pem())
+    trusted = session_trust().keys[0]
+    sslib = SSlibKey(trusted.keyid, "ed25519", "ed25519", {"public": trusted.raw})
+    every = registry_tags(registry, repo, cache=True)
+    files: list[tuple[Path, str, str]] = []  # each bundle, its image's digest and its predicate type
+    for layer, node in cpu_chain.nodes.items():
+        digest = node["digest"]
+        index, _ = reg.manifest(repo, referrers.index_tag(digest))
+        listed = json.loads(index)["manifests"]
+        by_digest = {m["digest"]: m for m in listed}
+        records = [t for t in every if t.startswith(digest.replace(":", "-") + ".") and not t.endswith(".att")]
+        assert {t.rsplit(".", 1)[1].split("-")[0] for t in records} == {"pass", "signed", "sbom"}, records
+        for tag in records:  # every record of ours beside the digest is listed, with its artifact type
+            entry = by_digest[reg.manifest_digest(repo, tag)]
+            assert entry["artifactType"] == json.loads(reg.manifest(repo, tag)[0])["artifactType"], tag
+        bundles = [m for m in listed if m["artifactType"] == sigstore.BUNDLE_TYPE]
+        kinds = sorted(m["annotations"]["dev.sigstore.bundle.predicateType"] for m in bundles)
+        assert kinds == sorted([passes.PREDICATE_TYPE, predicates.TEST_RESULT, predicates.VSA, sboms.PREDICATE_TYPE])
+        for entry in bundles:
+            manifest = json.loads(reg.manifest(repo, entry["digest"])[0])
+            path = tmp_path / f"{entry['digest'][7:19]}.json"
+            path.write_bytes(reg.blob(repo, manifest["layers"][0]["digest"]))
+            files.append((path, digest, entry["annotations"]["dev.sigstore.bundle.predicateType"]))
+        att = json.loads(reg.manifest(repo, sigstore.att_tag(digest))[0])
+        types = sorted(layer["annotations"]["predicateType"] for layer in att["layers"])
+        assert types == kinds
+        for one in att["layers"]:
+            assert one["mediaType"] == "application/vnd.dsse.envelope.v1+json"
+            envelope = json.loads(reg.blob(repo, one["digest"]))
+            assert list(Envelope.from_dict(envelope).verify([sslib], 1)) == [trusted.keyid], layer
+        raw = json.loads(reg.manifest(repo, f"{digest.replace(':', '-')}.sbom")[0])  # other tools' `.sbom`: raw
+        assert json.loads(reg.blob(repo, raw["layers"][0]["digest"]))["bomFormat"] == "CycloneDX"
+    said = sigstore_verify(key, *(path for path, _, _ in files))  # every bundle, by Sigstore's own verifier
+    assert said.returncode == 0, said.stderr
+    for statement, (_, digest, predicate_type) in zip(json.loads(said.stdout), files, strict=True):
+        assert statement["subject"][0]["digest"] == {"sha256": digest[7:]}
+        assert statement["predicateType"] == predicate_type
+    path, _, _ = files[0]
+    assert sigstore_verify(foreign, path).returncode == 1  # a foreign key: refused
+    bundle = json.loads(path.read_text())
+    statement = json.loads(said.stdout)[0]
+    bundle["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(
+        {**statement, "predicate": {"result": "PASSED"}}).encode()).decode()
+    path.write_text(json.dumps(bundle))
+    refused = sigstore_verify(key, path)  # a tampered statement: refused
+    assert refused.returncode == 1 and "SIGNATURE_ERROR" in refused.stderr, refused.stderr
+
+
+def sigstore_verify(key: Path, *bundles: Path) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "tests" / "sigstore" / "verify.js"
+    if not (script.parent / "node_modules").is_dir():
+        pytest.fail("npm @sigstore/verify is not installed: run `make sigstore` (.ci/sigstore.sh)")
+    return subprocess.run(["node", str(script), str(key), *map(str, bundles)], capture_output=True, text=True,
+                          timeout=120)

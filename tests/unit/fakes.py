@@ -10,6 +10,7 @@ import io
 import json
 import re
 import tarfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,9 @@ class FakeRegistry:
     can_untag: bool = True  # False: a registry with deletion turned off
     refuse: set[str] = field(default_factory=set)  # tags whose manifest PUT fails (a registry error)
     read_only: set[str] = field(default_factory=set)  # repositories these credentials may only pull from
+    referrers_api: bool = False  # True: an OCI 1.1 registry (the referrers API, OCI-Subject); False: Distribution 2.x
+    on_push: list[Callable[[str, str], None]] = field(default_factory=list)  # told of each manifest push (races)
+    locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
 
     def _resolve(self, repo: str, reference: str) -> str | None:
         return reference if reference.startswith("sha256:") and reference in self.manifests \
@@ -68,8 +72,34 @@ class FakeRegistry:
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
         digest = sha(body)
         self.manifests[digest] = (body, media_type)
-        self.tagged[(repo, tag)] = digest
+        if not tag.startswith("sha256:"):
+            self.tagged[(repo, tag)] = digest
         return digest
+
+    def push_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> tuple[str, str | None]:
+        digest = self.put_manifest(repo, tag, body, media_type)
+        for hook in list(self.on_push):
+            hook(repo, tag)
+        subject = (json.loads(body).get("subject") or {}).get("digest") if self.referrers_api else None
+        return digest, subject
+
+    def referrers(self, repo: str, digest: str) -> dict[str, Any] | None:
+        if not self.referrers_api:
+            return None
+        listed = []
+        for d, (body, media_type) in self.manifests.items():
+            doc = json.loads(body)
+            if (doc.get("subject") or {}).get("digest") == digest:
+                listed.append({"mediaType": media_type, "digest": d, "size": len(body),
+                               "artifactType": doc.get("artifactType") or doc["config"]["mediaType"],
+                               **({"annotations": doc["annotations"]} if doc.get("annotations") else {})})
+        return {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": listed}
+
+    def deletes_tags(self, repo: str) -> bool:
+        return self.referrers_api
+
+    def tag_lock(self, repo: str, tag: str) -> threading.Lock:
+        return self.locks.setdefault((repo, tag), threading.Lock())
 
     def blob(self, repo: str, digest: str) -> bytes:
         return self.blobs[digest]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuilder.evidence import passes, provenance
+from imagebuilder.evidence import attestation, passes, provenance
 from imagebuilder.evidence.passes import PassRecord, RegistryPasses
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
@@ -113,7 +113,9 @@ def test_no_pass_stages_key_tags_only(machine: Machine) -> None:
                for n in machine.run.plan.nodes)
     builds = {provenance.tag(str(machine.run.ledger[n.id].digest)) for n in machine.run.plan.nodes}
     tagged = {t for _, t in machine.registry.tagged}
-    assert tagged - builds == {f"cache-{n.key[:12]}" for n in machine.run.plan.nodes}  # and build records only
+    indexes = {attestation.tag(str(machine.run.ledger[n.id].digest), "")[:-1] for n in machine.run.plan.nodes}
+    # a key tag each; besides, build records and the fallback referrers index that lists them, only
+    assert tagged - builds - indexes == {f"cache-{n.key[:12]}" for n in machine.run.plan.nodes}
 
 
 def test_without_push_an_untested_entry_is_not_even_tagged_locally(machine: Machine) -> None:
@@ -295,3 +297,21 @@ def test_an_immutable_tag_written_since_the_check_is_not_overwritten(machine: Ma
     with pytest.raises(Exception, match=r"names .* now .* not overwritten"):
         publish_step.point_tag(run, task, ref, "sha256:" + "7" * 64, [])
     assert machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] == other
+
+
+def test_every_published_digest_gets_a_vsa_that_the_check_command_reads(machine: Machine) -> None:
+    from imagebuilder.evidence import admission, predicates, sigstore
+
+    machine.passed(leaf(machine))
+    assert publish(machine)
+    trust = machine.run.keys.trust
+    for node in machine.run.plan.nodes:
+        digest = machine.run.ledger[node.id].digest
+        assert digest is not None
+        vsas, rejected = sigstore.read(machine.registry, REPO, digest, predicates.VSA, trust)
+        assert rejected == [] and sorted(v.where.split(" ")[0] for v in vsas) == [
+            "bundle", sigstore.att_tag(digest)]  # one in each layout
+        assert all(v.predicate["verificationResult"] == "PASSED" for v in vsas)
+        verdict = admission.check(machine.registry, REPO, digest, trust, policy=("pass", "vsa", "sbom"))
+        assert verdict.admitted, verdict.lines()
+    assert machine.run.layouts.found()["registries"][machine.registry.host]["oci_subject"] is False

@@ -20,7 +20,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
 from imagebuilder.errors import InputError
-from imagebuilder.evidence import attestation, passes
+from imagebuilder.evidence import attestation, passes, referrers
 from imagebuilder.evidence.passes import PassRecord
 from imagebuilder.evidence.sboms import ARTIFACT_TYPE, PREDICATE_TYPE, RegistrySboms, sbom_tag
 from imagebuilder.evidence.signing import Signer, Trust, statement
@@ -257,6 +257,8 @@ def test_promote_carries_a_trusted_sbom_into_the_target_repository() -> None:
     RegistrySboms(registry, trusted, stager).put(REPO, digest, document, node="e/task")
     assert carry_sbom(registry, trusted, digest, REPO, "ml/stable")
     assert RegistrySboms(registry, trusted).lookup("ml/stable", digest).sbom is not None
+    listed = referrers.listed(registry, "ml/stable", digest)  # and listed among the image's referrers there
+    assert [m["digest"] for m in listed] == [registry.manifest_digest("ml/stable", sbom_tag(digest))]
     # one nobody here trusts stays behind
     other, _ = registry.image(REPO, "nightly-other", "other")
     stranger = Signer.generate("a stranger")
