@@ -369,6 +369,7 @@ def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: Do
     leaf_doc["config"]["size"] = len(json.dumps(config).encode())
     put_manifest(repo, staged.key_tag("leaf"), leaf_doc, leaf_type)
     verified = run_cli("--cache-dir", str(staged.folder / "m2"), "verify", "--matrix", str(staged.matrix),
+                       "--accept-regression",  # (this machine's noise is not what is tested here)
                        "--report", str(staged.folder / "attack-2-verify"))
     nodes = {n["layer"]: n for n in report(staged.folder / "attack-2-verify")["nodes"]}
     assert verified.code == 1 and nodes["leaf"]["smoke"] == "passed", verified.text[-3000:]
