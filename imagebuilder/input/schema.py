@@ -122,6 +122,14 @@ KEYS: tuple[Key, ...] = (
     Key("vulnerabilities.require_data", "bool", "Refuse to publish when no vulnerability data is given.", "false"),
     Key("vulnerabilities.allow", "list", "Exceptions `{id, reason, expires: YYYY-MM-DD, packages: [...]}`; an "
         "expired one blocks again.", "[]", items="mapping"),
+    Key("runners", "mapping", "Where an engine runs each job of `plan --format github-actions|buildkite|argo|"
+        "k8s-jobs` (below).", None, merge=True),
+    Key("runners.build", "label", "The CPU queue (runner label, agent queue) stage jobs and CPU verify jobs run on.",
+        "cpu"),
+    Key("runners.gpu_queue", "label", "The queue of the GPU runners a CUDA leaf's verify job runs on.", "gpu"),
+    Key("runners.gpu", "label", "The GPU model that verify needs (a runner label, a node selector value such as "
+        "NVIDIA-H100-80GB-HBM3); `any`: no selector.", "any"),
+    Key("runners.gpus", "id", "How many GPUs of that model it needs (e.g. 8 for an NCCL test across a node).", "1"),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 
