@@ -764,7 +764,7 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     if lacking:
         raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
     if all(r.publish == PublishStatus.CURRENT for r in records) and not dry_run:
-        ctx.out.print("publish: every tag already named its digest; nothing changed", highlight=False)
+        ctx.out.print("nothing to do: publish: every tag already named its digest; nothing changed", highlight=False)
     failed(records)
     return 0
 
@@ -829,6 +829,38 @@ def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[st
     if all(r.verify == VerifyStatus.FOUND for r in records if r.node == leaf):
         ctx.out.print(f"nothing to do: {escape(leaf)} ({handoff.digests.get(leaf)}) has a trusted pass of this suite "
                       "on this runner; no suite ran", highlight=False, soft_wrap=True)
+    return 0
+
+
+@cli.command("execute")
+@click.argument("graph_file", metavar="GRAPH", type=click.File("r", encoding="utf-8"))
+@click.option("--events", "events_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Append each job's start and outcome here, as JSON lines.")
+@click.pass_obj
+def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> int:
+    """Run GRAPH (`plan --format graph`, a file or -) on this machine: each job's node command in dependency
+    order, each verify given its stage job's digest. Run it again after a crash: what finished says "nothing to
+    do". Exit 1 when a job failed or was blocked."""
+    from .emit import local
+    from .emit.graph import Graph
+
+    try:
+        graph = Graph.of_json(json.load(graph_file))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{graph_file.name}: not a graph of `plan --format graph` ({exc})") from None
+    env = {**os.environ, "IMAGEBUILDER_CACHE_DIR": str(ctx.cache_dir),
+           **({"DOCKER_HOST": ctx.engine_url} if ctx.engine_url else {}),
+           **({"IMAGEBUILDER_TRUST_KEYS": " ".join(map(str, ctx.trust_keys))} if ctx.trust_keys else {}),
+           **({"IMAGEBUILDER_COMPAT": str(ctx.compat_file)} if ctx.compat_file else {}),
+           **({} if ctx.check_index else {"IMAGEBUILDER_OFFLINE": "1"})}
+    with contextlib.ExitStack() as stack:
+        events = stack.enter_context(events_file.open("a", encoding="utf-8")) if events_file else None
+        executor = local.Executor(graph, (sys.executable, "-m", "imagebuilder"), env,
+                                  lambda line: ctx.out.print(escape(line), highlight=False, soft_wrap=True), events)
+        outcome = executor.run()
+    ctx.out.print(local.summary(outcome, graph), highlight=False)
+    if any(v in (local.FAILED, local.BLOCKED) for v in outcome.values()):
+        raise RunFailed(local.summary(outcome, graph))
     return 0
 
 
