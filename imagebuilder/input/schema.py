@@ -122,8 +122,8 @@ KEYS: tuple[Key, ...] = (
     Key("vulnerabilities.require_data", "bool", "Refuse to publish when no vulnerability data is given.", "false"),
     Key("vulnerabilities.allow", "list", "Exceptions `{id, reason, expires: YYYY-MM-DD, packages: [...]}`; an "
         "expired one blocks again.", "[]", items="mapping"),
-    Key("runners", "mapping", "Where an engine runs each job of `plan --format github-actions|buildkite|argo|"
-        "k8s-jobs` (below).", None, merge=True),
+    Key("runners", "mapping", "Where an engine runs each job of the graph (`plan --format github-actions`, "
+        "`buildkite`, `argo`, `k8s-jobs`; below).", None, merge=True),
     Key("runners.build", "label", "The CPU queue (runner label, agent queue) stage jobs and CPU verify jobs run on.",
         "cpu"),
     Key("runners.gpu_queue", "label", "The queue of the GPU runners a CUDA leaf's verify job runs on.", "gpu"),

@@ -206,3 +206,25 @@ def test_kubernetes_jobs_of_600_nodes(big: Graph) -> None:
         assert client.sanitize_for_serialization(model) == doc  # every key is the model's
         assert re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", doc["metadata"]["name"])
         assert "@sha256:" in doc["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.input import schema
+    from imagebuilder.input.compat import CompatTable
+
+    text = (ROOT / SMALL).read_text(encoding="utf-8")
+    path = tmp_path / "m.yaml"
+    path.write_text(text.replace("runners: {build: cpu-large}\n", "").replace("include:\n  - {accelerator: cu126, runners: {gpu: NVIDIA-H100-80GB-HBM3, gpus: 2}}\n",
+                                 ""), encoding="utf-8")
+    (entry, _) = matrix_mod.load(path, CompatTable.load(None), env={}).entries
+    assert (entry.runners.build, entry.runners.gpu_queue, entry.runners.gpu, str(entry.runners.gpus)) == tuple(
+        schema.default(f"runners.{k}") for k in ("build", "gpu_queue", "gpu", "gpus"))
+    for bad, key in (("runners: {gpus: 0}", "gpus"), ("runners: {gpu: 'H100 80GB'}", "gpu"),
+                     ("runners: {queue: cpu}", "queue")):
+        path.write_text(text.replace("runners: {build: cpu-large}", bad), encoding="utf-8")
+        code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", str(path), "--format",
+                     "graph"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"{key}" in err and "m.yaml" in err and "Traceback" not in err, err
