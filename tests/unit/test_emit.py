@@ -216,8 +216,8 @@ def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, cap
 
     text = (ROOT / SMALL).read_text(encoding="utf-8")
     path = tmp_path / "m.yaml"
-    path.write_text(text.replace("runners: {build: cpu-large}\n", "").replace("include:\n  - {accelerator: cu126, runners: {gpu: NVIDIA-H100-80GB-HBM3, gpus: 2}}\n",
-                                 ""), encoding="utf-8")
+    plain = text.replace("runners: {build: cpu-large}\n", "")
+    path.write_text(plain[:plain.index("include:")], encoding="utf-8")
     (entry, _) = matrix_mod.load(path, CompatTable.load(None), env={}).entries
     assert (entry.runners.build, entry.runners.gpu_queue, entry.runners.gpu, str(entry.runners.gpus)) == tuple(
         schema.default(f"runners.{k}") for k in ("build", "gpu_queue", "gpu", "gpus"))

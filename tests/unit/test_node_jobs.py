@@ -141,3 +141,13 @@ def test_a_failed_job_blocks_what_needs_it(tmp_path: Path, write_matrix: MatrixW
     assert list(outcome.values()) == [local.DONE, local.FAILED, local.BLOCKED, local.BLOCKED, local.BLOCKED]
     assert len(calls) == 2  # nothing after the failure started
     assert not any(c[1] == VERIFY for c in calls)
+
+
+def test_execute_refuses_what_is_not_a_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder.cli import main
+
+    bad = tmp_path / "graph.json"
+    bad.write_text('{"jobs": [{"id": "x"}]}', encoding="utf-8")
+    assert main(["--cache-dir", str(tmp_path / "c"), "execute", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not a graph of `plan --format graph`" in err and str(bad) in err and "Traceback" not in err
