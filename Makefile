@@ -97,7 +97,7 @@ test: cuda-wheels env registry-services browser sigstore lint docs
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
 golden: venv
-	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py tests/unit/test_plan_view.py -q --update-golden
+	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py tests/unit/test_plan_view.py tests/unit/test_emit.py -q --update-golden
 
 clean:
 	rm -rf $(VENV) reports imagebuilder-report .pytest_cache .mypy_cache .ruff_cache

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .emit.formats import FORMATS as EMIT_FORMATS
 from .errors import (
     EngineUnavailable,
     ImageBuilderError,
@@ -350,9 +351,16 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
 @cli.command()
 @options(*PLAN_OPTIONS)
 @click.option("--json", "as_json", is_flag=True, help="Print the nodes as JSON (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["tree", "table", "json", "github-matrix"]), default="tree",
-              show_default=True, help="tree: each image once, as the layers stack (fits the terminal's width); "
-              "table: a row per node; github-matrix: a GitHub Actions strategy matrix, one job per entry (JSON).")
+@click.option("--format", "fmt", type=click.Choice(["tree", "table", "json", "github-matrix", *EMIT_FORMATS]),
+              default="tree", show_default=True, help="tree: each image once, as the layers stack (fits the "
+              "terminal's width); table: a row per node; github-matrix: a GitHub Actions strategy matrix, one job "
+              "per entry (JSON); graph: the node jobs every engine runs (JSON); github-actions, buildkite, argo, "
+              "k8s-jobs: that engine's documents (YAML; docs/guide/engines/).")
+@click.option("--part", type=click.IntRange(1), default=None, help="With an engine's format: only its Nth document "
+              "(Buildkite: the Nth upload).")
+@click.option("--tool-image", metavar="IMAGE@DIGEST", help="With argo and k8s-jobs: the image with imagebuilder, "
+              "this matrix and its layers that pods run, pinned by digest.")
+@click.option("--kueue-queue", metavar="NAME", help="With k8s-jobs: the Kueue LocalQueue the Jobs are queued in.")
 @click.option("--gpu-runner", default="self-hosted,linux,x64,gpu", show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
 @click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
@@ -366,12 +374,13 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
 @click.pass_obj
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
          as_json: bool, fmt: str, gpu_runner: str, cpu_runner: str, wave: int | None, explain: bool,
-         no_cache: bool) -> int:
+         no_cache: bool, part: int | None, tool_image: str | None, kueue_queue: str | None) -> int:
     """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
     (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
+    registries = None
     try:
-        the_plan, _ = decide(ctx, the_plan, rebuild=no_cache)
+        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
     except EngineUnavailable as exc:
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
                       highlight=False)
@@ -385,9 +394,27 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if fmt == "json":
         click.echo(json.dumps([n.to_json() for n in the_plan.nodes], indent=2))
         return 0
+    labels = {name: tuple(x.strip() for x in value.split(",") if x.strip())
+              for name, value in (("gpu", gpu_runner), ("cpu", cpu_runner))}
+    if fmt in EMIT_FORMATS:
+        from .emit import formats
+        from .emit.graph import graph
+        from .steps.handoff import staged_digests
+
+        if fmt == "k8s-jobs" and registries is None:
+            raise InputError("--format k8s-jobs pins each leaf's staged digest: it needs the engine and registry")
+        args = ("--matrix", str(matrix_file), *(("--registry", registry) if registry else ()),
+                *(("--only", only) if only else ()))
+        settings = formats.Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
+                                    tool_image=tool_image, kueue_queue=kueue_queue,
+                                    digests=staged_digests(the_plan, registries) if fmt == "k8s-jobs" and registries
+                                    else {})
+        docs = formats.documents(fmt, graph(the_plan, str(matrix_file), registry=registry, only=only), settings)
+        if part is not None and part > len(docs):
+            raise InputError(f"--part {part}: --format {fmt} makes {len(docs)} document(s) for this plan")
+        click.echo(formats.text(fmt, docs[part - 1:part] if part else docs), nl=False)
+        return 0
     if fmt == "github-matrix":
-        labels = {name: tuple(x.strip() for x in value.split(",") if x.strip())
-                  for name, value in (("gpu", gpu_runner), ("cpu", cpu_runner))}
         click.echo(json.dumps(waves_mod.github_matrix(the_plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
                                                      wave=wave)))
         return 0
@@ -658,9 +685,12 @@ class Common:
 
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
               no_cache: bool = False, fail_fast: bool = False, logs: str = "stream",
-              meta: dict[str, Any] | None = None, require: Staged | None = None) -> list[NodeRecord]:
+              meta: dict[str, Any] | None = None, require: Staged | None = None,
+              before: Callable[[plan_mod.Plan, Registries], str | None] | None = None) -> list[NodeRecord]:
     """Load the plan (every input error before anything builds), then, holding the build lock of every
-    repository it pushes to, decide it (what a run before this one left is cached) and run the steps."""
+    repository it pushes to, decide it (what a run before this one left is cached) and run the steps.
+    `before`: a node command's check of the decided plan; what it returns is said ("nothing to do: ...") and
+    nothing runs (no records)."""
     matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
@@ -671,6 +701,10 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None)
         if require is not None:
             require.require(the_plan, registries)
+        said = before(the_plan, registries) if before is not None else None
+        if said is not None:
+            ctx.out.print(escape(said), highlight=False, soft_wrap=True)
+            return []
         if not common.quiet:
             counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
             ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} "
@@ -769,8 +803,103 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     if lacking:
         raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
     if all(r.publish == PublishStatus.CURRENT for r in records) and not dry_run:
-        ctx.out.print("publish: every tag already named its digest; nothing changed", highlight=False)
+        ctx.out.print("nothing to do: publish: every tag already named its digest; nothing changed", highlight=False)
     failed(records)
+    return 0
+
+
+@cli.group("node")
+def node_group() -> None:
+    """One job of an engine's graph (`plan --format graph|github-actions|buildkite|argo|k8s-jobs`): stage one node
+    or one entry, verify one leaf on this runner (`publish` publishes the matrix). Each is idempotent by key tag
+    and trusted pass: with nothing to do it says so and exits 0."""
+
+
+NODE_OPTIONS = (matrix_option, strict_option, registry_option, report_option, quiet_option)
+
+
+@node_group.command("stage")
+@options(*NODE_OPTIONS)
+@click.option("--digest-file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Write the staged digest of NODE (an entry: its last leaf) here: the job's output for the next.")
+@click.argument("name", metavar="NODE|ENTRY")
+@click.pass_obj
+def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: Any) -> int:
+    """Stage NODE (ENTRY/LAYER, its parents staged before) or every node of ENTRY that is not staged: build and
+    push under key tags only. Nothing to do when every key tag is in the registry."""
+    from .steps.handoff import Handoff, selector
+
+    handoff = Handoff(name)
+    records = run_steps(ctx, Common(only=selector(name), jobs=1, **common), (Stage(), KeyTags()),
+                        meta={"smoke": False, "signing": Cosign.from_env(True, os.environ).meta()},
+                        before=handoff.staged)
+    failed(records)
+    digest = handoff.digest({r.node: r.digest for r in records if r.digest})
+    if digest_file is not None and digest is not None:
+        digest_file.parent.mkdir(parents=True, exist_ok=True)
+        digest_file.write_text(digest + "\n", encoding="utf-8")
+    return 0
+
+
+@node_group.command("verify")
+@options(*NODE_OPTIONS)
+@expect_option
+@accept_regression_option
+@click.option("--digest", callback=checked(lambda d: None if re.fullmatch(r"sha256:[0-9a-f]{64}", d) else
+                                           "not a sha256:<64 hex> digest"),
+              help="The digest the stage job handed over: the leaf's key tag must still name it.")
+@click.argument("leaf", metavar="LEAF")
+@click.pass_obj
+def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[str, ...], accept_regression: bool,
+                **common: Any) -> int:
+    """Verify LEAF (ENTRY/LAYER) on this runner: its staged digest's suite, unless a trusted pass of this suite on
+    this runner's GPU model is beside it already (nothing to do)."""
+    from .steps.handoff import Handoff, selector
+
+    if "/" not in leaf:
+        raise InputError(f"{leaf!r} is not a node id", hint="node verify takes one leaf, ENTRY/LAYER")
+    handoff, staged = Handoff(leaf), Staged("node verify")
+    steps = (staged, Verify(same_gpu_model=True, record=True, host=GpuHost.probe(),
+                            accept_regression=accept_regression))
+    records = run_steps(ctx, Common(only=selector(leaf), jobs=1, **common), steps, expect=parse_expect(expect),
+                        require=staged, meta={"signing": Cosign.from_env(True, os.environ).meta()},
+                        before=lambda plan, registries: handoff.handed(plan, registries, digest))
+    failed(records)
+    if all(r.verify == VerifyStatus.FOUND for r in records if r.node == leaf):
+        ctx.out.print(f"nothing to do: {escape(leaf)} ({handoff.digests.get(leaf)}) has a trusted pass of this suite "
+                      "on this runner; no suite ran", highlight=False, soft_wrap=True)
+    return 0
+
+
+@cli.command("execute")
+@click.argument("graph_file", metavar="GRAPH", type=click.File("r", encoding="utf-8"))
+@click.option("--events", "events_file", type=click.Path(path_type=Path), callback=writable_file,
+              help="Append each job's start and outcome here, as JSON lines.")
+@click.pass_obj
+def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> int:
+    """Run GRAPH (`plan --format graph`, a file or -) on this machine: each job's node command in dependency
+    order, each verify given its stage job's digest. Run it again after a crash: what finished says "nothing to
+    do". Exit 1 when a job failed or was blocked."""
+    from .emit import local
+    from .emit.graph import Graph
+
+    try:
+        graph = Graph.of_json(json.load(graph_file))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{graph_file.name}: not a graph of `plan --format graph` ({exc})") from None
+    env = {**os.environ, "IMAGEBUILDER_CACHE_DIR": str(ctx.cache_dir),
+           **({"DOCKER_HOST": ctx.engine_url} if ctx.engine_url else {}),
+           **({"IMAGEBUILDER_TRUST_KEYS": " ".join(map(str, ctx.trust_keys))} if ctx.trust_keys else {}),
+           **({"IMAGEBUILDER_COMPAT": str(ctx.compat_file)} if ctx.compat_file else {}),
+           **({} if ctx.check_index else {"IMAGEBUILDER_OFFLINE": "1"})}
+    with contextlib.ExitStack() as stack:
+        events = stack.enter_context(events_file.open("a", encoding="utf-8")) if events_file else None
+        executor = local.Executor(graph, (sys.executable, "-m", "imagebuilder"), env,
+                                  lambda line: ctx.out.print(escape(line), highlight=False, soft_wrap=True), events)
+        outcome = executor.run()
+    ctx.out.print(local.summary(outcome, graph), highlight=False)
+    if any(v in (local.FAILED, local.BLOCKED) for v in outcome.values()):
+        raise RunFailed(local.summary(outcome, graph))
     return 0
 
 

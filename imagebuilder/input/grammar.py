@@ -49,6 +49,7 @@ PATTERNS: dict[str, str] = {
     "advisory": r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9.:]+)+",  # an OSV id or alias: GHSA-..., CVE-2024-1, DSA-5532-1
     # Debian's package name, an optional :arch and an optional =version (apt-get install's own syntax)
     "debian": r"[a-z0-9][a-z0-9+.-]{0,127}(?::[a-z0-9-]{1,32})?(?:=[A-Za-z0-9.+~:-]{1,128})?",
+    "label": r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?",  # a Kubernetes label value, a runner label
 }
 
 HINTS: dict[str, str] = {
@@ -72,6 +73,7 @@ HINTS: dict[str, str] = {
     "date": "a date as YYYY-MM-DD, e.g. 2027-01-31",
     "advisory": "an advisory id or alias, e.g. GHSA-h75v-3vvj-5mfj or CVE-2024-56326",
     "debian": "a Debian package name, optionally with :arch and =version (e.g. git, libc6:amd64, curl=7.88.1-10)",
+    "label": "letters, digits, '.', '-' and '_', at most 63, starting and ending with a letter or digit",
 }
 
 # pip requirement strings: PEP 508 (name, extras, specifiers, a marker); a direct URL only over https

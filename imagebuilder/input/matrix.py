@@ -110,6 +110,17 @@ class UserSpec:
 
 
 @dataclass(frozen=True)
+class RunnerSettings:
+    """`runners:` where an engine runs an entry's jobs (`emit.graph`): builds on a CPU queue, a CUDA leaf's verify
+    on `gpus` GPUs of model `gpu` (`any`: no model asked) from the GPU queue."""
+
+    build: str = schema.value("runners.build")
+    gpu_queue: str = schema.value("runners.gpu_queue")
+    gpu: str = schema.value("runners.gpu")
+    gpus: int = schema.value("runners.gpus")
+
+
+@dataclass(frozen=True)
 class SmokeSettings:
     timeout: int
     shm_size: str
@@ -182,6 +193,7 @@ class Entry:
     cuda_libs: tuple[str, ...] = ()  # torch's CUDA library wheels (compat.Variant.cuda_libs): the shared CUDA node
     origins: tuple[tuple[str, str], ...] = ()  # key -> where its value was written (`file:line`) or `default`
     vulnerabilities: VulnerabilitySettings = field(default_factory=VulnerabilitySettings)
+    runners: RunnerSettings = RunnerSettings()
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""
@@ -553,7 +565,7 @@ class _Loader:
             for i, p in enumerate(self.listof(lp_raw or [], lp_path))
         )
         mappings = {name: self.merged(top, combo, name, schema.names(under=name))
-                    for name in ("build", "smoke", "user", "vulnerabilities")}
+                    for name in ("build", "smoke", "user", "vulnerabilities", "runners")}
         build = self.build_settings(mappings["build"], variant)
         smoke = self.smoke_settings(top, mappings["smoke"])
         tags_raw, tags_path = self.cascaded(top, combo, "tags")
@@ -606,7 +618,15 @@ class _Loader:
             user=user, toolkit=cuda_toolkit(variant, build.cuda_toolkit) if flavor == "devel" else (),
             cuda_libs=variant.cuda_libs(overrides) if variant.cuda else (), origins=self.origins(top, combo, mappings),
             vulnerabilities=self.vulnerabilities(mappings["vulnerabilities"]),
+            runners=self.runners(mappings["runners"]),
         )
+
+    def runners(self, merged: Merged) -> RunnerSettings:
+        """`runners: {build, gpu_queue, gpu, gpus}` (an entry's keys over the top level's)."""
+        return RunnerSettings(build=self.setting(merged, "runners.build"),
+                              gpu_queue=self.setting(merged, "runners.gpu_queue"),
+                              gpu=self.setting(merged, "runners.gpu"),
+                              gpus=int(self.setting(merged, "runners.gpus")))
 
     def vulnerabilities(self, merged: Merged) -> VulnerabilitySettings:
         """`vulnerabilities: {data, block, unknown, require_data, allow}` (an entry's keys over the top level's)."""

@@ -139,6 +139,14 @@ KEYS: tuple[Key, ...] = (
         "the matrix is read.", "365", low=1, high=365),
     Key("vulnerabilities.max_age", "int", "Days the data may be old (its newest record's `modified`); older data is "
         "said, and refused under `require_data`.", "7", low=1, high=3650),
+    Key("runners", "mapping", "Where an engine runs each job of the graph (`plan --format github-actions`, "
+        "`buildkite`, `argo`, `k8s-jobs`; below).", None, merge=True),
+    Key("runners.build", "label", "The CPU queue (runner label, agent queue) stage jobs and CPU verify jobs run on.",
+        "cpu"),
+    Key("runners.gpu_queue", "label", "The queue of the GPU runners a CUDA leaf's verify job runs on.", "gpu"),
+    Key("runners.gpu", "label", "The GPU model that verify needs (a runner label, a node selector value such as "
+        "NVIDIA-H100-80GB-HBM3); `any`: no selector.", "any"),
+    Key("runners.gpus", "id", "How many GPUs of that model it needs (e.g. 8 for an NCCL test across a node).", "1"),
 )
 _BY_NAME = {key.name: key for key in KEYS}
 

@@ -57,8 +57,10 @@ class Verdict:
 
 
 def expected_checks(expect: Mapping[str, Any], commands: Iterable[Mapping[str, str]], *, gpu_run: bool,
-                    gpus: int = 1, kinds: tuple[str, ...] = ()) -> list[str]:
-    """The checks a whole run of the suite must report for this image (only `kinds`, when given)."""
+                    gpus: int | None = None, kinds: tuple[str, ...] = ()) -> list[str]:
+    """The checks a whole run of the suite must report for this image (only `kinds`, when given), given `gpus`
+    GPUs (None: one, where `gpu_run`)."""
+    gpus = 1 if gpus is None else gpus
     cuda = expect.get("accelerator") not in (None, "cpu")
     out = {"versions": [f"versions.{k}" for k in VERSION_CHECKS if k in expect]
            + ["versions.library_path", "versions.single_copy"] + (["versions.cuda_libraries"] if cuda else [])

@@ -1,0 +1,65 @@
+"""The graph as Buildkite pipeline uploads: a step per job, on the agent queue its runner names, `depends_on`
+its needs. Buildkite takes at most MAX_STEPS steps per upload, so the graph is cut into parts in dependency
+order; each part but the last ends with a step that uploads the next (`imagebuilder plan ... --part N |
+buildkite-agent pipeline upload`): steps of one build may depend on steps of an earlier upload. A stage step
+hands its digest on in the build's meta-data (`digest:<job id>`); its verify step reads it back. Commands are
+shell-quoted (a node id is never shell text). Pure."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from .graph import STAGE, VERIFY, Graph, Job
+
+MAX_STEPS = 500  # steps per pipeline upload
+PROGRAM = "imagebuilder"
+
+
+def command(job: Job) -> str:
+    """The step's shell command: the node command, quoted; a verify is given its stage step's digest, a stage
+    step hands its digest on."""
+    argv = [PROGRAM, *job.argv]
+    if job.kind == VERIFY and job.digest_from:
+        digest = f'"$(buildkite-agent meta-data get {meta_key(job.digest_from)})"'
+        return f"{shlex.join(argv[:-1])} --digest {digest} {shlex.quote(argv[-1])}"
+    text = shlex.join(argv)
+    if job.kind == STAGE:
+        digest_file = job.argv[job.argv.index("--digest-file") + 1]
+        text += f" && buildkite-agent meta-data set {meta_key(job.id)} < {shlex.quote(digest_file)}"
+    return text
+
+
+def meta_key(job_id: str) -> str:
+    return f"digest:{job_id}"
+
+
+def step(job: Job) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": job.id, "label": f"{job.kind} {job.node or 'the matrix'}", "command": command(job),
+                           "agents": {"queue": job.runner.label}}
+    if job.needs:
+        out["depends_on"] = list(job.needs)
+    if job.runner.gpu is not None:
+        out["env"] = {"IMAGEBUILDER_GPUS": str(job.runner.gpus)}
+    return out
+
+
+def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS) -> list[dict[str, Any]]:
+    """One pipeline document per upload. `plan_args`: the `imagebuilder plan` arguments that made this graph
+    (the next part's upload step runs them again with `--part`)."""
+    parts: list[list[Job]] = [[]]
+    for job in graph.jobs:
+        if len(parts[-1]) >= size - 1:
+            parts.append([])
+        parts[-1].append(job)
+    out = []
+    for index, jobs in enumerate(parts):
+        steps = [step(j) for j in jobs]
+        if index + 1 < len(parts):
+            again = shlex.join([PROGRAM, "plan", *plan_args, "--format", "buildkite", "--part", str(index + 2)])
+            steps.append({"key": f"upload-part-{index + 2}", "label": f"upload part {index + 2} of {len(parts)}",
+                          "command": f"{again} | buildkite-agent pipeline upload",
+                          "agents": {"queue": graph.jobs[0].runner.label if graph.jobs else "cpu"}})
+        out.append({"steps": steps})
+    return out

@@ -1,0 +1,126 @@
+"""The plan as a graph of engine jobs: one `stage` job per distinct image (a node several entries share is
+staged once), one `verify` job per leaf on the runner its entry names, and one `publish` job for the whole
+matrix. Every engine's document (`emit.github`, `emit.buildkite`, `emit.argo`, `emit.kubejobs`) and the local
+executor (`emit.local`) translate this one graph: the scheduling is theirs, every decision is the node
+commands' (`imagebuilder node stage|verify`, `imagebuilder publish`), which are idempotent by key tag and
+trusted pass. Nodes hand off by registry digest: a verify job is given the digest its stage job found under
+the key tag. Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import keys
+from ..plan.plan import Node, Plan
+
+STAGE, VERIFY, PUBLISH = "stage", "verify", "publish"
+ID_LENGTH = 63  # the tightest engine: Kubernetes names and label values (Argo task names, Job names)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Where a job runs: a CPU queue, or GPUs of one model and count (`runners` in the matrix)."""
+
+    queue: str = "cpu"  # a CPU queue (build and CPU verify jobs), or the GPU runners' queue
+    gpu: str | None = None  # the GPU model a verify job needs (None: a CPU job)
+    gpus: int = 0  # how many of them
+
+    @property
+    def label(self) -> str:
+        """One word for the runner: `cpu`, or `<queue>-<model>-x<count>` (an agent queue, a runner label)."""
+        if self.gpu is None:
+            return self.queue
+        return f"{self.queue}-{self.gpu}-x{self.gpus}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "gpu": self.gpu, "gpus": self.gpus, "label": self.label}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One node command of the graph: `imagebuilder <argv>` on `runner`, after every job in `needs`."""
+
+    id: str  # lowercase letters, digits and `-`, at most ID_LENGTH: valid in every engine's names
+    kind: str  # stage | verify | publish
+    node: str | None  # the plan node it stages or verifies (publish: none)
+    argv: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+    runner: Runner = field(default_factory=Runner)
+    digest_from: str | None = None  # verify: the stage job whose key tag digest it is handed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "node": self.node, "argv": list(self.argv),
+                "needs": list(self.needs), "runner": self.runner.to_json(), "digest_from": self.digest_from}
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The jobs in dependency order (every job after the jobs it needs)."""
+
+    jobs: tuple[Job, ...]
+    matrix: str  # the matrix file the commands name (relative to the repository's root, as the engines check out)
+
+    def job(self, job_id: str) -> Job:
+        return next(j for j in self.jobs if j.id == job_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "jobs": [j.to_json() for j in self.jobs]}
+
+    @staticmethod
+    def of_json(doc: dict[str, Any]) -> Graph:
+        jobs = tuple(Job(id=str(j["id"]), kind=str(j["kind"]), node=j.get("node"), argv=tuple(j["argv"]),
+                         needs=tuple(j.get("needs") or ()), runner=Runner(**{k: v for k, v in j["runner"].items()
+                                                                           if k != "label"}),
+                         digest_from=j.get("digest_from")) for j in doc["jobs"])
+        return Graph(jobs, str(doc["matrix"]))
+
+
+def job_id(kind: str, name: str) -> str:
+    """`<kind>-<slug>-<hash8>`: the node id made safe for every engine, kept apart by a hash of the whole id."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    room = ID_LENGTH - len(kind) - len(digest) - 2
+    slug = slug[:room].rstrip("-")
+    return f"{kind}-{slug}-{digest}" if slug else f"{kind}-{digest}"
+
+
+def runner_of(node: Node, kind: str) -> Runner:
+    """The runner the matrix names for this node's job: builds on the entry's CPU queue; a CUDA leaf's verify on
+    its GPU model and count; a CPU leaf's verify on the CPU queue."""
+    runners = node.entry.runners
+    if kind == VERIFY and node.entry.cuda:
+        return Runner(runners.gpu_queue, runners.gpu, runners.gpus)
+    return Runner(runners.build)
+
+
+def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | None = None) -> Graph:
+    """The plan's jobs (see the module's text). `registry`: the --registry every command is given; `only`: the
+    --only the plan was made with (publish publishes that part of the matrix)."""
+    common = ("--matrix", matrix, *(("--registry", registry) if registry else ()))
+    first = keys.first_of(keys.identities(plan))
+    stage_of: dict[str, str] = {}
+    jobs: list[Job] = []
+    verifies = []
+    for node in plan.nodes:  # each leaf's verify right after its stage: shards keep the two together
+        if first[node.id] == node.id:
+            jid = job_id(STAGE, node.id)
+            stage_of[node.id] = jid
+            needs = (stage_of[node.parent],) if node.parent else ()
+            jobs.append(Job(jid, STAGE, node.id, ("node", "stage", *common, "--report", f"reports/{jid}",
+                                                  "--digest-file", f"reports/{jid}/digest", node.id),
+                            needs, runner_of(node, STAGE)))
+        else:
+            stage_of[node.id] = stage_of[first[node.id]]
+        if node.leaf:
+            jid = job_id(VERIFY, node.id)
+            verifies.append(jid)
+            jobs.append(Job(jid, VERIFY, node.id, ("node", "verify", *common, "--report", f"reports/{jid}",
+                                                   node.id),
+                            (stage_of[node.id],), runner_of(node, VERIFY), digest_from=stage_of[node.id]))
+    jobs.append(Job(PUBLISH, PUBLISH, None, ("publish", *common, *(("--only", only) if only else ()), "--report",
+                                             "reports/publish"), tuple(verifies),
+                    Runner(plan.nodes[0].entry.runners.build if plan.nodes else "cpu")))
+    return Graph(tuple(jobs), matrix)

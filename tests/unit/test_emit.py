@@ -1,0 +1,230 @@
+"""`plan --format graph|github-actions|buildkite|argo|k8s-jobs`: one graph, translated for each engine. Golden
+files for a small plan; for a 600-node plan, every engine's documents are valid by the engine's own schema or
+models (GitHub's and Buildkite's published JSON schemas, vendored by check-jsonschema; Argo's models from Hera;
+the Kubernetes client's models) and within its limits."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from imagebuilder.cli import main
+from imagebuilder.emit import argo, buildkite, formats, github, kubejobs
+from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, Graph
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = "tests/unit/data/engines.yaml"
+GOLDEN = ROOT / "tests" / "golden" / "engines"
+DIGEST = "sha256:" + "ab" * 32
+TOOL = f"ghcr.io/example/imagebuilder@{DIGEST}"
+
+
+def vendored(name: str) -> Any:
+    """A validator of a published schema as check-jsonschema vendors it (SchemaStore's github-workflows,
+    Buildkite's own), checked once."""
+    path = importlib.resources.files("check_jsonschema.builtin_schemas.vendor") / f"{name}.json"
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def plan_text(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, matrix: str, fmt: str,
+              *extra: str) -> str:
+    monkeypatch.chdir(ROOT)
+    code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", matrix, "--format", fmt,
+                 *extra])
+    out = capsys.readouterr().out
+    assert code == 0
+    return out
+
+
+def the_graph(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, matrix: str) -> Graph:
+    return Graph.of_json(json.loads(plan_text(capsys, monkeypatch, matrix, "graph")))
+
+
+def test_the_graph_of_the_small_plan(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    kinds = [j.kind for j in graph.jobs]
+    # os is one image for both entries: staged once; torch and task per entry, cuda for the CUDA entry
+    assert kinds.count(STAGE) == 6 and kinds.count(VERIFY) == 2 and kinds[-1] == PUBLISH
+    verify = {j.node: j for j in graph.jobs if j.kind == VERIFY}
+    gpu = verify["2.7.1-cu126-py3.11-runtime/task"].runner
+    assert (gpu.gpu, gpu.gpus, gpu.label) == ("NVIDIA-H100-80GB-HBM3", 2, "gpu-NVIDIA-H100-80GB-HBM3-x2")
+    assert verify["2.7.1-cpu-py3.11-runtime/task"].runner.label == "cpu-large"  # CPU leaves verify on CPU
+    seen: set[str] = set()
+    for job in graph.jobs:  # dependency order; ids valid as Kubernetes names
+        assert set(job.needs) <= seen and re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", job.id), job.id
+        seen.add(job.id)
+
+
+@pytest.mark.parametrize("fmt", ["graph", "github-actions", "buildkite", "argo"])
+def test_golden(fmt: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                update_golden: bool) -> None:
+    extra = ("--tool-image", TOOL) if fmt == "argo" else ()
+    text = plan_text(capsys, monkeypatch, SMALL, fmt, *extra)
+    golden = GOLDEN / f"{fmt}.{'json' if fmt == 'graph' else 'yaml'}"
+    if update_golden:
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8"), f"{golden} differs: `make golden` rewrites it"
+
+
+def test_golden_k8s_jobs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                         update_golden: bool) -> None:
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    leaves = {str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY}
+    docs = formats.documents("k8s-jobs", graph, formats.Settings(tool_image=TOOL, kueue_queue="gpu-team",
+                                                                 digests=leaves))
+    text = formats.text("k8s-jobs", docs)
+    golden = GOLDEN / "k8s-jobs.yaml"
+    if update_golden:
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+    gpu = next(d for _, d in docs if "cu126" in d["metadata"]["annotations"][kubejobs.NODE_ANNOTATION])
+    pod = gpu["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert gpu["metadata"]["labels"][kubejobs.KUEUE_LABEL] == "gpu-team" and gpu["spec"]["suspend"] is True
+    assert pod["containers"][0]["image"] == TOOL and DIGEST in pod["containers"][0]["args"]
+
+
+def test_a_tool_image_by_tag_is_refused(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", SMALL, "--format", "argo",
+                 "--tool-image", "ghcr.io/example/imagebuilder:latest"])
+    assert code == 2 and "pinned by digest" in capsys.readouterr().err
+
+
+def big_matrix(tmp_path: Path) -> Path:
+    """600 nodes: 100 base images x {cpu, cu126} x (os, torch, task; cuda between os and torch for CUDA)... less
+    the shared os: 100 x (3 + 4) = 700 nodes, 600 of them distinct images, 200 leaves."""
+    bases = ", ".join(f"registry.example/os-{i}:1" for i in range(100))
+    path = tmp_path / "big.yaml"
+    path.write_text(textwrap.dedent(f"""
+        version: 1
+        base_image: debian:bookworm
+        registry: registry.example/ml
+        repository: pytorch
+        torch_extras: []
+        layers: [os, {{layer: cuda, when: {{accelerator: "cu*"}}}}, torch, task]
+        runners: {{gpu: NVIDIA-H100-80GB-HBM3, gpus: 8}}
+        matrix:
+          torch: ["2.7.1"]
+          accelerator: [cpu, cu126]
+          python: ["3.11"]
+          base_image: [{bases}]
+        """), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    from click.testing import CliRunner
+
+    from imagebuilder.cli import cli
+
+    path = big_matrix(tmp_path_factory.mktemp("big"))
+    result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "1000",
+                                      "plan", "--matrix", str(path), "--format", "graph"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output[-2000:]
+    graph = Graph.of_json(json.loads(result.stdout))
+    assert sum(j.kind == STAGE for j in graph.jobs) == 600 and sum(j.kind == VERIFY for j in graph.jobs) == 200
+    return graph
+
+
+def test_github_actions_of_600_nodes(big: Graph) -> None:
+    schema = vendored("github-workflows")
+    files = github.workflows(big, cpu=("ubuntu-24.04",), gpu=("self-hosted", "gpu"))
+    shards = files[1:]
+    assert len(shards) == 4  # 801 node jobs, 255 to a run (and its `next`)
+    placed: dict[str, int] = {}
+    for index, (name, doc) in enumerate(files):
+        schema.validate(doc)
+        assert len(yaml.safe_dump(doc).encode()) <= github.MAX_BYTES, name
+        if index == 0:
+            continue
+        assert len(doc["jobs"]) <= github.MAX_JOBS, name
+        for job_id, job in doc["jobs"].items():
+            assert set(job.get("needs") or ()) <= set(doc["jobs"]), (name, job_id)  # needs stay in their run
+            if job_id != "next":
+                placed[job_id] = index
+        assert ("next" in doc["jobs"]) == (index < len(shards))
+    assert list(placed) == [j.id for j in big.jobs]  # every job once, in order
+    for job in big.jobs:  # what a job needs ran in an earlier run, or in its own before it
+        assert all(placed[n] <= placed[job.id] for n in job.needs)
+
+
+def test_buildkite_of_600_nodes(big: Graph) -> None:
+    schema = vendored("buildkite")
+    parts = buildkite.uploads(big, ("--matrix", "big.yaml"))
+    assert len(parts) == 2
+    keys: list[str] = []
+    for part in parts:
+        schema.validate(part)
+        assert len(part["steps"]) <= buildkite.MAX_STEPS
+        for step in part["steps"]:
+            assert set(step.get("depends_on") or ()) <= set(keys), step["key"]
+            keys.append(step["key"])
+    assert parts[0]["steps"][-1]["command"].endswith("--part 2 | buildkite-agent pipeline upload")
+    assert {s["agents"]["queue"] for p in parts for s in p["steps"]} == {"cpu", "gpu-NVIDIA-H100-80GB-HBM3-x8"}
+
+
+def test_argo_of_600_nodes(big: Graph) -> None:
+    from hera.workflows.models import Workflow
+
+    doc = argo.workflow(big, image=TOOL)
+    parsed = Workflow.model_validate(doc).model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert parsed == doc  # nothing Argo's models do not know (an unknown key would be dropped)
+    assert len(json.dumps(doc).encode()) <= argo.MAX_BYTES
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    tasks = templates["plan"]["dag"]["tasks"]
+    names = [t["name"] for t in tasks]
+    assert len(names) == len(set(names)) == len(big.jobs)
+    for task in tasks:
+        assert set(task.get("dependencies") or ()) <= set(names) and task["template"] in templates
+    gpu = templates["verify-gpu-nvidia-h100-80gb-hbm3-x8"]
+    assert gpu["container"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert gpu["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert templates["stage-cpu"]["outputs"]["parameters"][0]["name"] == "digest"
+
+
+def test_kubernetes_jobs_of_600_nodes(big: Graph) -> None:
+    from kubernetes.client import ApiClient
+
+    client = ApiClient()
+    leaves = {str(j.node): DIGEST for j in big.jobs if j.kind == VERIFY}
+    docs = kubejobs.jobs(big, leaves, image=TOOL, queue="team")
+    assert len(docs) == 200
+    for doc in docs:
+        model = client._ApiClient__deserialize(doc, "V1Job")  # type: ignore[attr-defined]
+        assert client.sanitize_for_serialization(model) == doc  # every key is the model's
+        assert re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", doc["metadata"]["name"])
+        assert "@sha256:" in doc["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    from imagebuilder.input import matrix as matrix_mod
+    from imagebuilder.input import schema
+    from imagebuilder.input.compat import CompatTable
+
+    text = (ROOT / SMALL).read_text(encoding="utf-8")
+    path = tmp_path / "m.yaml"
+    plain = text.replace("runners: {build: cpu-large}\n", "")
+    path.write_text(plain[:plain.index("include:")], encoding="utf-8")
+    (entry, _) = matrix_mod.load(path, CompatTable.load(None), env={}).entries
+    assert (entry.runners.build, entry.runners.gpu_queue, entry.runners.gpu, str(entry.runners.gpus)) == tuple(
+        schema.default(f"runners.{k}") for k in ("build", "gpu_queue", "gpu", "gpus"))
+    for bad, key in (("runners: {gpus: 0}", "gpus"), ("runners: {gpu: 'H100 80GB'}", "gpu"),
+                     ("runners: {queue: cpu}", "queue")):
+        path.write_text(text.replace("runners: {build: cpu-large}", bad), encoding="utf-8")
+        code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", str(path), "--format",
+                     "graph"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"{key}" in err and "m.yaml" in err and "Traceback" not in err, err
