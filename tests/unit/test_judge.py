@@ -165,3 +165,12 @@ def test_the_rules_are_named_by_content() -> None:
         assert judge_mod.rules() != whole and passes.spec_key({"expect": {}}) != before
     finally:
         judge_mod.RULE_FILES = ("smoke/judge.py", *judge_mod.RULE_FILES)
+
+
+def test_the_shipped_floors_are_the_measured_ones() -> None:
+    """imagebuilder/data/busbw_floors.json, from benchmarks/gpu_host_truth.sh on 2x H200 (NVLink): 6 clean runs."""
+    shipped = Floors.measured()
+    h200 = shipped.table["2x NVIDIA H200 (nvlink)"]
+    assert h200["all_reduce.busbw.256MiB"].runs == 6 and h200["all_reduce.busbw.256MiB"].value == 0.5 * 265.14
+    assert "benchmarks/gpu_host_truth.sh" in shipped.commands["2x NVIDIA H200 (nvlink)"]
+    assert f"2x {H100} (nvlink)" not in shipped.table  # not measured: not gated, and said
