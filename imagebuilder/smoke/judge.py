@@ -173,12 +173,13 @@ def judge(report: SmokeReport, expect: Mapping[str, Any], commands: Iterable[Map
                        + " (fix it, or name the check in smoke.allow_skip)")
     notes: list[str] = []
     if gpu_run and not truth and (not kinds or "distributed" in kinds):
-        slow, notes = (floors or Floors.measured()).judge(metrics_of(checks), host.models, host.gpus,
-                                                         host.interconnect)
+        floors = floors or Floors.measured()
+        slow, notes = floors.judge(metrics_of(checks), host.models, host.gpus, host.interconnect)
         if slow:
             nccl = [v for v in report.visible if v.startswith("NCCL_")]
-            reasons.append("; ".join(slow) + "; likely cause: " + (", ".join(nccl) if nccl else
-                           "NCCL settings in the image or forwarded from the host (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, "
-                           "NCCL_ALGO, NCCL_PROTO), or another process on the GPUs"))
+            cause = ", ".join(nccl) if nccl else ("NCCL settings in the image or forwarded from the host "
+                                                  "(NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_ALGO, NCCL_PROTO), or "
+                                                  "another process on the GPUs")
+            reasons.append(floors.why(slow, host.models, host.gpus, host.interconnect, cause))
     verified = gpu_run and not truth
     return Verdict(not reasons, tuple(reasons), verified and not reasons, tuple(allowed), tuple(notes))
