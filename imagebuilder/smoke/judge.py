@@ -113,9 +113,10 @@ def _likely_hidden(report: SmokeReport) -> str:
         "entrypoint or a sitecustomize), or the suite's device selection")
 
 
-def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: GpuHost, seen: int) -> list[str]:
+def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: GpuHost, seen: int,
+              kinds: tuple[str, ...] = ()) -> list[str]:
     """What a GPU run's report must show of the runner the host gave it: every GPU (count, world size), the
-    host's models and driver, named."""
+    host's models (named by the throughput checks) and driver (by `versions`), for the kinds that ran."""
     reasons = []
     given = host.gpus
     what = f"{given} GPU(s) ({', '.join(host.models) or 'models not known'})"
@@ -128,12 +129,12 @@ def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: Gp
         reasons.append(f"the collectives ran with world size {world}; the host gave the container {what}")
     models = sorted({str(c["device"]) for c in checks if c.get("device")})
     driver = next((str(c.get("value")) for c in checks if c.get("name") == "versions.driver" and c.get("value")), None)
-    if host.models and not models:
+    if host.models and not models and (not kinds or "throughput" in kinds):
         reasons.append(f"the report names no GPU model; this host's driver names {', '.join(host.models)}")
     elif host.models and not set(models) <= set(host.models):
         reasons.append(f"the suite reports GPU model(s) {', '.join(models)}; this host's driver names "
                        f"{', '.join(host.models)}")
-    if host.driver and driver != host.driver:
+    if host.driver and driver != host.driver and (driver or not kinds or "versions" in kinds):
         reasons.append(f"the suite reports driver {driver or 'none'}; this host's driver is {host.driver}")
     return reasons
 
@@ -154,7 +155,7 @@ def judge(report: SmokeReport, expect: Mapping[str, Any], commands: Iterable[Map
         reasons.append(f"the host gave the container its GPUs ({report.gpu_mode}), but the suite saw none: likely "
                        f"cause: {_no_gpu_cause(checks)}")
     gpu_run = bool(given and seen > 0)
-    truth = gpu_truth(report, checks, host, seen) if gpu_run else []
+    truth = gpu_truth(report, checks, host, seen, kinds) if gpu_run else []
     reasons += truth
     failed = [f"{c.get('name')}: {c.get('reason') or 'failed'}" for c in checks if c.get("status") == "fail"]
     reasons += failed

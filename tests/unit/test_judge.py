@@ -175,3 +175,11 @@ def test_the_shipped_floors_are_the_measured_ones() -> None:
     assert h200["all_reduce.busbw.256MiB"].runs == 6 and h200["all_reduce.busbw.256MiB"].value == 0.5 * 265.14
     assert "benchmarks/gpu_host_truth.sh" in shipped.commands["2x NVIDIA H200 (nvlink)"]
     assert f"2x {H100} (nvlink)" not in shipped.table  # not measured: not gated, and said
+
+
+def test_a_probe_of_some_kinds_on_gpus_is_held_to_what_those_kinds_name() -> None:
+    raw = on_two()
+    fsdp_only = tuple(c for c in raw.checks if str(c["name"]).startswith("fsdp."))
+    probe = SmokeReport(True, fsdp_only, 1.0, 0, raw.raw, gpu_verified=True, gpu_mode="devices")
+    assert judge(probe, CUDA, LAYERS, host=TWO, floors=FLOORS, kinds=("fsdp",)).passed  # names no model: not asked
+    assert not judge(probe, CUDA, LAYERS, host=TWO, floors=FLOORS, kinds=("fsdp", "throughput")).passed
