@@ -71,13 +71,24 @@ class Floors:
             return [], [f"collective bandwidth not gated: no floor measured for {key} in {self.source or 'the floors'}"
                         f" (recorded, and judged by the regression gate within its lineage)"]
         failures = []
-        for name, floor in sorted(floors.items()):
+        for name, floor in sorted(floors.items(), key=lambda item: (-_size(item[0]), item[0])):
             metric = metrics.get(name)
             if metric is None:
-                failures.append(f"{name}: the suite measured no bus bandwidth, and {key} has a floor of "
-                                f"{floor.value:.4g} GB/s")
+                failures.append(f"{name} not measured (floor {floor.value:.4g})")
             elif metric.value < floor.value:
-                failures.append(f"{name} {metric.value:.4g} GB/s is below its floor {floor.value:.4g} GB/s on {key} "
-                                f"({FLOOR_FRACTION:g} x the lowest of {floor.runs} clean runs, {floor.lowest:.4g} "
-                                f"GB/s; {self.source})")
+                failures.append(f"{name} {metric.value:.4g} GB/s (floor {floor.value:.4g})")
         return failures, []
+
+    def why(self, failures: list[str], models: tuple[str, ...], count: int, interconnect: str, cause: str) -> str:
+        """One message for the collectives below their floors: the runner, the likely cause, each metric (the
+        largest sizes first), and where the floors come from."""
+        key = runner_key(models, count, interconnect)
+        runs = min((f.runs for f in (self.table.get(key) or {}).values()), default=0)
+        return (f"collective bus bandwidth below its floor on {key}; likely cause: {cause}: " + ", ".join(failures)
+                + f" (each floor {FLOOR_FRACTION:g} x the lowest of {runs} clean runs, {self.source})")
+
+
+def _size(name: str) -> int:
+    """The size a metric's name ends in, in MiB (`all_reduce.busbw.256MiB`: 256); 0 when it names none."""
+    tail = name.rsplit(".", 1)[-1]
+    return int(tail[:-3]) if tail.endswith("MiB") and tail[:-3].isdigit() else 0

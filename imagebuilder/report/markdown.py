@@ -51,6 +51,9 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
                   "threshold |", "|---|---|---|---|---|---|---|---|"]
         for r in measured:
             lines += _performance_rows(r)
+        said = [(r.node, (r.performance or {}).get("cell"), (r.performance or {}).get("summary")) for r in measured]
+        lines += [""] + [f"- `{node}` (lineage `{_md(str(cell))}`): {_md(str(summary))}"
+                         for node, cell, summary in said if summary] if any(s for *_, s in said) else []
     scanned = [r for r in results if r.vulnerabilities]
     if scanned:
         found = [r for r in scanned if (r.vulnerabilities or {}).get("findings")]

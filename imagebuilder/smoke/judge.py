@@ -115,9 +115,10 @@ def _likely_hidden(report: SmokeReport) -> str:
         "entrypoint or a sitecustomize), or the suite's device selection")
 
 
-def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: GpuHost, seen: int) -> list[str]:
+def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: GpuHost, seen: int,
+              kinds: tuple[str, ...] = ()) -> list[str]:
     """What a GPU run's report must show of the runner the host gave it: every GPU (count, world size), the
-    host's models and driver, named."""
+    host's models (named by the throughput checks) and driver (by `versions`), for the kinds that ran."""
     reasons = []
     given = host.gpus
     what = f"{given} GPU(s) ({', '.join(host.models) or 'models not known'})"
@@ -130,12 +131,12 @@ def gpu_truth(report: SmokeReport, checks: Sequence[Mapping[str, Any]], host: Gp
         reasons.append(f"the collectives ran with world size {world}; the host gave the container {what}")
     models = sorted({str(c["device"]) for c in checks if c.get("device")})
     driver = next((str(c.get("value")) for c in checks if c.get("name") == "versions.driver" and c.get("value")), None)
-    if host.models and not models:
+    if host.models and not models and (not kinds or "throughput" in kinds):
         reasons.append(f"the report names no GPU model; this host's driver names {', '.join(host.models)}")
     elif host.models and not set(models) <= set(host.models):
         reasons.append(f"the suite reports GPU model(s) {', '.join(models)}; this host's driver names "
                        f"{', '.join(host.models)}")
-    if host.driver and driver != host.driver:
+    if host.driver and driver != host.driver and (driver or not kinds or "versions" in kinds):
         reasons.append(f"the suite reports driver {driver or 'none'}; this host's driver is {host.driver}")
     return reasons
 
@@ -156,7 +157,7 @@ def judge(report: SmokeReport, expect: Mapping[str, Any], commands: Iterable[Map
         reasons.append(f"the host gave the container its GPUs ({report.gpu_mode}), but the suite saw none: likely "
                        f"cause: {_no_gpu_cause(checks)}")
     gpu_run = bool(given and seen > 0)
-    truth = gpu_truth(report, checks, host, seen) if gpu_run else []
+    truth = gpu_truth(report, checks, host, seen, kinds) if gpu_run else []
     reasons += truth
     failed = [f"{c.get('name')}: {c.get('reason') or 'failed'}" for c in checks if c.get("status") == "fail"]
     reasons += failed
@@ -175,12 +176,13 @@ def judge(report: SmokeReport, expect: Mapping[str, Any], commands: Iterable[Map
                        + " (fix it, or name the check in smoke.allow_skip)")
     notes: list[str] = []
     if gpu_run and not truth and (not kinds or "distributed" in kinds):
-        slow, notes = (floors or Floors.measured()).judge(metrics_of(checks), host.models, host.gpus,
-                                                         host.interconnect)
+        floors = floors or Floors.measured()
+        slow, notes = floors.judge(metrics_of(checks), host.models, host.gpus, host.interconnect)
         if slow:
             nccl = [v for v in report.visible if v.startswith("NCCL_")]
-            reasons.append("; ".join(slow) + "; likely cause: " + (", ".join(nccl) if nccl else
-                           "NCCL settings in the image or forwarded from the host (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, "
-                           "NCCL_ALGO, NCCL_PROTO), or another process on the GPUs"))
+            cause = ", ".join(nccl) if nccl else ("NCCL settings in the image or forwarded from the host "
+                                                  "(NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_ALGO, NCCL_PROTO), or "
+                                                  "another process on the GPUs")
+            reasons.append(floors.why(slow, host.models, host.gpus, host.interconnect, cause))
     verified = gpu_run and not truth
     return Verdict(not reasons, tuple(reasons), verified and not reasons, tuple(allowed), tuple(notes))

@@ -137,11 +137,12 @@ def test_collectives_below_their_floor_fail_and_an_unknown_runner_is_said_not_ga
     assert FLOORS.table[f"2x {H100} (nvlink)"]["all_reduce.busbw.256MiB"].value == 133.0  # half the lowest run
     slow = judge(on_two(3.1, visible=("NCCL_P2P_DISABLE=1 (the image's environment)",)), CUDA, LAYERS, host=TWO,
                  floors=FLOORS)
-    assert not slow.passed and slow.why().startswith(
-        f"all_reduce.busbw.256MiB 3.1 GB/s is below its floor 133 GB/s on 2x {H100} (nvlink) (0.5 x the lowest of 5 "
-        "clean runs, 266 GB/s; test floors); likely cause: NCCL_P2P_DISABLE=1 (the image's environment)")
+    assert not slow.passed and slow.why() == (
+        f"collective bus bandwidth below its floor on 2x {H100} (nvlink); likely cause: NCCL_P2P_DISABLE=1 (the "
+        "image's environment): all_reduce.busbw.256MiB 3.1 GB/s (floor 133) (each floor 0.5 x the lowest of 5 clean "
+        "runs, test floors)")
     missing = judge(on_two(None), CUDA, LAYERS, host=TWO, floors=FLOORS)
-    assert "all_reduce.busbw.256MiB: the suite measured no bus bandwidth" in missing.why()
+    assert "all_reduce.busbw.256MiB not measured (floor 133)" in missing.why()
     pcie = GpuHost(TWO.devices, (H100,), DRIVER, count=2, interconnect="pcie")
     ungated = judge(on_two(3.1), CUDA, LAYERS, host=pcie, floors=FLOORS)
     assert ungated.passed and ungated.notes == (
@@ -165,3 +166,20 @@ def test_the_rules_are_named_by_content() -> None:
         assert judge_mod.rules() != whole and passes.spec_key({"expect": {}}) != before
     finally:
         judge_mod.RULE_FILES = ("smoke/judge.py", *judge_mod.RULE_FILES)
+
+
+def test_the_shipped_floors_are_the_measured_ones() -> None:
+    """imagebuilder/data/busbw_floors.json, from benchmarks/gpu_host_truth.sh on 2x H200 (NVLink): 6 clean runs."""
+    shipped = Floors.measured()
+    h200 = shipped.table["2x NVIDIA H200 (nvlink)"]
+    assert h200["all_reduce.busbw.256MiB"].runs == 6 and h200["all_reduce.busbw.256MiB"].value == 0.5 * 265.14
+    assert "benchmarks/gpu_host_truth.sh" in shipped.commands["2x NVIDIA H200 (nvlink)"]
+    assert f"2x {H100} (nvlink)" not in shipped.table  # not measured: not gated, and said
+
+
+def test_a_probe_of_some_kinds_on_gpus_is_held_to_what_those_kinds_name() -> None:
+    raw = on_two()
+    fsdp_only = tuple(c for c in raw.checks if str(c["name"]).startswith("fsdp."))
+    probe = SmokeReport(True, fsdp_only, 1.0, 0, raw.raw, gpu_verified=True, gpu_mode="devices")
+    assert judge(probe, CUDA, LAYERS, host=TWO, floors=FLOORS, kinds=("fsdp",)).passed  # names no model: not asked
+    assert not judge(probe, CUDA, LAYERS, host=TWO, floors=FLOORS, kinds=("fsdp", "throughput")).passed

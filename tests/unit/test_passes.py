@@ -109,6 +109,10 @@ def test_a_matrix_floor_per_gpu_name_judges_gpus_missing_from_the_table() -> Non
     failed = throughput_verdict("Tesla T4", 30.0, 0.6, [["T4", 40]])
     assert failed["status"] == "fail" and "floor 40 for Tesla T4" in failed["reason"]
     assert throughput_verdict("NVIDIA H100 80GB HBM3", 100.0, 0.6)["status"] == "fail"  # the table still holds
+    # issue 42 (G): a floor told for a pattern that matches a GPU of the table, below its bound, is no floor there
+    low = throughput_verdict("NVIDIA H100 80GB HBM3", 30.0, 0.6, [["NVIDIA", 0.001]])
+    assert low["status"] == "fail" and low["expected"] == ">= 593.6"
+    assert throughput_verdict("NVIDIA H100 80GB HBM3", 600.0, 0.6, [["H100", 500]])["expected"] == ">= 500"
 
 
 def moves(reg: FakeRegistry, source: str, target: str) -> list[promote.Move]:

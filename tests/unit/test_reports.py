@@ -268,3 +268,15 @@ def test_vulnerability_findings_are_in_every_report(tmp_path: Path) -> None:
     assert "BLOCKED by known vulnerabilities" in page and "blocks: the exception expired 2026-01-31" in page
     assert "<script>x</script>" not in page and "CycloneDX 1.7: 212 components (130 Debian, 82 Python)" in page
     assert "ghsa-q2x7-8rv6-6q7h" in page  # (the card's search text, lower-cased)
+
+
+def test_summary_markdown_says_what_an_upgrade_did(tmp_path: Path) -> None:
+    """issue 42: `torch 2.10.0 → 2.11.0: fsdp.samples_per_s −6 %`, with the lineage's cell."""
+    upgraded = NodeRecord("2.11.0-cu130-py3.12-runtime/task", "e", "task", True, build=BuildStatus.BUILT,
+                          performance={"verdict": "ok", "cell": "cuda-runtime/task", "runner": {"count": 2},
+                                       "summary": "torch 2.10.0 \u2192 2.11.0: fsdp.samples_per_s \u22126 %",
+                                       "rows": [{"metric": "fsdp.samples_per_s", "value": 940.0, "baseline": 1000.0,
+                                                 "change": -0.06, "threshold": 0.15}]})
+    write_reports([upgraded], tmp_path, {"tool": "imagebuilder", "matrix": "m.yaml"})
+    assert "- `2.11.0-cu130-py3.12-runtime/task` (lineage `cuda-runtime/task`): torch 2.10.0 \u2192 2.11.0: " \
+           "fsdp.samples_per_s \u22126 %" in (tmp_path / "summary.md").read_text()

@@ -169,3 +169,13 @@ def test_a_malformed_report_from_the_image_is_a_failed_run_not_a_crash(engine: F
     assert not Verify().leaf(run, leaf)
     assert run.ledger[leaf.id].verify == VerifyStatus.FAILED
     assert "the report is not the suite's" in str(run.ledger[leaf.id].error)
+
+
+def test_the_runner_is_the_hosts_never_the_reports() -> None:
+    """N9: a report naming other devices, or fewer, does not pick the lineage it is judged in."""
+    two = GpuHost(("/dev/nvidia0", "/dev/nvidia1"), (H100,), DRIVER, count=2, interconnect="nvlink")
+    report = {"gpu_verified": True, "gpus": 1, "checks": [{"name": "throughput.cuda:0", "device": "Tesla T4"}]}
+    assert Verify(host=two).runner(report).to_json() == {"kind": "gpu", "models": [H100], "count": 2,
+                                                         "driver": DRIVER, "interconnect": "nvlink"}
+    facts = Verify(host=two).gpu_facts(report, True)
+    assert (facts["models"], facts["count"], facts["interconnect"]) == ([H100], 2, "nvlink")
