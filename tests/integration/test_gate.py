@@ -391,8 +391,8 @@ def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: Do
     #    is not the verdict it names: publish refuses the digest, naming the tag.
     verifier = Keys.load(staged.folder / "m2" / "keys", {})
     store = RegistryPasses(reg, verifier.trust, verifier.signer)
-    own = store.find(repo, leaf_digest, str(staged.verified["leaf"]["spec"]))
-    assert own is not None
+    own = next(r for t in passes.tags_for(leaf_digest, registry_tags(registry, repo, cache=True))
+               if ".pass-" in t and (r := store.read(repo, t).record) is not None)
     gpu = {"kind": "gpu", "verified": True, "models": ["NVIDIA H100 80GB HBM3"], "count": 2}
     early = dataclasses.replace(own, gpu=gpu, date="2026-11-27T09:00:00+00:00")
     passed_tag = store.put(repo, early, per_model=True)
