@@ -38,8 +38,9 @@ def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, 
     team = layers / "team-torch"
     team.mkdir(exist_ok=True)
     wheel = fake_torch(team, "2.12.0")
-    (team / "Dockerfile.j2").write_text(f"FROM {{{{ parent_image }}}}\nCOPY {wheel} /tmp/{wheel}\n"
-                                        f"RUN python -m pip install --no-deps --no-index /tmp/{wheel}\n")
+    (team / "Dockerfile.j2").write_text(
+        f"FROM {{{{ parent_image }}}}\nCOPY {wheel} /tmp/{wheel}\n"
+        f"RUN python -m pip install --no-deps --no-index --target /opt/team /tmp/{wheel}\nENV PYTHONPATH=/opt/team\n")
     (team / "layer.yaml").write_text("description: a team's layer whose requirements pull another torch build\n")
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
@@ -51,7 +52,8 @@ def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, 
     assert nodes["business"]["build"] == "cached" and nodes["base"]["build"] == "cached"
     leaf = nodes["team-torch"]
     assert leaf["build"] == "failed" and leaf["image"] is None
-    assert "layer team-torch downgrades torch 2.13.0+cpu (installed by 2.13.0-cpu-py3.11-runtime/business) with " \
-           "2.12.0" in leaf["error"], json.dumps(leaf)[:2000]
+    assert "layer team-torch adds a second copy of torch: 2.12.0 in /opt/team/torch-2.12.0.dist-info and 2.13.0+cpu " \
+           "in /opt/venv/" in leaf["error"], json.dumps(leaf)[:2000]
+    assert "(2.13.0-cpu-py3.11-runtime/business has 2.13.0+cpu)" in leaf["error"]
     assert not any(t for t in registry_tags(registry, f"itest/{cpu_chain.repository}", cache=True)
                    if leaf["key"][:12] in t)  # nothing of it was pushed
