@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from imagebuilder.evidence import passes
+from imagebuilder.evidence import passes, provenance
 from imagebuilder.evidence.ecosystem import raw_sbom_tag
 from imagebuilder.evidence.referrers import index_tag
 from imagebuilder.evidence.sboms import sbom_tag
@@ -78,7 +78,8 @@ def test_cpu_chain_is_built_smoked_pushed_and_pulled_back_by_digest(
     assert sorted(every) == sorted([*registry_tags(registry, f"itest/{repository}"), *records,
                                     *(t for n in nodes.values() for t in (  # the signed SBOM, the raw one, cosign's
                                         sbom_tag(n["digest"]), raw_sbom_tag(n["digest"]),  # `.att` and the
-                                        att_tag(n["digest"]), index_tag(n["digest"]))),  # fallback referrers index
+                                        att_tag(n["digest"]), index_tag(n["digest"]),  # fallback referrers index
+                                        provenance.tag(n["digest"]))),  # and the build record of the key tag
                                     *(f"cache-{n['key'][:12]}" for n in nodes.values())])
 
     # Each layer builds FROM its parent's image ID, and carries OCI and version labels.

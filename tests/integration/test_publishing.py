@@ -14,7 +14,7 @@ import pytest
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from imagebuilder.evidence import passes, predicates, referrers, sboms, sigstore
+from imagebuilder.evidence import attestation, passes, predicates, provenance, referrers, sboms, sigstore
 from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.evidence.signing import Signer
 from imagebuilder.ports.engine import DockerEngine
@@ -44,8 +44,10 @@ def test_no_smoke_stages_key_tags_and_applies_no_public_tag(
     (node,) = report(tmp_path / "r")["nodes"]
     assert node["smoke"] == "skipped" and node["publish"] == "staged" and node["tags"] == []
     assert node["digest"].startswith("sha256:") and node["pass_record"] is None
-    # Straight to the registry: the key tag (staging, never public) and nothing else.
-    assert registry_tags(registry, f"itest/{repository}", cache=True) == [f"cache-{node['key'][:12]}"]
+    # Straight to the registry: the key tag (staging, never public) with its build record, and nothing else.
+    every = registry_tags(registry, f"itest/{repository}", cache=True)
+    assert [t for t in every if not attestation.is_evidence_tag(t)] == [f"cache-{node['key'][:12]}"]
+    assert provenance.tag(node["digest"]) in every
     assert Registry.for_host(registry).manifest_digest(f"itest/{repository}", f"cache-{node['key'][:12]}") \
         == node["digest"]
     assert "staged" in run.out and "no public tag" in run.out

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.evidence import attestation
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
@@ -126,8 +127,10 @@ def test_ctrl_c_during_a_push_exits_130_and_applies_no_tag(
     data = report(tmp_path / "r")
     assert data["interrupted"] is True
     assert all(n["publish"] in ("held", "failed") and n["tags"] == [] for n in data["nodes"]), data["nodes"]
-    # Straight to the registry: no tag of this repository but perhaps a key tag (content-addressed, never public).
-    assert [t for t in registry_tags(REGISTRY, f"itest/{repository}", cache=True) if not t.startswith("cache-")] == []
+    # Straight to the registry: no tag of this repository but perhaps a key tag (content-addressed, never public)
+    # and its build record.
+    assert [t for t in registry_tags(REGISTRY, f"itest/{repository}", cache=True)
+            if not t.startswith("cache-") and not attestation.is_evidence_tag(t)] == []
     assert engine.managed_containers(SESSION) == []
 
 
