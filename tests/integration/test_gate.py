@@ -422,8 +422,9 @@ def test_one_key_one_image_on_a_persistent_engine(engine: DockerEngine, registry
         (layers / name).mkdir(parents=True)
         (layers / name / "Dockerfile.j2").write_text(f"FROM {{{{ parent_image }}}}\nRUN echo {name} $RANDOM > "
                                                      f"/opt/{name}\n")
+    (staged.folder / "persistent").mkdir()
     matrix = cpu_matrix(staged.folder / "persistent", f"itest-persistent-{uuid.uuid4().hex[:8]}", wheelhouse,
-                        layers="[mid, top]", extra=f"layers_path: [{layers}]\n", base=base)
+                        layers="[mid, top]", extra=f"layers_path: [{layers}]\n", base_images=(base,))
 
     def build(name: str, *args: str) -> tuple[CliRun, dict[str, dict[str, object]]]:
         run = run_cli("--cache-dir", str(staged.folder / "persistent-machine"), "build", "--matrix", str(matrix),
