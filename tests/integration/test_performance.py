@@ -38,7 +38,8 @@ def test_a_slower_image_fails_on_its_history_not_on_the_floor(
     assert [p["manifest"] for p in lineage["points"]] == [task["digest"]]
     assert lineage["runner"]["kind"] == "cpu" and "matmul.fp32.256" in lineage["points"][0]["metrics"]
     table = cli("history", "--matrix", str(first))
-    assert table.code == 0 and "2.13.0-cpu-py3.11-runtime/task" in table.out and "first" in table.out, table.text
+    # (a lineage is a cell: flavor, accelerator family and layer, with the runner; the versions are its pins)
+    assert table.code == 0 and "cpu-runtime/task" in table.out and "first" in table.out, table.text
     # (`history` judges the series as it stands: here the image is its lineage's first)
 
     # 2. The same node, its task layer given a sitecustomize that doubles every matmul's work: a new image of the

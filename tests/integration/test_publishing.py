@@ -140,7 +140,7 @@ def test_what_other_tools_find_beside_each_published_digest(registry: str, cpu_c
         listed = json.loads(index)["manifests"]
         by_digest = {m["digest"]: m for m in listed}
         records = [t for t in every if t.startswith(digest.replace(":", "-") + ".") and not t.endswith(".att")]
-        assert {t.rsplit(".", 1)[1].split("-")[0] for t in records} == {"pass", "signed", "sbom"}, records
+        assert {t.rsplit(".", 1)[1].split("-")[0] for t in records} == {"pass", "signed", "sbom", "build"}, records
         for tag in records:  # every record of ours beside the digest is listed, with its artifact type
             entry = by_digest[reg.manifest_digest(repo, tag)]
             assert entry["artifactType"] == json.loads(reg.manifest(repo, tag)[0])["artifactType"], tag
