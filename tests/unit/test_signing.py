@@ -193,3 +193,32 @@ def test_a_bad_signature_of_a_trusted_key_hides_no_good_one() -> None:
     assert payload == b'{"a": 1}' and by.keyid == key.public.keyid
     with pytest.raises(Rejected, match="does not verify"):
         trust.open({**good, "signatures": [bogus]})
+
+
+def test_an_independent_dsse_verifier_accepts_a_build_record_and_it_speaks_slsa_provenance_v1() -> None:
+    """The build record beside a key tag's digest (issue 39) is read by a tool no one here wrote: securesystemslib
+    verifies its envelope with the build key, and refuses it with another key; its Statement is SLSA provenance v1
+    with the fields that spec requires (buildDefinition.buildType, externalParameters, runDetails.builder.id)."""
+    from imagebuilder.evidence import attestation, provenance
+
+    reg, builder = FakeRegistry(), Signer.generate("the build key")
+    manifest, config = reg.image("ml/x", "cache-0123456789ab", "built")
+    build = provenance.Build("e/base", "b" * 64, config, "sha256:" + "c" * 64, "debian:bookworm", {"template": "x"},
+                             "2026-11-27T10:00:00+00:00")
+    tag = provenance.RegistryBuilds(reg, Trust((builder.public,)), builder).put("ml/x", manifest, build)
+    stored = attestation.read(reg, "ml/x", tag, provenance.ARTIFACT_TYPE)
+    assert stored is not None and stored[0] == manifest
+    envelope = stored[1]
+    key = SSlibKey(builder.public.keyid, "ed25519", "ed25519", {"public": builder.public.raw})
+    assert list(Envelope.from_dict(copy.deepcopy(envelope)).verify([key], 1)) == [builder.public.keyid]
+    other = Signer.generate()
+    with pytest.raises(Exception, match=r"(?i)verif|threshold"):
+        Envelope.from_dict(copy.deepcopy(envelope)).verify(
+            [SSlibKey(other.public.keyid, "ed25519", "ed25519", {"public": other.public.raw})], 1)
+    doc = json.loads(base64.b64decode(envelope["payload"]))
+    assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert doc["subject"][0]["digest"] == {"sha256": manifest.split(":", 1)[1]}
+    predicate = doc["predicate"]
+    assert predicate["buildDefinition"]["buildType"] and predicate["buildDefinition"]["externalParameters"]["key"]
+    assert predicate["runDetails"]["builder"]["id"].startswith("https://")
+    assert provenance.Build.from_predicate(predicate) == build
