@@ -172,40 +172,44 @@ def vouch(run: RunContext, node: Node, repo: str, digest: str, builds: RegistryB
                                    dict(node.inputs), provenance.now()))
 
 
-def published_image(run: RunContext, node: Node) -> tuple[str, str] | None:
+def published_image(run: RunContext, node: Node, held: tuple[str, str | None] | None = None) -> tuple[str, str] | None:
     """(digest, image ID) under the node's key tag when a trusted build record vouches for it as this key's image
     built on the parent this run uses, and it is not the image this run holds: the key's one image, which this
-    run's rebuild does not replace. None otherwise (no key tag, or one nothing vouches for, or this very image)."""
+    run's rebuild does not replace. None otherwise (no key tag, or one nothing vouches for, or this very image).
+    `held`: the key tag's digest and config as the caller just read them (else they are read here)."""
     ref = cache_ref(node)
-    if not run.registries.answers(parse(ref).host):
+    if held is None and not run.registries.answers(parse(ref).host):
         return None
     client, parsed = run.registries.at(ref)
-    held = client.manifest_digest(parsed.repository, parsed.reference)
     if held is None:
-        return None
-    config = run.passes(parsed.host).config_digest(parsed.repository, held)
+        digest = client.manifest_digest(parsed.repository, parsed.reference)
+        if digest is None:
+            return None
+        held = digest, run.passes(parsed.host).config_digest(parsed.repository, digest)
+    held_digest, config = held
     if config is None or config == run.ledger[node.id].image:
         return None
     builds = RegistryBuilds(client, run.keys.build_trust)
-    if builds.check(parsed.repository, held, key=node.key, config=config, parent=built_on(run, node)) is not None:
+    if builds.check(parsed.repository, held_digest, key=node.key, config=config,
+                    parent=built_on(run, node)) is not None:
         return None
-    return held, config
+    return held_digest, config
 
 
-def keep_published(run: RunContext, node: Node) -> str | None:
+def keep_published(run: RunContext, node: Node, held: tuple[str, str | None] | None = None) -> str | None:
     """A rebuild (`--no-cache`) of a key whose one image is already vouched for: said plainly, and the node is
     that image from here on (its tags keep naming it; the rebuild is not pushed). Its digest, or None."""
-    kept = published_image(run, node)
+    kept = published_image(run, node, held)
     if kept is None:
         return None
-    held, config = kept
+    digest, config = kept
     image = run.ledger[node.id].image
-    run.logs.say(f"[yellow]  {escape(node.id)}: {escape(cache_ref(node))} names {held} (image {config[:19]}), which a "
-                 f"trusted build record vouches for; this run's image {str(image)[:19]} has the same key and parent "
+    run.logs.say(f"[yellow]  {escape(node.id)}: {escape(cache_ref(node))} names {digest} (image {config[:19]}), which "
+                 f"a trusted build record vouches for; this run's image {str(image)[:19]} has the same key and parent "
                  "(a rebuild) and is not pushed: the key's tags keep naming "
-                 f"{held} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
-    run.ledger.update(node.id, image=config if run.images.worker().image_id(config) else None, digest=held)
-    return held
+                 f"{digest} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
+    run.ledger.update(node.id, image=config if run.images.worker().image_id(config) else None, digest=digest)
+    return digest
 
 
 def push_key_tag(run: RunContext, node: Node) -> str:
@@ -230,7 +234,7 @@ def push_key_tag(run: RunContext, node: Node) -> str:
         if config == record.image:
             vouch(run, node, parsed.repository, held, builds)
             return held
-        kept = keep_published(run, node)
+        kept = keep_published(run, node, (held, config))  # (the key tag just read: not read again)
         if kept is not None:
             return kept
         run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), which no trusted build record vouches "
