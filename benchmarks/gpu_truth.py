@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import gpu_perf  # noqa: E402
 import perf_noise  # noqa: E402
 
-from imagebuilder.evidence.floors import COLLECTIVE_PREFIXES  # noqa: E402
+from imagebuilder.smoke.floors import COLLECTIVE_PREFIXES  # noqa: E402
 from imagebuilder.smoke.runner import GpuHost  # noqa: E402
 
 MATRIX = gpu_perf.MATRIX
@@ -60,7 +60,7 @@ def smoke(image: str) -> dict[str, Any]:
                           text=True, env={**os.environ, "COLUMNS": "200"})
     start = proc.stdout.find("{")
     report = json.loads(proc.stdout[start:]) if start >= 0 else {}
-    from imagebuilder.evidence.metrics import metrics_of
+    from imagebuilder.smoke.metrics import metrics_of
 
     return {"exit": proc.returncode, "seconds": round(time.monotonic() - t0, 1), "gpus": report.get("gpus"),
             "host_verdict": report.get("host_verdict"), "host_notes": report.get("host_notes"),

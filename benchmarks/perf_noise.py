@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagebuilder.evidence.history import Point, Runner  # noqa: E402
-from imagebuilder.evidence.metrics import Metric, metrics_of  # noqa: E402
 from imagebuilder.evidence.regression import Thresholds, judge, worst_shortfall  # noqa: E402
+from imagebuilder.smoke.metrics import Metric, metrics_of  # noqa: E402
 from imagebuilder.smoke.runner import cpu_model  # noqa: E402
 
 DATA = ROOT / "imagebuilder" / "data" / "perf_noise.json"

@@ -23,11 +23,11 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      '    if host.driver and driver != host.driver and (driver or not kinds or "versions" in kinds):',
      '    if host.driver and driver and driver != host.driver:',
      'tests/unit/test_judge.py::test_a_report_naming_no_gpu_model_or_driver_is_not_gpu_verified'),
-    ('floor', 'imagebuilder/evidence/floors.py',
+    ('floor', 'imagebuilder/smoke/floors.py',
      '            elif metric.value < floor.value:',
      '            elif False:',
      'tests/unit/test_judge.py::test_collectives_below_their_floor_fail_and_an_unknown_runner_is_said_not_gated'),
-    ('not-gated-note', 'imagebuilder/evidence/floors.py',
+    ('not-gated-note', 'imagebuilder/smoke/floors.py',
      '        if not floors:\n            return [], [',
      '        if not floors:\n            return [], [] if True else [',
      'tests/unit/test_judge.py::test_collectives_below_their_floor_fail_and_an_unknown_runner_is_said_not_gated'),
@@ -48,7 +48,7 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      'return Runner("gpu", tuple(passes.gpu_facts(report, True)["models"]), int(report["gpus"]), '
      'self.host.driver, self.host.interconnect)',
      'tests/unit/test_verify.py::test_the_runner_is_the_hosts_never_the_reports'),
-    ('semantics', 'imagebuilder/evidence/metrics.py',
+    ('semantics', 'imagebuilder/smoke/metrics.py',
      '    unit, better, stat = meaning\n',
      '    unit, better, stat = meaning\n    unit, better, stat = str(doc.get("unit") or unit), '
      'str(doc.get("better") or better), str(doc.get("stat") or stat)\n',

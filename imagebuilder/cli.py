@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
+from .commands import promote as promote_mod
 from .emit.formats import FORMATS as EMIT_FORMATS
 from .errors import (
     EngineUnavailable,
@@ -44,6 +45,7 @@ from .input import compat as compat_mod
 from .input import matrix as matrix_mod
 from .input import schema as schema_mod
 from .interrupts import Interrupts
+from .ledger import NodeRecord, PublishStatus, VerifyStatus
 from .plan import cache as cache_mod
 from .plan import keys
 from .plan import plan as plan_mod
@@ -56,14 +58,12 @@ from .ports.registry import Registries, Registry
 from .ports.tls import RegistryTrust
 from .report import document as report_document
 from .report import html as report_html
+from .run import lock
+from .run.context import Step
+from .run.cosign import Cosign
+from .run.display import LOG_MODES
 from .smoke.judge import judge
 from .smoke.runner import CHECK_KINDS, GpuHost, run_smoke
-from .steps import lock
-from .steps import promote as promote_mod
-from .steps.context import Step
-from .steps.cosign import Cosign
-from .steps.display import LOG_MODES
-from .steps.ledger import NodeRecord, PublishStatus, VerifyStatus
 from .steps.publish import Publish
 from .steps.run import RunOptions, execute
 from .steps.stage import KeyTags, Stage, Staged, check_bases
@@ -148,7 +148,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                max_entries=ctx.max_entries, facts=facts)
 
     matrix = load(None)  # reads only
-    if matrix.registry:  # (the environment's registry credentials are for its host, `secrets.registry_auth`)
+    if matrix.registry:  # (the environment's registry credentials are for its host, `ports.credentials`)
         ctx.registry_hosts = (matrix.registry.split("/", 1)[0],)
     if matrix.questions:  # the engine and the indexes, asked what the file needs, then read again
         matrix = load(lookups.answer(matrix.questions, base_python=ctx.base_python,
@@ -399,7 +399,7 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if fmt in EMIT_FORMATS:
         from .emit import formats
         from .emit.graph import graph
-        from .steps.handoff import staged_digests
+        from .run.handoff import staged_digests
 
         if fmt == "k8s-jobs" and registries is None:
             raise InputError("--format k8s-jobs pins each leaf's staged digest: it needs the engine and registry")
@@ -749,7 +749,8 @@ def build(ctx: Context, /, push: bool, smoke: bool, expect: tuple[str, ...], no_
     signing = Cosign.from_env(push, os.environ)
     steps = (Stage(no_cache=no_cache), Verify(run_suite=smoke, resmoke=resmoke, host=GpuHost.probe(),
                                               accept_regression=accept_regression),
-             Publish(push=push, allow_untested=allow_untested, allow_untested_gpu=allow_untested_gpu, signing=signing))
+             Publish(push=push, allow_untested=allow_untested, allow_untested_gpu=allow_untested_gpu, signing=signing,
+                     supply=SupplyChain()))
     failed(run_steps(ctx, Common(**common), steps, expect=parse_expect(expect), no_cache=no_cache,
                      fail_fast=fail_fast, logs=logs, meta={"allow_untested": allow_untested, "smoke": smoke,
                                                           "signing": signing.meta()}))
@@ -797,7 +798,8 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     idempotent: a second run changes nothing and says so."""
     staged, signing = Staged("publish"), Cosign.from_env(True, os.environ)
     steps = (staged, Verify(run_suite=False, host=GpuHost.probe()),
-             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing))
+             Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing,
+                     supply=SupplyChain()))
     records = run_steps(ctx, Common(**common), steps, require=staged, meta={"signing": signing.meta()})
     lacking = sorted({r.entry for r in records if r.leaf and r.verify == VerifyStatus.SKIPPED})
     if lacking:
@@ -827,7 +829,7 @@ NODE_OPTIONS = (matrix_option, strict_option, registry_option, report_option, qu
 def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: Any) -> int:
     """Stage NODE (ENTRY/LAYER, its parents staged before) or every node of ENTRY that is not staged: build and
     push under key tags only. Nothing to do when every key tag is in the registry."""
-    from .steps.handoff import Handoff, selector
+    from .run.handoff import Handoff, selector
 
     handoff = Handoff(name)
     records = run_steps(ctx, Common(only=selector(name), jobs=1, **common), (Stage(), KeyTags()),
@@ -854,7 +856,7 @@ def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[st
                 **common: Any) -> int:
     """Verify LEAF (ENTRY/LAYER) on this runner: its staged digest's suite, unless a trusted pass of this suite on
     this runner's GPU model is beside it already (nothing to do)."""
-    from .steps.handoff import Handoff, selector
+    from .run.handoff import Handoff, selector
 
     if "/" not in leaf:
         raise InputError(f"{leaf!r} is not a node id", hint="node verify takes one leaf, ENTRY/LAYER")

@@ -1,5 +1,5 @@
 """The reference pages of the docs site, made from the code where the code is the source: every command's help
-(click), every matrix key (`input/schema.py`), report.json's fields (`steps/ledger.py` through
+(click), every matrix key (`input/schema.py`), report.json's fields (`ledger.py` through
 `report/document.py`), the smoke checks (`smoke/judge.py`'s expected checks, the suite's own table of kinds and
 the mutants that must be caught). `tests/unit/test_manual.py` fails when a committed page differs from what this
 makes. Regenerate with `python -m imagebuilder.manual docs/reference` (or `make reference`). Prints nothing but
@@ -19,11 +19,10 @@ from typing import Any
 import click
 import yaml
 
-from . import errors
+from . import errors, ledger
 from .input import schema
 from .report.document import node_json
 from .smoke import judge, runner
-from .steps import ledger
 
 HEAD = "<!-- Made by `python -m imagebuilder.manual docs/reference` from the code: do not edit by hand. -->\n\n"
 SIGNALS = ((130, "SIGINT (Ctrl-C): containers removed, nothing more tagged or pushed, reports written"),
@@ -144,7 +143,7 @@ def report_page() -> str:
            "`--report DIR` gets `report.json`: the run's facts (`tool`, `version`, `command`, `matrix`, `registry`, "
            "`only`, `smoke`, `allow_untested`, `signing`, `finished`, `host`, `interrupted`), `ok` (every node ok) "
            "and `nodes`, one object per node in plan order, made from the run ledger's `NodeRecord` "
-           "(`imagebuilder/steps/ledger.py`) by `imagebuilder/report/document.py`. report.html, summary.md and "
+           "(`imagebuilder/ledger.py`) by `imagebuilder/report/document.py`. report.html, summary.md and "
            "junit.xml are made from it; `imagebuilder report DIR` remakes the page. See "
            "[reports](../guide/reports.md).\n\n",
            "| field | type | what |\n|---|---|---|\n"]

@@ -17,7 +17,7 @@ from typing import TextIO
 
 from .graph import STAGE, VERIFY, Graph, Job
 
-NOTHING_TO_DO = "nothing to do"  # what a node command says when its work was done already (`steps.handoff`)
+NOTHING_TO_DO = "nothing to do"  # what a node command says when its work was done already (`run.handoff`)
 DONE, NOTHING, FAILED, BLOCKED = "done", "nothing-to-do", "failed", "blocked"
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from packaging.version import InvalidVersion, Version
 
 from ..smoke.judge import VERSION_CHECKS
-from .metrics import Metric
+from ..smoke.metrics import Metric
 from .passes import Signed, is_record_tag
 
 if TYPE_CHECKING:

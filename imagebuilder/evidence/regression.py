@@ -27,8 +27,8 @@ from importlib import resources
 from typing import Any
 
 from ..input import schema
+from ..smoke.metrics import Metric
 from .history import Point, Runner, line
-from .metrics import Metric
 
 MIN_THRESHOLD = 0.05  # PyTorch's dashboards alert at 0.95x of a baseline
 MAX_THRESHOLD = 0.40  # above it a metric's noise hides any regression worth the name: recorded, not gated

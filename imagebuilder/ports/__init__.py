@@ -1,5 +1,5 @@
 """The ports: what the steps, the cache, the secret scan and the smoke runner need of the world outside, as
-protocols. The real classes (`engine.DockerEngine`, `registry.Registry`, `steps.display.Terminal`) satisfy
+protocols. The real classes (`engine.DockerEngine`, `registry.Registry`, `run.display.Terminal`) satisfy
 them; the unit tests' fakes (tests/unit/fakes.py) implement them without subclassing anything."""
 
 from __future__ import annotations

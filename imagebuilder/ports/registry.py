@@ -3,7 +3,7 @@ a manifest HEAD to find a key tag, reading an image's labels from its config, an
 manifest that is already there (a copy of the manifest, no layer moves).
 
 Credentials come from IMAGEBUILDER_REGISTRY_USER / IMAGEBUILDER_REGISTRY_PASSWORD (for the hosts they are for) or
-the Docker client config (its credential helpers too: `secrets.registry_auth`); they are sent only to the registry
+the Docker client config (its credential helpers too: `ports.credentials`); they are sent only to the registry
 that asked for them, or to the token service it names on its own host (one on another host only where
 IMAGEBUILDER_REGISTRY_HOSTS lists it; never over plain HTTP off loopback), and never logged; nor are the tokens. A
 registry the engine speaks plain HTTP to, off loopback, gets none (nor does the engine's push or pull) unless
@@ -39,9 +39,9 @@ import tenacity
 import urllib3
 
 from ..errors import EngineError, RegistryAccess
-from ..secrets.registry_auth import credentials, pair_hosts, plain_http_allowed, realm_allowed
 from . import Registry as RegistryPort
 from . import tls
+from .credentials import credentials, pair_hosts, plain_http_allowed, realm_allowed
 from .hashing import Hashing
 from .reference import DOCKER_HUB, Reference, is_loopback, parse
 
@@ -78,7 +78,7 @@ class Registry:
     attempts: int = 3
     on_retry: Callable[[str], None] | None = None  # told about each retry
     cafiles: tuple[Path, ...] = ()  # extra CAs its certificate may chain to (`tls.RegistryTrust`)
-    realms: frozenset[str] = frozenset()  # other hosts whose token service may get `auth` (`registry_auth.pair_hosts`)
+    realms: frozenset[str] = frozenset()  # other hosts whose token service may get `auth` (`credentials.pair_hosts`)
     withheld: str | None = None  # why credentials configured for it are not used (for messages)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
     _token: dict[str, str] = field(default_factory=dict, repr=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..steps.ledger import NodeRecord
+from ..ledger import NodeRecord
 from . import html
 from .document import write_json
 from .junit import junit_xml

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from ..errors import InputError
-from ..steps.ledger import NodeRecord
+from ..ledger import NodeRecord
 
 
 def node_json(r: NodeRecord) -> dict[str, Any]:

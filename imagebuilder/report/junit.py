@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..steps.ledger import BuildStatus, NodeRecord, VerifyStatus
+from ..ledger import BuildStatus, NodeRecord, VerifyStatus
 
 
 def junit_xml(results: list[NodeRecord]) -> bytes:

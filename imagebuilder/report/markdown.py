@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..steps.ledger import BuildStatus, NodeRecord, PublishStatus
+from ..ledger import BuildStatus, NodeRecord, PublishStatus
 from .document import log_link
 
 _MARK = {"staged": "📦 staged (untested: no tag)",

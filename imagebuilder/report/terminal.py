@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..steps.ledger import BuildStatus, NodeRecord, PublishStatus
+from ..ledger import BuildStatus, NodeRecord, PublishStatus
 from .document import status_word
 
 _STYLE = {"pushed": "green", "tagged": "green", "current": "green", "cancelled": "yellow",

@@ -6,7 +6,7 @@ Index credentials come only from `~/.netrc` (`$NETRC`), by host, or from the env
 (PyPI, download.pytorch.org) never get any. A pair without the hosts it is for is an input error when the
 matrix names an index host that has no netrc entry: sent to every such host, as it once was, it would reach
 any index a matrix (or an include in it) names. They never enter an image: pip reaches such an index through
-the loopback proxy (`steps/loopback.py`). Pure but for reading `~/.netrc`.
+the loopback proxy (`run/loopback.py`). Pure but for reading `~/.netrc`.
 """
 
 from __future__ import annotations

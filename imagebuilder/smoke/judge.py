@@ -10,7 +10,7 @@ expects and what it knows:
   (its count, its distributed world), and the GPU models and driver the suite reports are the ones this host's
   driver names; a report that names none fails. A CUDA image given GPUs that sees none, or fewer than given,
   fails, naming both and the likely cause; a report that claims GPUs the host never gave fails;
-- on several GPUs, the collectives' bus bandwidth must reach its floor for this runner (`evidence.floors`); a
+- on several GPUs, the collectives' bus bandwidth must reach its floor for this runner (`smoke.floors`); a
   runner with no measured floor is said ("not gated").
 
 `rules()` is the content hash of the modules and data that judge (this one, the metrics' meaning, the floors,
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from ..evidence.floors import Floors
-from ..evidence.metrics import metrics_of
+from .floors import Floors
+from .metrics import metrics_of
 from .runner import GpuHost, SmokeReport
 
 # The files whose content is the host's rules (hashed into every spec key, as the suite's source is).
-RULE_FILES = ("smoke/judge.py", "evidence/metrics.py", "evidence/floors.py", "evidence/regression.py",
+RULE_FILES = ("smoke/judge.py", "smoke/metrics.py", "smoke/floors.py", "evidence/regression.py",
               "data/busbw_floors.json", "data/perf_noise.json")
 
 

@@ -18,15 +18,15 @@ from rich.markup import escape
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
 from ..evidence.passes import PassRecord
+from ..ledger import BuildStatus, PublishStatus, VerifyStatus
 from ..plan import tags as tagging
 from ..plan.plan import Node
-from .context import RunContext
-from .cosign import Cosign
-from .ledger import BuildStatus, PublishStatus, VerifyStatus
-from .schedule import Task
-from .stage import entry_nodes, mark_unpublished, push_key_tag, push_key_tags, require_push, scan
-from .supply import SupplyChain
-from .verify import via
+from ..run.ancestors import via
+from ..run.context import Gate, RunContext
+from ..run.cosign import Cosign
+from ..run.keytags import push_key_tag, push_key_tags
+from ..run.nodes import entry_nodes, mark_unpublished, require_push, scan
+from ..run.schedule import Task
 
 PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
 
@@ -39,7 +39,9 @@ class Publish:
     dry_run: bool = False  # say what would be written and moved; write and move nothing
     stage_untested: bool = True  # build: an untested entry is staged (key tags only); publish: it is held
     signing: Cosign = field(default_factory=lambda: Cosign("skipped"))
-    supply: SupplyChain = field(default_factory=SupplyChain)  # each image's SBOM and the vulnerability gate
+    # each image's SBOM and the vulnerability gate (`steps.supply.SupplyChain`), composed in by the command: required,
+    # so that no publish runs without it
+    supply: Gate = field(kw_only=True)
 
     def start(self, run: RunContext) -> None:
         if self.push and not self.dry_run:
@@ -309,7 +311,7 @@ class Publish:
     def pass_for(run: RunContext, node: Node, nodes: list[Node], digests: Mapping[str, str],
                  config: str) -> PassRecord | None:
         """The pass this run holds for the image `config`: the leaf's own, or for an ancestor, one `via` a leaf
-        that passed on an image built on exactly this one (`verify.via`: refused, naming both, when it was not)."""
+        that passed on an image built on exactly this one (`ancestors.via`: refused, naming both, when not)."""
         own = run.ledger[node.id].record
         if node.leaf:
             return own if own is not None and own.config == config else None

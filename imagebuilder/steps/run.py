@@ -21,6 +21,7 @@ from rich.markup import escape
 from ..evidence.signing import Keys
 from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
+from ..ledger import Ledger, NodeRecord
 from ..plan import tags as tagging
 from ..plan.keys import LABEL_PREFIX
 from ..plan.plan import Plan
@@ -28,15 +29,13 @@ from ..ports import Engine
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..report import print_summary, write_reports
+from ..run import schedule
+from ..run.context import Images, RunContext, Served, Step
+from ..run.display import Terminal
+from ..run.logs import Logs
+from ..run.loopback import Upstream, index_credentials_of, index_passwords, serve_indexes, serve_wheelhouses
 from ..secrets import redact
 from ..secrets.scan import Scanner
-from . import schedule
-from .context import Images, RunContext, Served, Step
-from .display import Terminal
-from .ledger import Ledger, NodeRecord
-from .logs import Logs
-from .loopback import Upstream, serve_indexes, serve_wheelhouses
-from .stage import index_credentials_of, index_passwords
 
 RUN_LABEL = f"{LABEL_PREFIX}.run"
 

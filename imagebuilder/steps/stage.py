@@ -11,16 +11,15 @@ import functools
 import json
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.markup import escape
 
-from ..errors import EngineError, ImageBuilderError, InputError, Refused, RegistryAccess
-from ..evidence import provenance
-from ..evidence.provenance import Build, RegistryBuilds
+from ..errors import EngineError, ImageBuilderError, InputError
 from ..evidence.spec import CHECKS_LABEL, layer_checks
+from ..ledger import BuildStatus, PublishStatus
 from ..plan import keys
 from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan, State
@@ -28,13 +27,12 @@ from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
 from ..ports import Engine, LineSink
 from ..ports.reference import parse
 from ..ports.registry import Registries
+from ..run.context import RunContext, Served
+from ..run.keytags import keep_published, push_key_tags
+from ..run.nodes import entry_nodes, mark_unbuilt, mark_unpublished, require_push, scan
+from ..run.schedule import Task
 from ..secrets import redact
-from ..secrets.scan import Findings
 from ..supply import torch_stack
-from .context import RunContext, Served
-from .ledger import BuildStatus, NodeRecord, PublishStatus
-from .loopback import Credentials, index_credentials
-from .schedule import Task
 
 CUDA_BUILD_SPACE = 20 * 2**30  # a CUDA base layer (~6 GB) plus its downloaded wheels and the commit's copy
 CPU_BUILD_SPACE = 4 * 2**30
@@ -72,11 +70,6 @@ def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
                              "debian:bookworm from Debian's mirror)") from None
 
 
-def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:
-    """The index URLs this plan's builds use that have credentials (environment or ~/.netrc)."""
-    urls = {url for node in plan.nodes if node.status != State.CACHED
-            for name, url in build_args(node.entry).items() if name in declared(node.rendered.dockerfile)}
-    return {url: creds for url in sorted(urls) if (creds := index_credentials(url, env)) is not None}
 
 
 def node_build_args(node: Node, served: Served) -> dict[str, str]:
@@ -107,181 +100,22 @@ def record_bases(run: RunContext) -> None:
         run.ledger.update(node.id, base=seen[node.base_image])
 
 
-def scan(run: RunContext, node: Node, *, image: str | None = None, parent: str | None = None) -> list[str]:
-    """What the secret scan finds in a node's image: the one on this engine, else its configuration in the
-    registry. What it covered goes to the node's record."""
-    record = run.ledger[node.id]
-    image = image or record.image
-    try:
-        if image is not None:
-            findings = run.scanner.image(run.images.worker(), image, parent)
-        elif record.digest is not None or node.decision.ref is not None:  # exactly what was staged, if pinned
-            client, ref = run.registries.at(cache_ref(node))
-            config = client.config(ref.repository, record.digest or ref.reference)
-            findings = run.scanner.config(config) if config is not None else Findings((), "not found")
-        else:
-            return []
-    except (ImageBuilderError, ValueError) as exc:  # an image that cannot be scanned is not published
-        message = exc.message if isinstance(exc, ImageBuilderError) else f"its configuration is unreadable ({exc})"
-        return [f"it could not be scanned: {message}"]
-    run.ledger.update(node.id, secret_scan=findings.covered)
-    return list(findings.found)
 
 
-def require_push(run: RunContext, what: str) -> None:
-    """Before anything builds or moves: the credentials may push to every repository the plan's nodes go to (an
-    upload started and cancelled, once per repository). `RegistryAccess` naming the first that refuses and why;
-    a registry that does not answer is an outage (`EngineError`): nothing of the run would reach it."""
-    for host, repo in sorted({run.key_tag(node)[:2] for node in run.plan.nodes}):
-        try:
-            why = run.registries(host).can_push(repo)
-        except EngineError as exc:
-            raise EngineError(f"{what} needs push to {host}/{repo}: {exc.message}; nothing was built or pushed") \
-                from None
-        if why is not None:
-            raise RegistryAccess(f"{what} needs push to {host}/{repo}: {why}; nothing was built or pushed",
-                                 hint=f"give it credentials that may push to {host}/{repo} (docs/guide/credentials.md: "
-                                 "the scopes each step needs)")
 
 
-def built_on(run: RunContext, node: Node) -> str | None:
-    """The image ID the node's image was built FROM in this run: its build's parent, else its parent node's image
-    (a cached image is reused only on that one: `cache.lookup`), else its base image's."""
-    record = run.ledger[node.id]
-    if record.parent_image:
-        return record.parent_image
-    if node.parent is not None:
-        return run.ledger[node.parent].image
-    return run.images.worker().image_id(node.base_image) if node.base_image else None
 
 
-def vouch(run: RunContext, node: Node, repo: str, digest: str, builds: RegistryBuilds) -> None:
-    """Build provenance beside the digest this run pushed (or found) under the node's key tag, signed with the
-    run's build key: what lets another machine build on it (`cache.lookup`). One that counts already is kept."""
-    record = run.ledger[node.id]
-    parent = built_on(run, node)
-    if record.image is None or parent is None:
-        return
-    if builds.check(repo, digest, key=node.key, config=record.image, parent=parent) is None:
-        return
-    if builds.signer is None:
-        run.logs.say(f"[yellow]  {escape(node.id)}: no build key (IMAGEBUILDER_BUILD_KEY), so no build record beside "
-                     f"{digest[:19]}: other machines build it again rather than on it[/]")
-        return
-    builds.put(repo, digest, Build(node.id, node.key, record.image, parent, node.base_image or str(node.parent),
-                                   dict(node.inputs), provenance.now()))
 
 
-def published_image(run: RunContext, node: Node, held: tuple[str, str | None] | None = None) -> tuple[str, str] | None:
-    """(digest, image ID) under the node's key tag when a trusted build record vouches for it as this key's image
-    built on the parent this run uses, and it is not the image this run holds: the key's one image, which this
-    run's rebuild does not replace. None otherwise (no key tag, or one nothing vouches for, or this very image).
-    `held`: the key tag's digest and config as the caller just read them (else they are read here)."""
-    ref = cache_ref(node)
-    if held is None and not run.registries.answers(parse(ref).host):
-        return None
-    client, parsed = run.registries.at(ref)
-    if held is None:
-        digest = client.manifest_digest(parsed.repository, parsed.reference)
-        if digest is None:
-            return None
-        held = digest, run.passes(parsed.host).config_digest(parsed.repository, digest)
-    held_digest, config = held
-    if config is None or config == run.ledger[node.id].image:
-        return None
-    builds = RegistryBuilds(client, run.keys.build_trust)
-    if builds.check(parsed.repository, held_digest, key=node.key, config=config,
-                    parent=built_on(run, node)) is not None:
-        return None
-    return held_digest, config
 
 
-def keep_published(run: RunContext, node: Node, held: tuple[str, str | None] | None = None) -> str | None:
-    """A rebuild (`--no-cache`) of a key whose one image is already vouched for: said plainly, and the node is
-    that image from here on (its tags keep naming it; the rebuild is not pushed). Its digest, or None."""
-    kept = published_image(run, node, held)
-    if kept is None:
-        return None
-    digest, config = kept
-    image = run.ledger[node.id].image
-    run.logs.say(f"[yellow]  {escape(node.id)}: {escape(cache_ref(node))} names {digest} (image {config[:19]}), which "
-                 f"a trusted build record vouches for; this run's image {str(image)[:19]} has the same key and parent "
-                 "(a rebuild) and is not pushed: the key's tags keep naming "
-                 f"{digest} (change an input, or use {{date}} in `tags:`, to publish a new image)[/]")
-    run.ledger.update(node.id, image=config if run.images.worker().image_id(config) else None, digest=digest)
-    return digest
 
 
-def push_key_tag(run: RunContext, node: Node) -> str:
-    """The node's manifest digest under its key tag, for the image this run holds, with its build record beside it
-    (`vouch`). Pushed when the key tag is missing, or names another image no trusted build key vouches for (both
-    digests are said). One key names one image: a key tag whose image a trusted build record vouches for keeps
-    naming it (a `--no-cache` rebuild of a key already staged is not pushed, and says so), so tags that name it
-    stay true. A node this run never pulled is what its key tag named when it was looked up."""
-    ref = cache_ref(node)
-    client, parsed = run.registries.at(ref)
-    record = run.ledger[node.id]
-    held = client.manifest_digest(parsed.repository, parsed.reference)
-    if record.image is None:
-        known = record.digest or held
-        if known is None:
-            raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
-        return known
-    store = run.passes(parsed.host)
-    builds = RegistryBuilds(client, run.keys.build_trust, run.keys.builder)
-    if held is not None:
-        config = store.config_digest(parsed.repository, held)
-        if config == record.image:
-            vouch(run, node, parsed.repository, held, builds)
-            return held
-        kept = keep_published(run, node, (held, config))  # (the key tag just read: not read again)
-        if kept is not None:
-            return kept
-        run.logs.say(f"[yellow]  {escape(ref)} names {held} (image {config}), which no trusted build record vouches "
-                     f"for as this key's image on this parent, not the image this run holds ({record.image}): pushing "
-                     "this run's image over it[/]")
-    engine = run.images.worker()
-    engine.tag(record.image, ref)
-    run.logs.say(f"[bold]▶ push {escape(ref)}[/]")
-    digest = engine.push(ref, sink=lambda line: run.logs.say(f"[yellow]  {escape(line)}[/]"),
-                         auth=run.registries.auth(ref))
-    held = client.manifest_digest(parsed.repository, parsed.reference)
-    if held != digest:
-        raise EngineError(f"push {ref}: the registry holds {held}, not the pushed {digest}")
-    config = store.config_digest(parsed.repository, digest)
-    if config != record.image:
-        raise Refused(f"push {ref}: {digest} is image {config}, not this run's {record.image}")
-    vouch(run, node, parsed.repository, digest, builds)
-    return digest
 
 
-def push_key_tags(run: RunContext, nodes: list[Node], why: str, *, push: bool = True) -> bool:
-    """Push each node under its key tag only (no public tag): what a later verify or publish step, or another
-    machine, starts from. Without `push` nothing leaves the engine and nothing is tagged."""
-    for i, node in enumerate(nodes):
-        start = time.monotonic()
-        try:
-            if push:
-                digest = push_key_tag(run, node)
-                run.ledger.update(node.id, digest=digest)
-                run.logs.say(f"[cyan]● staged {escape(cache_ref(node))}@{digest}[/] [dim]({escape(why)})[/]")
-            run.ledger.fail(node.id, why, publish=PublishStatus.STAGED)
-        except ImageBuilderError as exc:
-            run.ledger.update(node.id, publish=PublishStatus.FAILED, error=exc.message)
-            for rest in nodes[i + 1:]:
-                run.ledger.update(rest.id, publish=PublishStatus.HELD, error=f"not staged: {node.id} could not be "
-                                  "pushed")
-            run.logs.say(f"[bold red]✗ stage {escape(node.id)}: {escape(exc.message)}[/]")
-            run.logs.say(f"[yellow]{escape(node.entry.id)}: no tag of this entry was applied[/]")
-            return False
-        finally:
-            run.ledger.timed(node.id, "publish", time.monotonic() - start)
-    return True
 
 
-def entry_nodes(plan: Plan) -> list[tuple[str, list[Node]]]:
-    """(entry id, its nodes in plan order), in plan order."""
-    return [(e.id, [n for n in plan.nodes if n.entry.id == e.id]) for e in plan.entries()]
 
 
 def found(run: RunContext, node: Node) -> bool | None:
@@ -310,29 +144,10 @@ def found(run: RunContext, node: Node) -> bool | None:
     return None
 
 
-def mark_unpublished(run: RunContext, kind: str, task_ids: Collection[str] | None) -> None:
-    """Interrupted (None), or not started under --fail-fast (the `<kind>:<entry>` task ids): what was built but
-    not published (or staged) says so, and is held."""
-    left = [(r, f"{kind}:{r.entry}") for r in run.ledger.records() if r.publish is None and r.built]
-    _mark_left(run, left, task_ids, {"publish": PublishStatus.HELD}, {"publish": PublishStatus.HELD})
 
 
-def mark_unbuilt(run: RunContext, task_ids: Collection[str] | None) -> None:
-    """Interrupted (None) or not started under --fail-fast (those task ids): what was not built says so."""
-    left = [(r, f"build:{r.node}") for r in run.ledger.records() if r.build is None]
-    _mark_left(run, left, task_ids, {"build": BuildStatus.INTERRUPTED}, {"build": BuildStatus.CANCELLED})
 
 
-def _mark_left(run: RunContext, left: list[tuple[NodeRecord, str]], task_ids: Collection[str] | None,
-               interrupted: Mapping[str, Any], cancelled: Mapping[str, Any]) -> None:
-    """Each node a step left (with the task that would have done it) says why: the run was interrupted
-    (`task_ids` None), or --fail-fast did not start its task."""
-    for record, task in left:
-        if task_ids is None:
-            run.ledger.fail(record.node, "the run was interrupted before this entry was published; nothing of it "
-                            "was tagged", **interrupted)
-        elif task in task_ids:
-            run.ledger.fail(record.node, "not started: --fail-fast stopped the run after a failure", **cancelled)
 
 
 @dataclass(frozen=True)
@@ -575,5 +390,3 @@ class KeyTags:
         mark_unpublished(run, "stage", task_ids)
 
 
-def index_passwords(creds: Mapping[str, Credentials]) -> list[tuple[str, str]]:
-    return [(f"the password for index {url} ({c.source})", c.password) for url, c in creds.items()]

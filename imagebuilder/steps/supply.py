@@ -32,10 +32,10 @@ from ..errors import EngineError, ImageBuilderError, InputError
 from ..evidence.sboms import Found, LocalLayers, RegistrySboms, sbom_tag
 from ..plan.plan import Node
 from ..ports.hashing import Hashing
+from ..run.context import RunContext
 from ..supply import osv
 from ..supply.inventory import Inventory, LayerFacts, read_folder, read_layer
-from ..supply.policy import Installed, Verdict, judge, no_data, stale
-from .context import RunContext
+from ..supply.policy import Verdict, installed, judge, no_data, stale, uncovered
 
 
 @dataclass(frozen=True)
@@ -56,53 +56,8 @@ class Sbom:
                 "python": kinds.count("python")}
 
 
-def installed(document: Mapping[str, Any]) -> tuple[list[Installed], list[str]]:
-    """What the gate looks up for each component of a CycloneDX document, and what it cannot check. A Debian
-    package is looked up by its source package and version (OSV's Debian records name sources) in the image's
-    Debian release; a Python distribution by its name and version, except one Debian installed (its fixes are
-    Debian's, under the upstream version: its deb is looked up). Packages of another distribution (an Ubuntu base)
-    are not matched against Debian's data: they are named as not checked."""
-    out: list[Installed] = []
-    others: dict[str, int] = {}
-    for component in document.get("components") or []:
-        if not isinstance(component, Mapping):
-            continue
-        props = {str(p.get("name")): str(p.get("value")) for p in component.get("properties") or []
-                 if isinstance(p, Mapping)}
-        purl = str(component.get("purl") or "")
-        name, version = str(component.get("name")), str(component.get("version"))
-        layer = props.get("imagebuilder:layer", "?")
-        if purl.startswith("pkg:deb/"):
-            distro = purl.partition("distro=")[2].split("&", 1)[0]
-            namespace = purl[len("pkg:deb/"):].split("/", 1)[0]
-            if namespace != "debian":
-                others[distro or namespace] = others.get(distro or namespace, 0) + 1
-                continue
-            release = distro[len("debian-"):] if distro.startswith("debian-") else ""
-            source, _, source_version = props.get("imagebuilder:source", f"{name} {version}").partition(" ")
-            query = osv.Query(f"{osv.DEBIAN}:{release}" if release else osv.DEBIAN, source,
-                              source_version or version)
-            ref = f"deb {name} {version}" + (f" (source {source} {source_version})" if source != name else "")
-            out.append(Installed(query, ref, layer, name))
-        elif purl.startswith("pkg:pypi/") and props.get("imagebuilder:installer") != "debian":
-            query = osv.Query(osv.PYPI, name, version)
-            out.append(Installed(query, f"pypi {name} {version} in {props.get('imagebuilder:path', '?')}", layer, name))
-    unchecked = [f"{n} deb packages of {distro} (no OSV data of that distribution is read)"
-                 for distro, n in sorted(others.items())]
-    return out, unchecked
 
 
-def uncovered(looked_up: Sequence[Installed], advisories: osv.Advisories) -> list[str]:
-    """The ecosystems the image has packages of and the data has no advisory of (what was not checked)."""
-    if not advisories.count:
-        return []
-    have = {osv.ecosystem_parts(e)[0] for e in advisories.ecosystems}
-    need: dict[str, int] = {}
-    for item in looked_up:
-        base = osv.ecosystem_parts(item.query.ecosystem)[0]
-        need[base] = need.get(base, 0) + 1
-    return [f"{n} {base} packages (the data has no {base} advisory)" for base, n in sorted(need.items())
-            if base not in have]
 
 
 @dataclass

@@ -18,16 +18,16 @@ from rich.markup import escape
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes, regression
 from ..evidence.history import Point, Runner, cell_of, line, pins_of
-from ..evidence.metrics import metrics_of
 from ..evidence.passes import PassRecord, Signed
+from ..ledger import VerifyStatus
 from ..plan.keys import cache_ref
-from ..plan.lineage import blob_configs, diff_ids, rooted
 from ..plan.plan import Node
+from ..run.ancestors import via
+from ..run.context import RunContext
+from ..run.schedule import Task
 from ..smoke.judge import judge
+from ..smoke.metrics import metrics_of
 from ..smoke.runner import GpuHost, gpu_mode, run_smoke
-from .context import RunContext
-from .ledger import VerifyStatus
-from .schedule import Task
 
 
 def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Collection[str],
@@ -58,29 +58,6 @@ def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Col
     return None
 
 
-def via(run: RunContext, node: Node, leaf: Node, passed: PassRecord, leaf_digest: str, config: str) -> PassRecord:
-    """The pass of an ancestor `node` whose image is `config`, through the leaf that passed on an image built on
-    it: only when the leaf's image was built on exactly that image's layers (`lineage.rooted`: the ancestor's
-    diff_ids are the first of the tested image's, both read from their configs by digest; labels are never
-    read); `Refused` naming both images otherwise (a parent rebuilt elsewhere under the same key, or one that
-    only a label names as the base, was never tested)."""
-    host, repo, _ = run.key_tag(leaf)
-    client = run.registries(host)
-    config_of = blob_configs(lambda image: client.blob(repo, image))
-    tested, below = diff_ids(config_of(passed.config)), diff_ids(config_of(config))
-    if not tested or not below:
-        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}; the layers of "
-                      f"{'that image' if not tested else f'{node.id} (image {config})'} cannot be read from "
-                      f"{host}/{repo}: nothing says it was tested")
-    if not rooted(below, tested):
-        raise Refused(f"{leaf.id} passed in image {passed.config[:19]}, whose layers do not start with the "
-                      f"{len(below)} layer(s) of image {config}, which {node.id}'s key tag names: nothing was "
-                      "tested on that image")
-    return PassRecord(passes.PASSED, config=config, spec=run.specs.key(node), node=node.id, entry=node.entry.id,
-                      expect=run.specs.of(node)["expect"], gpu=passed.gpu, date=passes.now(),
-                      suite=passes.suite_hash(),
-                      via={"node": leaf.id, "manifest": leaf_digest, "config": passed.config,
-                           "record": passes.record_tag(leaf_digest, passed.spec)})
 
 
 @dataclass(frozen=True)

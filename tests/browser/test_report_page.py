@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from imagebuilder.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 from imagebuilder.report import write_reports
-from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 
 from ..report_page import ReportPage
 

@@ -18,15 +18,15 @@ from typing import Any, BinaryIO
 
 from imagebuilder.evidence.signing import Keys
 from imagebuilder.evidence.spec import Specs
+from imagebuilder.ledger import Ledger
 from imagebuilder.plan.plan import Plan
 from imagebuilder.ports import LineSink, RunResult
 from imagebuilder.ports.reference import parse
 from imagebuilder.ports.registry import Registries
+from imagebuilder.run.context import Images, RunContext
+from imagebuilder.run.logs import Logs
 from imagebuilder.secrets.scan import Scanner
 from imagebuilder.smoke.judge import expected_checks
-from imagebuilder.steps.context import Images, RunContext
-from imagebuilder.steps.ledger import Ledger
-from imagebuilder.steps.logs import Logs
 from imagebuilder.supply.torch_stack import MARK
 
 IMAGE_TYPE = "application/vnd.oci.image.manifest.v1+json"

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan
 from imagebuilder.plan.render import FIND_LINKS_ARG, Renderer, wheelhouse_port
-from imagebuilder.steps.context import Served
-from imagebuilder.steps.ledger import BuildStatus
+from imagebuilder.run.context import Served
 from imagebuilder.steps.stage import Stage
 
 from ..conftest import MatrixWriter

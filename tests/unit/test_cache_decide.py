@@ -90,9 +90,9 @@ def test_registry_references_and_credentials(tmp_path: object) -> None:
     import json
     from pathlib import Path
 
+    from imagebuilder.ports.credentials import credentials
     from imagebuilder.ports.reference import split_reference
     from imagebuilder.ports.registry import Registry
-    from imagebuilder.secrets.registry_auth import credentials
 
     assert split_reference("127.0.0.1:5000/ml/pytorch:cache-0123456789ab") == ("127.0.0.1:5000", "ml/pytorch",
                                                                               "cache-0123456789ab")

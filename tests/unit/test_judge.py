@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagebuilder.evidence.floors import Floors
+from imagebuilder.smoke.floors import Floors
 from imagebuilder.smoke.judge import expected_checks, judge
 from imagebuilder.smoke.runner import GpuHost, SmokeReport
 
@@ -156,7 +156,7 @@ def test_the_rules_are_named_by_content() -> None:
     from imagebuilder.evidence import passes
     from imagebuilder.smoke import judge as judge_mod
 
-    assert {"smoke/judge.py", "evidence/metrics.py", "evidence/regression.py", "evidence/floors.py",
+    assert {"smoke/judge.py", "smoke/metrics.py", "evidence/regression.py", "smoke/floors.py",
             "data/busbw_floors.json", "data/perf_noise.json"} <= set(judge_mod.RULE_FILES)
     whole = judge_mod.rules()
     assert whole.startswith("host-judge/") and len(whole) == len("host-judge/") + 64

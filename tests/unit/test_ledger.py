@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from imagebuilder.steps.ledger import BuildStatus, Ledger, NodeRecord, PublishStatus
+from imagebuilder.ledger import BuildStatus, Ledger, NodeRecord, PublishStatus
 
 
 def ledger() -> Ledger:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from imagebuilder.run.loopback import Credentials, Upstream, index_credentials, index_root, serve_indexes
 from imagebuilder.secrets.index_auth import scope_problem
-from imagebuilder.steps.loopback import Credentials, Upstream, index_credentials, index_root, serve_indexes
 
 from ..auth_index import auth_index, basic
 

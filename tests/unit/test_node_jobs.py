@@ -1,4 +1,4 @@
-"""The node commands' checks (`steps.handoff`) and the local executor (`emit.local`), on fakes: nothing to do only
+"""The node commands' checks (`run.handoff`) and the local executor (`emit.local`), on fakes: nothing to do only
 when every key tag is there; a verify refuses a digest its key tag no longer names, and a node that is not a
 leaf; the executor runs jobs in dependency order, hands each verify its stage job's digest, blocks what a failure
 blocks, and counts "nothing to do"."""
@@ -23,7 +23,7 @@ from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.keys import cache_ref
 from imagebuilder.plan.render import Renderer
-from imagebuilder.steps.handoff import Handoff, selector, staged_digests
+from imagebuilder.run.handoff import Handoff, selector, staged_digests
 
 from ..conftest import MatrixWriter
 

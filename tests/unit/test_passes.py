@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.commands import promote
 from imagebuilder.errors import InputError, Refused
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
 from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.smoke.judge import gpu_skips
 from imagebuilder.smoke.suite import throughput_verdict
-from imagebuilder.steps import promote
 
 from .fakes import FakeRegistry
 

@@ -16,13 +16,14 @@ from imagebuilder.evidence import attestation, passes, provenance
 from imagebuilder.evidence.passes import PassRecord, RegistryPasses
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Node
 from imagebuilder.plan.render import Renderer
-from imagebuilder.steps.context import RunContext
-from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
+from imagebuilder.run.context import RunContext
 from imagebuilder.steps.publish import Publish
+from imagebuilder.steps.supply import SupplyChain
 
 from ..conftest import MatrixWriter
 from .fakes import FakeDisplay, FakeEngine, FakeRegistry, context, layer_tar
@@ -84,7 +85,7 @@ def own_layer(engine: FakeEngine, name: str) -> str:
 
 def publish(machine: Machine, **options: bool) -> bool:
     nodes = list(machine.run.plan.nodes)
-    return Publish(**options).entry(machine.run, nodes)
+    return Publish(**{"supply": SupplyChain(), **options}).entry(machine.run, nodes)
 
 
 def leaf(machine: Machine) -> Node:
@@ -290,7 +291,7 @@ def test_an_entry_whose_second_tag_fails_to_point_is_left_as_it_was(machine: Mac
 def test_an_immutable_tag_written_since_the_check_is_not_overwritten(machine: Machine) -> None:
     machine.passed(leaf(machine))
     run, task = machine.run, leaf(machine)
-    publish_step = Publish()
+    publish_step = Publish(supply=SupplyChain())
     ref = task.tags[0]
     other = machine.registry.image_of(REPO, "elsewhere", "sha256:" + "8" * 64)
     machine.registry.tagged[(REPO, ref.rsplit(":", 1)[1])] = other  # another job wrote it in between

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from imagebuilder.plan.render import declared
+from imagebuilder.run import lock
 from imagebuilder.secrets import redact
-from imagebuilder.steps import lock
 
 
 @pytest.mark.parametrize(("name", "secret"), [
@@ -78,7 +78,7 @@ def test_the_lock_makes_a_second_holder_wait_and_says_who_holds_it(tmp_path: Pat
         import sys, time
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
         from pathlib import Path
-        from imagebuilder.steps import lock
+        from imagebuilder.run import lock
         with lock.hold(Path({str(tmp_path)!r}), ["reg/repo"], print):
             print("held", flush=True)
             time.sleep(2)

@@ -29,9 +29,9 @@ from cryptography.x509.oid import NameOID
 
 from imagebuilder.errors import EngineError, InputError, RegistryAccess
 from imagebuilder.ports import engine as engine_mod
+from imagebuilder.ports.credentials import credentials
 from imagebuilder.ports.registry import Registry
 from imagebuilder.ports.tls import RegistryTrust
-from imagebuilder.secrets.registry_auth import credentials
 
 HOST = "reg.example:5000"
 REALM = "https://auth.example/token"

@@ -13,11 +13,11 @@ import pytest
 
 from imagebuilder.evidence import passes, regression
 from imagebuilder.evidence.history import Point, Runner, cell_of, line, series
-from imagebuilder.evidence.metrics import Metric, metrics_of, semantics
 from imagebuilder.evidence.passes import PassRecord, Signed
 from imagebuilder.evidence.regression import Thresholds, judge, pins_changed, threshold_from
 from imagebuilder.input.compat import CompatTable
-from imagebuilder.steps.ledger import VerifyStatus
+from imagebuilder.ledger import VerifyStatus
+from imagebuilder.smoke.metrics import Metric, metrics_of, semantics
 from imagebuilder.steps.verify import Verify
 
 from ..conftest import MatrixWriter

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from imagebuilder import cli
+from imagebuilder.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 from imagebuilder.report import html, repro, write_reports
 from imagebuilder.report.document import load, log_link, write_json
-from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 
 
 def results(folder: Path) -> list[NodeRecord]:

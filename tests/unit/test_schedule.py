@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from imagebuilder.steps import schedule
+from imagebuilder.run import schedule
 
 
 def recorder() -> tuple[list[str], threading.Lock]:

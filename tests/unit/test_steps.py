@@ -19,18 +19,19 @@ from imagebuilder.evidence.signing import SIGNING_KEY_ENV, Keys, Signer, Trust
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 from imagebuilder.plan import cache as cache_mod
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan, State
 from imagebuilder.plan.render import Renderer
 from imagebuilder.ports.registry import Registries
+from imagebuilder.run.context import Step
 from imagebuilder.smoke.runner import GpuHost
-from imagebuilder.steps.context import Step
-from imagebuilder.steps.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
 from imagebuilder.steps.publish import Publish
 from imagebuilder.steps.run import RunOptions, execute
 from imagebuilder.steps.stage import KeyTags, Stage, Staged
+from imagebuilder.steps.supply import SupplyChain
 from imagebuilder.steps.verify import Verify
 
 from ..conftest import MatrixWriter
@@ -115,7 +116,7 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     verifier = tmp_path / "verifier.pub"
     verifier.write_bytes(Signer.local(tmp_path / "verify" / "cache" / "keys").public.pem())
     third = machine(registry)
-    steps = (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False))
+    steps = (Staged("publish"), Verify(run_suite=False), Publish(supply=SupplyChain(), stage_untested=False))
     untrusting = run(chain, third, steps, tmp_path / "untrusting")
     assert untrusting["task"].verify == VerifyStatus.SKIPPED and registry.public_tags(REPO) == {}
     published = run(chain, third, steps, tmp_path / "publish", trusted=(verifier,))
@@ -205,7 +206,8 @@ def test_a_failure_on_one_gpu_model_blocks_the_digest_whatever_passed_on_another
     for folder in (tmp_path / "h200", tmp_path / "h100"):
         (folder / "signer.pub").write_bytes(Signer.local(folder / "cache" / "keys").public.pem())
     published = run(plan, machine(registry), (Staged("publish"), Verify(run_suite=False),
-                                              Publish(stage_untested=False)), tmp_path / "publish",
+                                              Publish(stage_untested=False, supply=SupplyChain())),
+                    tmp_path / "publish",
                     trusted=(tmp_path / "h200" / "signer.pub", tmp_path / "h100" / "signer.pub"))
     task = published["task"]
     assert task.publish == PublishStatus.FAILED and registry.public_tags(REPO) == {}
@@ -216,7 +218,7 @@ def test_credentials_that_may_only_pull_stop_stage_and_publish_before_anything_a
         chain: Plan, tmp_path: Path) -> None:
     registry = FakeRegistry(read_only={REPO})
     engine = machine(registry)
-    for steps in ((Stage(), KeyTags()), (Stage(), Verify(), Publish())):
+    for steps in ((Stage(), KeyTags()), (Stage(), Verify(), Publish(supply=SupplyChain()))):
         with pytest.raises(RegistryAccess, match=rf"needs push to 127.0.0.1:5000/{REPO}: user 'reader' may not push"):
             run(chain, engine, steps, tmp_path / "refused")
         assert engine.builds == [] and engine.runs == [] and registry.tagged == {}  # nothing built, nothing pushed
@@ -229,8 +231,8 @@ def test_credentials_that_may_only_pull_stop_stage_and_publish_before_anything_a
     assert task.verify == VerifyStatus.FAILED and runner.runs == [] and runner.pulled == []  # no suite, no pull
     assert task.error == f"not tested: its pass record could not be written (user 'reader' may not push to " \
                          f"127.0.0.1:5000/{REPO} (HTTP 401: UNAUTHORIZED))"
-    dry = run(chain, runner, (Staged("publish"), Verify(run_suite=False), Publish(stage_untested=False,
-                                                                                   dry_run=True)), tmp_path / "dry")
+    dry = run(chain, runner, (Staged("publish"), Verify(run_suite=False),
+                              Publish(stage_untested=False, dry_run=True, supply=SupplyChain())), tmp_path / "dry")
     assert {r.publish for r in dry.values()} == {PublishStatus.HELD}  # a dry run only reads: no refusal
 
 

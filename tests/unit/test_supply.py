@@ -19,6 +19,7 @@ import pytest
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
+from imagebuilder.commands.promote import Move, carry_sbom, vulnerable
 from imagebuilder.errors import InputError
 from imagebuilder.evidence import attestation, passes, referrers
 from imagebuilder.evidence.passes import PassRecord
@@ -26,16 +27,15 @@ from imagebuilder.evidence.sboms import ARTIFACT_TYPE, PREDICATE_TYPE, RegistryS
 from imagebuilder.evidence.signing import Signer, Trust, statement
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus, PublishStatus, VerifyStatus
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.render import Renderer
-from imagebuilder.steps.context import RunContext
-from imagebuilder.steps.ledger import BuildStatus, PublishStatus, VerifyStatus
-from imagebuilder.steps.promote import Move, carry_sbom, vulnerable
+from imagebuilder.run.context import RunContext
 from imagebuilder.steps.publish import Publish
-from imagebuilder.steps.supply import SupplyChain, installed, uncovered
+from imagebuilder.steps.supply import SupplyChain
 from imagebuilder.supply import cyclonedx, osv
-from imagebuilder.supply.policy import Allowance, Policy
+from imagebuilder.supply.policy import Allowance, Policy, installed, uncovered
 from imagebuilder.supply.policy import judge as judge_
 
 from ..conftest import HEADER, MatrixWriter
@@ -77,7 +77,7 @@ class Machine:
 
     def publish(self, **options: Any) -> bool:
         nodes = list(self.run.plan.nodes)
-        return Publish(**options).entry(self.run, nodes)
+        return Publish(**{"supply": SupplyChain(), **options}).entry(self.run, nodes)
 
     def node(self, layer: str) -> dict[str, Any]:
         record = next(r for r in self.run.ledger.records() if r.layer == layer)
@@ -208,7 +208,7 @@ def test_vulnerability_data_that_is_not_osv_stops_the_run_before_anything(
     bad.write_text("not json", encoding="utf-8")
     m = make(write_matrix, header, table, tmp_path, f"vulnerabilities: {{data: [{bad}]}}\n")
     with pytest.raises(InputError, match="not JSON"):
-        Publish().start(m.run)
+        Publish(supply=SupplyChain()).start(m.run)
 
 
 def signed(document: dict[str, Any], digest: str, signer: Signer) -> dict[str, Any]:
@@ -379,12 +379,12 @@ def test_old_data_is_said_and_refused_under_require_data(
     """N17: the fixture feed's newest record is of 2025-11-03: past `max_age` (7 days by default), a run says so, and
     one that requires data refuses before anything; a `max_age` the data is within lets it judge."""
     m = make(write_matrix, header, table, tmp_path, gate(block="none"))
-    Publish().start(m.run)
+    Publish(supply=SupplyChain()).start(m.run)
     assert any("the vulnerability data is" in line and "days old (as of 2025-11-03" in line and "max_age is 7" in line
                for line in m.display.said), m.display.said
     required = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
     with pytest.raises(InputError, match=r"days old \(as of 2025-11-03T22:54:41Z; vulnerabilities.max_age is 7\)"):
-        Publish().start(required.run)
+        Publish(supply=SupplyChain()).start(required.run)
     within = make(write_matrix, header, table, tmp_path, gate(block="none") + "  require_data: true\n")
     Publish(supply=SupplyChain(today=datetime.date(2025, 11, 8))).start(within.run)
 

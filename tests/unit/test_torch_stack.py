@@ -13,7 +13,7 @@ from rich.console import Console
 
 from imagebuilder.evidence.signing import Keys
 from imagebuilder.evidence.spec import Specs
-from imagebuilder.steps.ledger import BuildStatus
+from imagebuilder.ledger import BuildStatus
 from imagebuilder.steps.run import RunOptions, execute
 from imagebuilder.steps.stage import Stage
 from imagebuilder.supply.torch_stack import Dist, changes, parse

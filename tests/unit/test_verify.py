@@ -13,13 +13,13 @@ from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import PassRecord
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus, VerifyStatus
 from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Node
 from imagebuilder.plan.render import Renderer
+from imagebuilder.run.context import RunContext
 from imagebuilder.smoke.runner import GpuHost
-from imagebuilder.steps.context import RunContext
-from imagebuilder.steps.ledger import BuildStatus, VerifyStatus
 from imagebuilder.steps.verify import Verify, refusal
 
 from ..conftest import MatrixWriter

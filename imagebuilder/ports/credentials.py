@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RegistryAccess
-from ..ports.reference import DOCKER_HUB
+from .reference import DOCKER_HUB
 
 USER_ENV, PASSWORD_ENV, HOSTS_ENV = "IMAGEBUILDER_REGISTRY_USER", "IMAGEBUILDER_REGISTRY_PASSWORD", \
     "IMAGEBUILDER_REGISTRY_HOSTS"

@@ -5,7 +5,7 @@ step learns, the next reads from the ledger."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -18,13 +18,13 @@ from ..evidence.passes import LocalPasses, RegistryPasses
 from ..evidence.signing import Keys
 from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
+from ..ledger import Ledger
 from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan
 from ..ports import Engine
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..secrets.scan import Scanner
-from .ledger import Ledger
 from .logs import Logs
 from .loopback import IndexProxies
 from .schedule import Task
@@ -132,3 +132,16 @@ class Step(Protocol):
 
     def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
         """--fail-fast left these tasks unstarted: mark this step's."""
+
+
+class Gate(Protocol):
+    """A gate publish runs on each entry before anything of it is tagged (the supply gate, `SupplyChain`). The
+    command composes it into publish, as it composes the steps: no step imports another."""
+
+    def start(self, run: RunContext) -> None:
+        """Before any task: what the gate reads once per run (its data, each entry's policy)."""
+
+    def check(self, run: RunContext, nodes: Sequence[Node], digests: Mapping[str, str], *,
+              dry_run: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """(the nodes it blocks and why, the nodes it could not check and why)."""
+        ...

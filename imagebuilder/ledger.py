@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..evidence.passes import PassRecord
-from ..plan import tags as tagging
-from ..plan.plan import Node, Plan
+from .evidence.passes import PassRecord
+from .plan import tags as tagging
+from .plan.plan import Node, Plan
 
 
 class BuildStatus(str, Enum):

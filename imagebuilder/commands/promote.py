@@ -24,8 +24,7 @@ from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
 from ..supply import osv
-from ..supply.policy import Policy, judge, stale
-from .supply import installed
+from ..supply.policy import Policy, installed, judge, stale
 
 FIELDS = ("tag", "match", "repository")
 

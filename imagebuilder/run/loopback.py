@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..plan.render import stable_port, wheelhouse_port
+from ..plan.plan import Plan, State
+from ..plan.render import build_args, declared, stable_port, wheelhouse_port
+from ..ports.credentials import docker_config
 from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
-from ..secrets.registry_auth import docker_config
 
 __all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes", "serve_wheelhouses"]
 
@@ -312,3 +313,15 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
     def _rewritten(response: http.client.HTTPResponse) -> bool:
         kind = (response.getheader("Content-Type") or "").lower()
         return kind.startswith(_REWRITTEN)
+
+
+def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:
+    """The index URLs this plan's builds use that have credentials (environment or ~/.netrc)."""
+    urls = {url for node in plan.nodes if node.status != State.CACHED
+            for name, url in build_args(node.entry).items() if name in declared(node.rendered.dockerfile)}
+    return {url: creds for url in sorted(urls) if (creds := index_credentials(url, env)) is not None}
+
+
+def index_passwords(creds: Mapping[str, Credentials]) -> list[tuple[str, str]]:
+    """Each index password, named for the redaction of logs and reports."""
+    return [(f"the password for index {url} ({c.source})", c.password) for url, c in creds.items()]
