@@ -10,11 +10,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 phase=${1:?noise or break}; out=${OUT:?}; t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$out/run.log"; }
 for part in include libexec/gcc; do  # the kit's base has a gcc without headers: torch.compile needs them
-  [ -d "/usr/$part" ] && mkdir -p "tests/gpu/layers/gpu-task/usr/$part" && cp -a "/usr/$part/." "tests/gpu/layers/gpu-task/usr/$part/"
+  # (links followed: a layer's links may only point inside its folder; a dangling one is left out)
+  rm -rf "tests/gpu/layers/gpu-task/usr/$part"  # (a warm machine keeps an earlier call's copy)
+  [ -d "/usr/$part" ] && mkdir -p "tests/gpu/layers/gpu-task/usr/$part" \
+    && { cp -rL "/usr/$part/." "tests/gpu/layers/gpu-task/usr/$part/" 2>/dev/null || true; }
 done
 eval "$(bash .gpu-host/start-engine.sh | grep ^export)"; say "engine up"
 nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv >> "$out/run.log" 2>&1
 nvidia-smi topo -m >> "$out/run.log" 2>&1
-left=$(( 580 - ($(date +%s) - t0) ))
+left=$(( ${TRUTH_SECONDS:-580} - ($(date +%s) - t0) ))  # TRUTH_SECONDS: the call's limit, less a margin
 PYTHONPATH=$PWD:$PYTHONPATH timeout "$left" python3 benchmarks/gpu_truth.py --phase "$phase" --out "$out" \
   --deadline "$((left - 10))" > "$out/truth.log" 2>&1; say "gpu_truth $phase exit $?"; tail -30 "$out/truth.log" >> "$out/run.log"
