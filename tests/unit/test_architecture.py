@@ -189,3 +189,20 @@ def test_the_checks_see_what_they_guard() -> None:
     assert ("publish", "stage") in step_imports(graph)
     graph["imagebuilder.run.keytags"].add("imagebuilder.steps.stage")
     assert ("imagebuilder.run.keytags", "imagebuilder.steps.stage") in wing_imports(graph)
+
+
+def test_the_cli_is_a_thin_front_door() -> None:
+    """A command parses its flags, calls one function and prints: no file of cli/ over 250 lines, no click command's
+    body (its docstring aside) over 30."""
+    long = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= 250, path
+        for func in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+            if not any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                       and d.func.attr in ("command", "group") for d in func.decorator_list):
+                continue
+            body = func.body[1:] if ast.get_docstring(func) is not None else func.body
+            if body and (body[-1].end_lineno or 0) - body[0].lineno + 1 > 30:
+                long.append(func.name)
+    assert long == []
