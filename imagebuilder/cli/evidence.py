@@ -142,8 +142,8 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
     metrics, its change against the baseline the gate used (the median of the passes before it) and the pins
     that changed. Builds and runs nothing."""
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
-    thresholds = Thresholds.measured()
-    lineages = history_cmd.lineages(the_plan, ctx.registry, ctx.keys().trust, thresholds)
+    trust, thresholds = ctx.keys().trust, Thresholds.measured()
+    lineages = history_cmd.lineages(the_plan, ctx.registry, trust, thresholds)
     if as_json:
         click.echo(json.dumps([lineage.to_json() for lineage in lineages], indent=2))
         return 0

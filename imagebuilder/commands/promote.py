@@ -11,7 +11,7 @@ import datetime
 import fnmatch
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -365,9 +365,10 @@ def prepare(registry: Registry, keys: Callable[[], Keys], plan: Plan, pattern: s
     return Promotion(registry, loaded, moves, proofs, blocked, dry_run=dry_run, allow_untested=allow_untested)
 
 
-def carry_out(promotion: Promotion) -> list[Move]:
-    """Move every tag of a promotion that has no `failure` (push rights first: nothing moves without them); the
-    moves whose digest has no SBOM that counts in the target."""
+def carry_out(promotion: Promotion) -> Iterator[Move]:
+    """Move every tag of a promotion that has no `failure` (push rights first: nothing moves without them), one
+    by one as this is iterated; yields each move whose digest has no SBOM that counts in the target, once moved."""
     require_push(promotion.registry, promotion.moves)
-    return [move for move, proof in zip(promotion.moves, promotion.proofs, strict=True)
-            if not apply(promotion.registry, promotion.keys, move, proof, allow_untested=promotion.allow_untested)]
+    for move, proof in zip(promotion.moves, promotion.proofs, strict=True):
+        if not apply(promotion.registry, promotion.keys, move, proof, allow_untested=promotion.allow_untested):
+            yield move
