@@ -11,13 +11,16 @@ import datetime
 import fnmatch
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
 from ..evidence import attestation, passes, referrers, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
+from ..evidence.spec import Specs
 from ..input.matrix import VulnerabilitySettings
 from ..plan.plan import Node, Plan
 from ..plan.tags import TAG_RE
@@ -279,3 +282,93 @@ def settings_for(node: Node | None, plan: Plan) -> list[VulnerabilitySettings]:
     if node is not None:
         return [node.entry.vulnerabilities]
     return list(dict.fromkeys(entry.vulnerabilities for entry in plan.entries()))
+
+
+class Gate(Protocol):
+    """The vulnerability gate a promotion asks (the supply chain's, `SupplyChain`: the command composes it in)."""
+
+    @property
+    def today(self) -> datetime.date:
+        """The day that decides which exceptions expired."""
+        ...
+
+    def advisories(self, data: tuple[Path, ...]) -> osv.Advisories:
+        """The vulnerability data of these files (none: the packaged data)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promotion decided, before any tag moves: each move with its evidence, and the targets the vulnerability
+    gate keeps back (with why). Its `failure`, when there is one, means nothing may move."""
+
+    registry: Registry
+    keys: Keys
+    moves: list[Move]
+    proofs: list[Evidence]
+    blocked: dict[str, str]  # target -> why the gate keeps it back
+    dry_run: bool = False
+    allow_untested: bool = False
+
+    @property
+    def untested(self) -> list[Move]:
+        """The moves without a pass record of the current suite."""
+        return [m for m, p in zip(self.moves, self.proofs, strict=True) if not p.passed]
+
+    def failure(self) -> str | None:
+        """Why nothing moves (a move the gate blocks; an untested one without --allow-untested), or None."""
+        nothing = f"nothing {'would move' if self.dry_run else 'moved'}"
+        if self.blocked:
+            first = next(iter(self.blocked))
+            return (f"{len(self.blocked)} of {len(self.moves)} source tags are kept back by the vulnerability gate "
+                    f"(first: {first}: {self.blocked[first]}): {nothing}")
+        refused = self.untested
+        if refused and not self.allow_untested:
+            return (f"{len(refused)} of {len(self.moves)} source tags have no pass record of the current suite "
+                    f"(first: {refused[0].source}): {nothing} (--allow-untested moves them anyway, recorded beside "
+                    "each digest)")
+        return None
+
+    def summary(self) -> str:
+        changed = sum(m.previous != m.digest for m in self.moves)
+        untested = f", {len(self.untested)} UNTESTED (--allow-untested)" if self.untested else ""
+        return f"{len(self.moves)} tags, {changed} {'would change' if self.dry_run else 'changed'}{untested}"
+
+
+def prepare(registry: Registry, keys: Callable[[], Keys], plan: Plan, pattern: str, template: str, gate: Gate, *,
+            dry_run: bool = False, allow_untested: bool = False) -> Promotion:
+    """Decide a promotion of the tags `pattern` matches to `template`'s: the moves (an input error when none
+    matches, or a target is no tag to write), each move's evidence against the spec `plan` expects of its node,
+    and what the vulnerability gate keeps back under each node's policy. `keys`: loaded once there are moves."""
+    moves = plan_moves(registry, pattern, template)
+    if not moves:
+        raise InputError(f"--from {pattern!r} matches no tag")
+    tags = registry.tags(split_reference(pattern)[1])
+    loaded = keys()
+    for move in moves:
+        check_target(registry, loaded.trust, move, tags)
+    specs = Specs(plan)
+    known = {n.id: n for n in plan.nodes}
+
+    def spec_of(node_id: str) -> str | None:
+        return specs.key(known[node_id]) if node_id in known else None
+
+    proofs = [evidence(registry, loaded.trust, move, tags, spec_of) for move in moves]
+    blocked = {}
+    for move, proof in zip(moves, proofs, strict=True):
+        node = known.get(proof.record.node if proof.record is not None else proof.node or "")
+        for settings in settings_for(node, plan):  # (a node it does not know: every policy's)
+            why = vulnerable(registry, loaded.trust, move, settings.policy, gate.advisories(settings.data), gate.today)
+            if why is not None:
+                blocked[move.target] = why
+                break
+    return Promotion(registry, loaded, moves, proofs, blocked, dry_run=dry_run, allow_untested=allow_untested)
+
+
+def carry_out(promotion: Promotion) -> Iterator[Move]:
+    """Move every tag of a promotion that has no `failure` (push rights first: nothing moves without them), one
+    by one as this is iterated; yields each move whose digest has no SBOM that counts in the target, once moved."""
+    require_push(promotion.registry, promotion.moves)
+    for move, proof in zip(promotion.moves, promotion.proofs, strict=True):
+        if not apply(promotion.registry, promotion.keys, move, proof, allow_untested=promotion.allow_untested):
+            yield move

@@ -120,7 +120,8 @@ def test_the_run_wing_and_the_commands_import_no_step() -> None:
 
 
 def test_only_the_cli_runs_the_steps() -> None:
-    assert {a for a, bs in imports().items() if "imagebuilder.steps.run" in bs} <= {"imagebuilder.cli"}
+    runners = {a for a, bs in imports().items() if "imagebuilder.steps.run" in bs}
+    assert runners and all(a.startswith("imagebuilder.cli.") for a in runners), runners
 
 
 def test_the_pure_modules_do_no_io_of_their_own() -> None:
@@ -166,7 +167,7 @@ def test_resolved_things_are_frozen() -> None:
 
 
 def test_only_the_cli_turns_an_error_into_an_exit_code() -> None:
-    """`exc.exit_code` of a caught error is read in cli.py alone (`_invoke`, under `main`)."""
+    """`exc.exit_code` of a caught error is read in cli/main.py alone (`_invoke`, under `main`)."""
     readers = set()
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -174,7 +175,7 @@ def test_only_the_cli_turns_an_error_into_an_exit_code() -> None:
             if any(isinstance(n, ast.Attribute) and n.attr == "exit_code" and isinstance(n.value, ast.Name)
                    and n.value.id == handler.name for n in ast.walk(handler)):
                 readers.add(path.relative_to(ROOT).as_posix())
-    assert readers == {"imagebuilder/cli.py"}
+    assert readers == {"imagebuilder/cli/main.py"}
 
 
 def test_the_checks_see_what_they_guard() -> None:
@@ -188,3 +189,20 @@ def test_the_checks_see_what_they_guard() -> None:
     assert ("publish", "stage") in step_imports(graph)
     graph["imagebuilder.run.keytags"].add("imagebuilder.steps.stage")
     assert ("imagebuilder.run.keytags", "imagebuilder.steps.stage") in wing_imports(graph)
+
+
+def test_the_cli_is_a_thin_front_door() -> None:
+    """A command parses its flags, calls one function and prints: no file of cli/ over 250 lines, no click command's
+    body (its docstring aside) over 30."""
+    long = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= 250, path
+        for func in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
+            if not any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                       and d.func.attr in ("command", "group") for d in func.decorator_list):
+                continue
+            body = func.body[1:] if ast.get_docstring(func) is not None else func.body
+            if body and (body[-1].end_lineno or 0) - body[0].lineno + 1 > 30:
+                long.append(func.name)
+    assert long == []

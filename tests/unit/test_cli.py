@@ -173,6 +173,7 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
     """`imagebuilder smoke` is a gate too (e.g. after a bake build): an unknown GPU's throughput skip on a GPU
     run exits 1, like `build`; --allow-skip accepts it."""
     from imagebuilder import cli
+    from imagebuilder.commands import smoke_image
     from imagebuilder.smoke.runner import GpuHost, SmokeReport
 
     from .fakes import DRIVER, H100, suite_report
@@ -192,8 +193,8 @@ def test_smoke_on_a_gpu_run_fails_on_a_skip_unless_allowed(monkeypatch: pytest.M
                            raw=raw, gpu_mode="devices")
 
     monkeypatch.setattr(cli.Context, "engine", lambda self: Present())
-    monkeypatch.setattr(cli, "run_smoke", gpu_run)
-    monkeypatch.setattr(cli.GpuHost, "probe", classmethod(lambda cls: GpuHost(("/dev/nvidia0",), (H100,), DRIVER)))
+    monkeypatch.setattr(smoke_image, "run_smoke", gpu_run)
+    monkeypatch.setattr(GpuHost, "probe", classmethod(lambda cls: GpuHost(("/dev/nvidia0",), (H100,), DRIVER)))
     assert cli.main(["smoke", "img"]) == 1
     assert "a skip is not a pass on a GPU run: throughput.cuda:0: unknown GPU model 'Tesla T4'" in \
         capsys.readouterr().err
@@ -224,6 +225,7 @@ BUILT_LABELS = {
 
 def smoke_with(monkeypatch: pytest.MonkeyPatch, labels: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
     from imagebuilder import cli
+    from imagebuilder.commands import smoke_image
     from imagebuilder.smoke.runner import SmokeReport
 
     from .fakes import suite_report
@@ -236,7 +238,7 @@ def smoke_with(monkeypatch: pytest.MonkeyPatch, labels: dict[str, str], *args: s
         return SmokeReport(passed=True, duration=1.0, exit_code=0, checks=tuple(raw["checks"]), raw=raw)
 
     monkeypatch.setattr(cli.Context, "engine", lambda self: LabelledImage(labels))
-    monkeypatch.setattr(cli, "run_smoke", run_smoke)
+    monkeypatch.setattr(smoke_image, "run_smoke", run_smoke)
     return cli.main(["smoke", "img", *args]), seen
 
 
@@ -323,9 +325,10 @@ def test_a_folder_that_is_not_writable_is_said_so(tmp_path: Path, monkeypatch: p
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """(As root every folder is writable: the test asks a folder that says it is not.)"""
     from imagebuilder import cli
+    from imagebuilder.cli import options
 
     no_engine(monkeypatch)
-    monkeypatch.setattr(cli.os, "access", lambda path, mode: not mode & os.W_OK or Path(path) != tmp_path)
+    monkeypatch.setattr(options.os, "access", lambda path, mode: not mode & os.W_OK or Path(path) != tmp_path)
     assert cli.main(["--offline", "render", "--matrix", str(tiny_matrix(tmp_path)), "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --out {tmp_path}: is not writable"
     assert cli.main(["--offline", "render", "--matrix", str(tiny_matrix(tmp_path)), "--out",
@@ -409,19 +412,19 @@ def test_a_registry_that_does_not_answer_is_an_outage_not_an_unstaged_plan(
     engine = FakeEngine(FakeRegistry(host=host))
     engine.add({"config": {"Labels": {"os": "debian"}}}, "debian:bookworm")
     monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
-    monkeypatch.setattr(cli.GpuHost, "probe", classmethod(lambda cls: GpuHost((), (), None)))
+    monkeypatch.setattr(GpuHost, "probe", classmethod(lambda cls: GpuHost((), (), None)))
     argv = ["--offline", "--cache-dir", str(tmp_path / "cache"), command, "--matrix",
             str(tiny_matrix(tmp_path, host)), "--report", str(tmp_path / "report")]
 
     closed = Registries(lambda name: Registry(host=name, insecure=True, attempts=1))  # the real client, no retries
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): closed))
+    monkeypatch.setattr(Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): closed))
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert f"error: registry {host} did not answer: whether 1 node(s) of the plan are staged is unknown" in err
     assert "not staged" not in err and "Traceback" not in err
 
     answers = Registries(lambda name: engine.registry)  # a registry that answers: it has no such key tag
-    monkeypatch.setattr(cli.Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): answers))
+    monkeypatch.setattr(Registries, "of_engine", classmethod(lambda cls, *_, use=True, scope=(): answers))
     assert cli.main(argv) == 2
     assert f"error: not staged: 1 node(s) of the plan have no key tag in the registry (first: {host}/ml/p:cache-" in \
         capsys.readouterr().err

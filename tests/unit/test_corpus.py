@@ -24,6 +24,7 @@ import pytest
 
 from imagebuilder import cli
 from imagebuilder.errors import EngineError
+from imagebuilder.ports.engine import DockerEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted((ROOT / "tests" / "corpus").glob("*.yaml"))
@@ -99,7 +100,7 @@ def test_every_case_breaks_something_of_its_own(tmp_path: Path, monkeypatch: pyt
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """No two cases end in the same error: each guards a check of its own (a copy of a case, or a case that no
     longer reaches the check it names, shows up here as a duplicate)."""
-    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
+    monkeypatch.setattr(DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
     monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.chdir(ROOT)
@@ -116,7 +117,7 @@ def test_every_case_breaks_something_of_its_own(tmp_path: Path, monkeypatch: pyt
 def test_a_broken_input_is_one_clear_error(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     engine = NoImages()
-    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: engine))
+    monkeypatch.setattr(DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: engine))
     monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.chdir(ROOT)
@@ -140,7 +141,7 @@ def not_a_matrix(kind: str, tmp: Path) -> Path:
 def test_a_file_that_is_not_a_matrix_is_one_clear_error(kind: str, expect: str, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
+    monkeypatch.setattr(DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
     monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
     path, report = not_a_matrix(kind, tmp_path), tmp_path / "r"
     started = time.monotonic()

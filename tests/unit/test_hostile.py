@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from imagebuilder import cli
+from imagebuilder.ports.engine import DockerEngine
 
 from .test_corpus import NoImages
 
@@ -53,7 +54,7 @@ def hostile_copy(tmp_path: Path, case: dict[str, str]) -> tuple[Path, Path]:
 
 def run_cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
             tmp_path: Path) -> tuple[int, str]:
-    monkeypatch.setattr(cli.DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
+    monkeypatch.setattr(DockerEngine, "connect", classmethod(lambda cls, url=None, timeout=600: NoImages()))
     monkeypatch.setenv("IMAGEBUILDER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "200")
     capsys.readouterr()

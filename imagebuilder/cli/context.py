@@ -1,0 +1,133 @@
+"""What one invocation shares (`Context`: consoles, the engine, the compatibility table, keys, registries) and the
+two things most commands do first: load the plan, then decide it against the engine and the registry."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import EngineUnavailable, InputError
+from ..evidence.provenance import BuildTrust
+from ..evidence.signing import Keys
+from ..input import compat as compat_mod
+from ..input import compat_refresh, lookups
+from ..input import matrix as matrix_mod
+from ..plan import cache as cache_mod
+from ..plan import keys
+from ..plan import plan as plan_mod
+from ..plan.render import Renderer
+from ..ports.engine import DockerEngine
+from ..ports.registry import Registries, Registry
+from ..ports.tls import RegistryTrust
+
+
+def default_cache_dir() -> Path:
+    """Where pass records are mirrored and build locks are kept, unless --cache-dir says otherwise."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuilder"
+
+
+@dataclass
+class Context:
+    """Shared state of one invocation: consoles and a lazily connected engine."""
+
+    out: Console
+    err: Console
+    engine_url: str | None = None
+    compat_file: Path | None = None
+    check_index: bool = True
+    cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
+    container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
+    trust_keys: tuple[Path, ...] = ()  # public keys whose signed passes count (then this machine's own does not)
+    trust_build_keys: tuple[Path, ...] = ()  # public keys whose signed build provenance counts
+    max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
+    registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
+    registry_hosts: tuple[str, ...] = ()  # the matrix's registry host: where the env's credentials go by default
+    _engine: DockerEngine | None = None
+    _table: compat_mod.CompatTable | None = None
+
+    def table(self) -> compat_mod.CompatTable:
+        if self._table is None:
+            path = self.compat_file
+            if path is not None and not path.is_file():
+                raise InputError(f"compatibility table {path} does not exist")
+            try:
+                self._table = compat_mod.CompatTable.load(path)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"compatibility table {path or 'data/compat.json'} is unreadable: {exc}") from None
+        return self._table
+
+    def keys(self) -> Keys:
+        """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
+        return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys, self.trust_build_keys)
+
+    def registry(self, host: str) -> Registry:
+        """A registry outside a run (promote, history): plain HTTP where the engine would speak it and the registry
+        speaks no TLS; without an engine, loopback registries only."""
+        insecure: tuple[str, ...] = ()
+        with contextlib.suppress(EngineUnavailable):
+            insecure = self.engine().insecure_registries()
+        return Registry.for_host(host, insecure, self.registry_trust, self.registry_hosts)
+
+    def index_versions(self, index_url: str, project: str) -> list[str] | None:
+        return compat_refresh.project_versions(index_url, project, timeout=20)
+
+    def engine(self) -> DockerEngine:
+        if self._engine is None:
+            self._engine = DockerEngine.connect(self.engine_url)
+            if self.container_labels:
+                self._engine.run_labels.update(self.container_labels)
+        return self._engine
+
+    def base_python(self, image: str) -> str | None:
+        known = compat_mod.os_python(image)
+        if known:
+            return known
+        engine = self.engine()
+        if engine.image_id(image) is None:
+            return None
+        result = engine.run(image, ["sh", "-c", "python3 -c 'import sys;print(\"%d.%d\" % sys.version_info[:2])'"],
+                            timeout=60)
+        text = result.logs.strip().splitlines()[-1:] if result.exit_code == 0 else []
+        return text[0] if text else None
+
+
+def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
+              only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
+    def load(facts: lookups.Facts | None) -> matrix_mod.Matrix:
+        return matrix_mod.load(matrix_file, ctx.table(), registry=registry, strict=strict,
+                               max_entries=ctx.max_entries, facts=facts)
+
+    matrix = load(None)  # reads only
+    if matrix.registry:  # (the environment's registry credentials are for its host, `ports.credentials`)
+        ctx.registry_hosts = (matrix.registry.split("/", 1)[0],)
+    if matrix.questions:  # the engine and the indexes, asked what the file needs, then read again
+        matrix = load(lookups.answer(matrix.questions, base_python=ctx.base_python,
+                                     index_versions=ctx.index_versions if ctx.check_index else None))
+    for warning in matrix.warnings:
+        ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
+    return matrix, plan
+
+
+def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
+           builds: bool = True) -> tuple[plan_mod.Plan, Registries]:
+    """Keys for every node (base images resolved on the engine), then what each node needs: the cache
+    is looked up locally and in the registry. A run that `builds` builds on a key tag's image only when a trusted
+    build key vouches for it (`provenance`); verify and publish take each node as its key tag names it (they test,
+    or publish, exactly that digest, and build on nothing)."""
+    engine = ctx.engine()
+    plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
+    registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
+    # a lookup's retries are said on stderr (once a run starts, its log says them)
+    registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
+    cache = cache_mod.Cache(engine, registries, BuildTrust(ctx.keys().build_trust) if builds else None)
+    plan = cache_mod.decide(plan, cache, rebuild=rebuild)
+    for warning in cache.warnings:
+        ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    return plan, registries

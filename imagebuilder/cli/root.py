@@ -1,0 +1,72 @@
+"""The `imagebuilder` group: its global options become the invocation's `Context`. Each command module adds its
+commands to `cli`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ..errors import InputError
+from ..input import matrix as matrix_mod
+from ..ports.tls import RegistryTrust
+from .context import Context, default_cache_dir
+from .options import ca_problem, checked, writable_folder
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--engine", "engine_url", envvar="DOCKER_HOST", help="Docker engine URL (default: DOCKER_HOST or "
+              "the local socket).")
+@click.option("--compat", "compat_file", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_COMPAT",
+              help="A compatibility table to use instead of the packaged one (see `compat refresh --out`).")
+@click.option("--offline", is_flag=True, envvar="IMAGEBUILDER_OFFLINE",
+              help="Do not ask package indexes whether nccl/cudnn overrides exist.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), envvar="IMAGEBUILDER_CACHE_DIR",
+              callback=writable_folder,
+              help="Where pass records are mirrored, by image ID, and build locks kept (default: "
+                   "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
+@click.option("--trust-key", "trust_keys", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              envvar="IMAGEBUILDER_TRUST_KEYS",
+              help="A public key (PEM, Ed25519) whose signed pass records (and build provenance) count; repeatable, "
+                   "or space-separated in IMAGEBUILDER_TRUST_KEYS. Once any key is named, exactly the named keys "
+                   "and IMAGEBUILDER_SIGNING_KEY count, and this machine's own key does not; with none named, this "
+                   "machine's own key (made on first use in the cache folder) signs and counts.")
+@click.option("--trust-build-key", "trust_build_keys", multiple=True, type=click.Path(path_type=Path),
+              metavar="FILE", envvar="IMAGEBUILDER_TRUST_BUILD_KEYS",
+              help="A public key whose signed build provenance counts: an image under a key tag is reused only "
+                   "when such a key (or a --trust-key key) vouches for it; repeatable, or space-separated in "
+                   "IMAGEBUILDER_TRUST_BUILD_KEYS. Stage jobs sign with IMAGEBUILDER_BUILD_KEY.")
+@click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
+              envvar="IMAGEBUILDER_CONTAINER_LABELS",
+              help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
+                   "what it left); repeatable, or space-separated in IMAGEBUILDER_CONTAINER_LABELS.")
+@click.option("--max-entries", type=click.IntRange(1), default=matrix_mod.MAX_ENTRIES, show_default=True,
+              envvar="IMAGEBUILDER_MAX_ENTRIES", help="The most entries a matrix may make; a larger one is refused "
+              "before any entry is made (planning 10 000 takes about 10 s: benchmarks/results/plan_scale.json).")
+@click.option("--registry-ca", "registry_cas", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+              envvar="IMAGEBUILDER_REGISTRY_CA", callback=checked(ca_problem),
+              help="CA certificates (PEM) a registry's TLS certificate may chain to, besides the system's and "
+                   "/etc/docker/certs.d/HOST/*.crt (which the engine reads too); repeatable, or space-separated in "
+                   "IMAGEBUILDER_REGISTRY_CA.")
+@click.pass_context
+def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
+        cache_dir: Path | None, trust_keys: tuple[Path, ...], trust_build_keys: tuple[Path, ...],
+        container_labels: tuple[str, ...],
+        max_entries: int, registry_cas: tuple[Path, ...]) -> None:
+    """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
+    wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
+    labels = []
+    for item in container_labels:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", key) or "\n" in value:
+            raise InputError(f"--container-label {item!r}: expected KEY=VALUE (KEY of letters, digits, '.', '_', "
+                             "'-')")
+        labels.append((key, value))
+    click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
+                            compat_file=compat_file, check_index=not offline,
+                            cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
+                            trust_keys=trust_keys, trust_build_keys=trust_build_keys, max_entries=max_entries,
+                            registry_trust=RegistryTrust(cafiles=registry_cas))

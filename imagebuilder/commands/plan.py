@@ -1,0 +1,78 @@
+"""`plan`'s machine formats: the decided plan as JSON, a GitHub Actions strategy matrix, or an engine's documents
+(`emit`). The formats a person reads (tree, table) are the command's to print."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..emit.formats import FORMATS as EMIT_FORMATS
+from ..errors import InputError
+from ..plan import keys
+from ..plan import plan as plan_mod
+from ..plan import waves as waves_mod
+from ..ports.registry import Registries
+
+
+@dataclass(frozen=True)
+class Formatting:
+    """What the machine formats are told besides the plan: where it came from, and each format's flags."""
+
+    matrix_file: Path
+    registry: str | None
+    only: str | None
+    gpu_runner: str  # runs-on labels, comma-separated
+    cpu_runner: str
+    wave: int | None = None  # github-matrix: only this stage wave's entries
+    part: int | None = None  # an engine's format: only its Nth document
+    tool_image: str | None = None
+    kueue_queue: str | None = None
+
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        return {name: tuple(x.strip() for x in value.split(",") if x.strip())
+                for name, value in (("gpu", self.gpu_runner), ("cpu", self.cpu_runner))}
+
+
+def undecided(plan: plan_mod.Plan) -> plan_mod.Plan:
+    """The plan without an engine: every node's key and status unknown (a node shared with an earlier one is
+    known to be the same, without keys)."""
+    unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to resolve the base image")
+    first = keys.first_of(keys.identities(plan))
+    return plan.with_nodes([dataclasses.replace(n, decision=dataclasses.replace(
+        unknown, same_as=None if first[n.id] == n.id else first[n.id])) for n in plan.nodes])
+
+
+def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registries | None) -> str | None:
+    """The plan as `fmt` says, ending in a newline; None for tree and table. `registries`: the decided plan's
+    (None without an engine; k8s-jobs, which pins each leaf's staged digest, needs them)."""
+    if fmt == "json":
+        return json.dumps([n.to_json() for n in plan.nodes], indent=2) + "\n"
+    labels = how.labels()
+    if fmt in EMIT_FORMATS:
+        return _emitted(plan, fmt, how, labels, registries)
+    if fmt == "github-matrix":
+        return json.dumps(waves_mod.github_matrix(plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
+                                                  wave=how.wave)) + "\n"
+    return None
+
+
+def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, tuple[str, ...]],
+             registries: Registries | None) -> str:
+    from ..emit import formats
+    from ..emit.graph import graph
+    from ..run.handoff import staged_digests
+
+    if fmt == "k8s-jobs" and registries is None:
+        raise InputError("--format k8s-jobs pins each leaf's staged digest: it needs the engine and registry")
+    args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
+            *(("--only", how.only) if how.only else ()))
+    settings = formats.Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
+                                tool_image=how.tool_image, kueue_queue=how.kueue_queue,
+                                digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries
+                                else {})
+    docs = formats.documents(fmt, graph(plan, str(how.matrix_file), registry=how.registry, only=how.only), settings)
+    if how.part is not None and how.part > len(docs):
+        raise InputError(f"--part {how.part}: --format {fmt} makes {len(docs)} document(s) for this plan")
+    return formats.text(fmt, docs[how.part - 1:how.part] if how.part else docs)
