@@ -322,10 +322,13 @@ def docker_build_on(image: str, marker: str, folder: Path) -> str:
     return docker("build", "-q", "--network", "none", str(folder))
 
 
-def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: DockerEngine, registry: str,
-                                                                    staged: Staged) -> None:
+# Issue 39's attacks, each played as an outsider with push rights only (plain registry HTTP calls and the docker
+# CLI, no project code), each undone at its end; the honest machines are the project's CLI.
+
+
+def test_a_poisoned_key_tag_is_not_built_on(engine: DockerEngine, registry: str, staged: Staged) -> None:
     repo, reg = staged.repo, Registry.for_host(registry)
-    base_digest, leaf_digest = str(staged.nodes["base"]["digest"]), str(staged.nodes["leaf"]["digest"])
+    leaf_digest = str(staged.nodes["leaf"]["digest"])
     engine.remove_image(staged.other)  # (the earlier tests' other build of the leaf's key: this runner has none)
 
     # 1. A poisoned key tag. The attacker builds an image FROM the staged leaf (its labels, the key among them,
@@ -352,6 +355,11 @@ def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: Do
     child_layers = engine.inspect(str(nodes["child"]["image"]))["RootFS"]["Layers"]
     assert poisoned_layer not in child_layers
     reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))  # undone
+
+
+def test_a_forged_base_label_credits_no_ancestor(registry: str, staged: Staged) -> None:
+    repo, reg = staged.repo, Registry.for_host(registry)
+    base_digest, leaf_digest = str(staged.nodes["base"]["digest"]), str(staged.nodes["leaf"]["digest"])
 
     # 2. A forged label chain (N1). The base's key tag moves to an image with an extra layer; the leaf's key tag to
     #    the honest leaf's layers, byte for byte, under a config whose base label names that image. An honest
@@ -385,6 +393,11 @@ def test_push_rights_alone_get_nothing_untested_built_on_or_published(engine: Do
     reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
     reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))
     docker("rmi", "-f", evil)
+
+
+def test_an_overwritten_verdict_blocks(registry: str, staged: Staged) -> None:
+    repo, reg = staged.repo, Registry.for_host(registry)
+    leaf_digest = str(staged.nodes["leaf"]["digest"])
 
     # 3. An overwritten verdict (N2). The verifier recorded the leaf passing on one GPU model at 09:00 and failing
     #    at 10:00; the attacker copies the 09:00 manifest over the 10:00 tag (plain HTTP). The verdict tag's record
