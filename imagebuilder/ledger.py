@@ -16,7 +16,6 @@ from enum import Enum
 from typing import Any
 
 from .evidence.passes import PassRecord
-from .plan import tags as tagging
 from .plan.plan import Node, Plan
 
 
@@ -97,7 +96,7 @@ class NodeRecord:
     def of(cls, node: Node) -> NodeRecord:
         return cls(node.id, node.entry.id, node.layer.name, node.leaf, key=node.key or None, reason=node.reason,
                    same_as=node.decision.same_as, versions=node.entry.versions(),
-                   repository=tagging.repository_ref(node.entry.registry, node.entry.repository))
+                   repository=node.entry.target.name)
 
     @property
     def built(self) -> bool:

@@ -18,7 +18,6 @@ from ..evidence import spec as spec_mod
 from ..evidence.sigstore import Layouts
 from ..ledger import NodeRecord, PublishStatus, VerifyStatus
 from ..plan import plan as plan_mod
-from ..plan import tags as tagging
 from ..ports.registry import Registries
 from ..run import lock
 from ..run.context import Step
@@ -70,7 +69,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
     engine = ctx.engine()
-    targets = [tagging.repository_ref(e.registry, e.repository) for e in the_plan.entries()]
+    targets = [e.target.name for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
         check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None)

@@ -11,9 +11,8 @@ from ..evidence.history import History, Point, Runner, cell_of, point_of, series
 from ..evidence.passes import RegistryPasses
 from ..evidence.regression import Performance, Thresholds, replay
 from ..evidence.signing import Trust
-from ..plan import tags as tagging
 from ..plan.plan import Node, Plan
-from ..ports.reference import Reference, parse
+from ..ports.reference import Reference
 from ..ports.registry import Registry
 
 
@@ -47,7 +46,7 @@ def lineages(plan: Plan, registry_of: Callable[[str], Registry], trust: Trust,
     out: list[Lineage] = []
     shown: set[tuple[str, str, str, Runner]] = set()
     for node in (n for n in plan.nodes if n.leaf):
-        ref = parse(tagging.repository_ref(node.entry.registry, node.entry.repository))
+        ref = node.entry.target
         if ref.host not in stores:
             stores[ref.host] = History(RegistryPasses(registry_of(ref.host), trust))
         found = stores[ref.host].records(ref.repository)

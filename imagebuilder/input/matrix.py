@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import datetime
 import fnmatch
+import functools
 import itertools
 import math
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, Where, did_you_mean, unknown_key
+from ..ports.reference import Reference, parse
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpus_matching
@@ -194,6 +196,12 @@ class Entry:
     origins: tuple[tuple[str, str], ...] = ()  # key -> where its value was written (`file:line`) or `default`
     vulnerabilities: VulnerabilitySettings = field(default_factory=VulnerabilitySettings)
     runners: RunnerSettings = RunnerSettings()
+
+    @functools.cached_property
+    def target(self) -> Reference:
+        """Where this entry's images go: its registry and repository as one reference, parsed once (every tag,
+        key tag and registry request of the entry starts from it)."""
+        return parse(f"{self.registry.rstrip('/')}/{self.repository}")
 
     def versions(self) -> dict[str, str | None]:
         """The resolved versions: what the plan promises and the smoke suite checks."""

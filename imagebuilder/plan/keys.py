@@ -41,7 +41,7 @@ def cache_tag(key: str) -> str:
 
 def cache_ref(node: Node) -> str:
     """The node's key tag in its registry: content-addressed, never a public tag."""
-    return tagging.reference(node.entry.registry, node.entry.repository, cache_tag(node.key))
+    return tagging.reference(node.entry.target, cache_tag(node.key))
 
 
 def content_labels(node: Node) -> dict[str, str]:

@@ -167,7 +167,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
             refs_for_node = []
             for template in entry.tags:
                 tag = tagging.render(template, values, where=entry.where)
-                ref = tagging.reference(entry.registry, entry.repository, tag)
+                ref = tagging.reference(entry.target, tag)
                 if ref in owners:
                     raise InputError(
                         f"nodes {owners[ref]!r} and {node_id!r} would both be tagged {ref!r}",
@@ -176,7 +176,7 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
                 refs_for_node.append(ref)
             aliases = []
             for template in entry.aliases:
-                ref = tagging.reference(entry.registry, entry.repository,
+                ref = tagging.reference(entry.target,
                                         tagging.render(template, values, where=entry.where))
                 if ref not in aliases:
                     aliases.append(ref)

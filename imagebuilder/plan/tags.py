@@ -12,6 +12,7 @@ import string
 from collections.abc import Mapping
 
 from ..errors import InputError, Where, did_you_mean
+from ..ports.reference import Reference
 
 TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 KEY_PENDING = "k3y12pending"  # stands for {key12} until keys are computed (12 characters, like the key)
@@ -49,9 +50,6 @@ def render(template: str, values: Mapping[str, str], where: Where | None = None)
     return tag
 
 
-def repository_ref(registry: str, repository: str) -> str:
-    return f"{registry.rstrip('/')}/{repository}"
-
-
-def reference(registry: str, repository: str, tag: str) -> str:
-    return f"{repository_ref(registry, repository)}:{tag}"
+def reference(target: Reference, tag: str) -> str:
+    """The image reference of `tag` in an entry's repository (`Entry.target`)."""
+    return f"{target.name}:{tag}"

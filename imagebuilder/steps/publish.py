@@ -19,7 +19,6 @@ from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes
 from ..evidence.passes import PassRecord
 from ..ledger import BuildStatus, PublishStatus, VerifyStatus
-from ..plan import tags as tagging
 from ..plan.plan import Node
 from ..run.ancestors import via
 from ..run.context import Gate, RunContext
@@ -194,7 +193,7 @@ class Publish:
                               publish=PublishStatus.PUSHED if moved[node.id] else PublishStatus.CURRENT)
             if not self.dry_run:
                 self.summarise(run, node, digests[node.id])
-                repository = tagging.repository_ref(node.entry.registry, node.entry.repository)
+                repository = node.entry.target.name
                 signed = self.signing.sign(f"{repository}@{digests[node.id]}")
                 if signed is not None:
                     run.ledger.update(node.id, signed=signed)

@@ -22,11 +22,9 @@ from ..evidence.signing import Keys
 from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
 from ..ledger import Ledger, NodeRecord
-from ..plan import tags as tagging
 from ..plan.keys import LABEL_PREFIX
 from ..plan.plan import Plan
 from ..ports import Engine
-from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..report import print_summary, write_reports
 from ..run import schedule
@@ -60,7 +58,7 @@ def compose(steps: Sequence[Step], run: RunContext) -> list[schedule.Task]:
 
 
 def registry_passwords(plan: Plan, registries: Registries) -> list[tuple[str, str]]:
-    hosts = {parse(tagging.repository_ref(e.registry, e.repository)).host for e in plan.entries()}
+    hosts = {e.target.host for e in plan.entries()}
     return [(f"the password for registry {host}", auth[1]) for host in sorted(hosts)
             if (auth := registries(host).auth) is not None]
 
