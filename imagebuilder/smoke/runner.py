@@ -64,14 +64,11 @@ def gpu_options(mode: str, devices: list[str], driver_dir: str,
     """Host-config options and environment that give a container the GPUs:
     `all` - docker's DeviceRequest (the NVIDIA container toolkit); `cdi` - CDI device names;
     `devices` - every /dev/nvidia* character device plus the driver folder, read-only, on the library path."""
+    # (plain mappings: the engine's client makes its DeviceRequest and Ulimit of them; only ports/ imports docker)
     if mode == "all":
-        import docker.types
-
-        return {"device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]}, {}
+        return {"device_requests": [{"count": -1, "capabilities": [["gpu"]]}]}, {}
     if mode == "cdi":
-        import docker.types
-
-        return {"device_requests": [docker.types.DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=all"])]}, {}
+        return {"device_requests": [{"driver": "cdi", "device_ids": ["nvidia.com/gpu=all"]}]}, {}
     if mode != "devices" or not devices:
         return {}, {}
     current = dict(item.split("=", 1) for item in image_env if "=" in item)
@@ -239,8 +236,6 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     `imagebuilder smoke`; a build always runs the whole suite). `devices`: this host's /dev/nvidia* (default:
     looked up). The report says what the host gave the container (`gpu_mode`); whether it passed is for
     `judge` to say."""
-    import docker.types
-
     found = list(nvidia_devices() if devices is None else devices)
     mode = gpu_mode(gpus, has_toolkit=engine.has_nvidia_runtime(), devices=found)
     image_env = engine.inspect(image)["Config"].get("Env") or []
@@ -250,7 +245,7 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
         "shm_size": shm_size, "network_mode": "none",
         # A fresh, executable /tmp: some images have none, and Inductor/Triton build and load code there.
         "tmpfs": {"/tmp": "rw,exec,nosuid,nodev"},
-        "ulimits": [docker.types.Ulimit(name="memlock", soft=memlock_limit(), hard=memlock_limit())], **gpu_config,
+        "ulimits": [{"name": "memlock", "soft": memlock_limit(), "hard": memlock_limit()}], **gpu_config,
     }
     command = ["sh", "-c", 'exec "$(command -v python || command -v python3)" "$@"', "smoke",
                SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True),
