@@ -1,5 +1,6 @@
 """What a build reaches on 127.0.0.1 for the length of a run (builds use host networking): the wheelhouses,
-served as pip find-links, and a proxy for every package index that needs credentials.
+served as pip find-links, and a proxy for every package index that needs credentials; both only to the run's own
+builds (its token).
 
 Index credentials (`secrets/index_auth.py`: `~/.netrc` by host, or the environment's pair for the hosts
 `IMAGEBUILDER_INDEX_HOSTS` names) never enter a Dockerfile, a build arg, a layer, the history, a label or
@@ -9,7 +10,7 @@ declares), and the proxy adds the
 rewritten to the proxy; links to other hosts, and redirects to them, go there directly, without credentials.
 
 The proxy serves only the builds of its run. Each run makes a token of its own; the builds that need an index
-proxy get `http_proxy=http://imagebuilder:<token>@127.0.0.1:<port>` (and `HTTP_PROXY`), one of Docker's
+proxy or a wheelhouse get `http_proxy=http://imagebuilder:<token>@127.0.0.1:<port>` (and `HTTP_PROXY`), one of Docker's
 predefined build args, which the builder keeps out of the image's history and of the build cache's key and gives
 to every RUN step's environment (not its command line). pip, apt and curl then send their plain-HTTP requests to
 the proxy with the token; a request without it (another process on the machine, a build of another run) is
@@ -17,8 +18,13 @@ answered 407 and reaches nothing. Requests for an index go on with its credentia
 index's own (its URL's path, less a last `simple` or `+simple` segment: where its pages and files are; `index_root`):
 another path on that host (another repository of an Artifactory, say) is answered 403 and reaches nothing, so the
 credentials go to the index and nowhere else on its host. Plain-HTTP requests for
-anything else (the wheelhouse, Debian's mirror) are passed on as they came, with no credentials. HTTPS is not
-proxied: it goes from the build to its host directly, as before.
+anything else (Debian's mirror) are passed on as they came, with no credentials. HTTPS is not proxied: it goes
+from the build to its host directly, as before.
+
+A wheelhouse (`build.wheelhouse`) is one more address of the same servers: `http://127.0.0.1:<port>/` (the port
+stable per folder: the URL is a build arg, part of the cache key) lists the folder's files as pip's find-links,
+and serves them, to requests with the run's token only; another process on the machine gets 407, as at an index
+proxy. The folder's own files only: no subfolder, no link out of it, no `..`.
 
 A Docker client config with proxies (`proxies.default` in config.json: docker-py gives them to every build) is kept
 working: plain-HTTP requests for other origins go on through its `httpProxy` (unless its `noProxy` names them),
@@ -31,16 +37,19 @@ import base64
 import contextlib
 import functools
 import hmac
+import html
 import http.client
 import http.server
+import io
 import secrets
+import shutil
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..plan.plan import Plan, State
 from ..plan.render import build_args, declared, stable_port, wheelhouse_port
@@ -48,18 +57,14 @@ from ..ports.credentials import docker_config
 from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
 
-__all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes", "serve_wheelhouses"]
+__all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes"]
 
 PROXY_USER = "imagebuilder"
+WHEELHOUSE = "wheelhouse"  # a route's scheme: a folder served from here, not an origin to forward to
 
 _REWRITTEN = ("text/html", "application/vnd.pypi.simple", "application/json")
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                           "proxy-authorization", "proxy-authenticate", "content-length", "content-encoding"})
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
 
 
 def _server(port: int, handler: Any) -> http.server.ThreadingHTTPServer:
@@ -80,20 +85,6 @@ def _serving(servers: list[http.server.ThreadingHTTPServer]) -> Iterator[None]:
         for server in servers:
             server.shutdown()
             server.server_close()
-
-
-@contextlib.contextmanager
-def serve_wheelhouses(folders: set[Path]) -> Iterator[dict[Path, str]]:
-    """Serve each wheelhouse over HTTP for the length of the run, so wheels are offered to pip as find-links
-    without ever being copied into a layer."""
-    servers: list[http.server.ThreadingHTTPServer] = []
-    urls: dict[Path, str] = {}
-    with _serving(servers):
-        for folder in sorted(folders):
-            server = _server(wheelhouse_port(folder), functools.partial(_Quiet, directory=str(folder)))
-            servers.append(server)
-            urls[folder] = f"http://127.0.0.1:{server.server_address[1]}/"
-        yield urls
 
 
 @dataclass(frozen=True)
@@ -144,18 +135,20 @@ class Upstream:
 
 @dataclass(frozen=True)
 class IndexProxies:
-    """The index proxies of one run: index URL -> the URL pip is given, and what a build that uses one is given
-    besides (Docker's predefined proxy build args, with the run's token)."""
+    """The index proxies of one run: index URL -> the URL pip is given; its wheelhouses: folder -> the URL pip is
+    given (find-links); and what a build that uses either is given besides (Docker's predefined proxy build args,
+    with the run's token)."""
 
     urls: Mapping[str, str] = field(default_factory=dict)
+    wheelhouses: Mapping[Path, str] = field(default_factory=dict)
     token: str = field(default="", repr=False)  # never printed: a known secret of the run
     port: int = 0  # where the builds' http_proxy points
     upstream: Upstream = field(default_factory=Upstream)
 
     def build_args(self) -> dict[str, str]:
-        """`http_proxy` and `HTTP_PROXY` for a build that uses an index proxy (none when there is none), and the
-        client config's `noProxy` without loopback names."""
-        if not self.urls:
+        """`http_proxy` and `HTTP_PROXY` for a build that uses an index proxy or a wheelhouse (none when the run
+        serves neither), and the client config's `noProxy` without loopback names."""
+        if not self.urls and not self.wheelhouses:
             return {}
         proxy = f"http://{PROXY_USER}:{self.token}@127.0.0.1:{self.port}"
         out = {"http_proxy": proxy, "HTTP_PROXY": proxy}
@@ -167,9 +160,10 @@ class IndexProxies:
 
 @contextlib.contextmanager
 def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None,
-                  upstream: Upstream | None = None) -> Iterator[IndexProxies]:
-    """A proxy on 127.0.0.1 for each index URL that needs credentials, each serving only requests that carry
-    this run's token (see above); other plain-HTTP origins through `upstream`'s proxy where it has one."""
+                  upstream: Upstream | None = None, wheelhouses: Iterable[Path] = ()) -> Iterator[IndexProxies]:
+    """A proxy on 127.0.0.1 for each index URL that needs credentials and a server for each wheelhouse folder,
+    each serving only requests that carry this run's token (see above); other plain-HTTP origins through
+    `upstream`'s proxy where it has one."""
     upstream = upstream or Upstream()
     servers: list[http.server.ThreadingHTTPServer] = []
     urls: dict[str, str] = {}
@@ -185,7 +179,15 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
             own = f"127.0.0.1:{server.server_address[1]}"
             routes[own] = (parts.scheme, parts.netloc, creds.header(), index_root(parts.path))
             urls[url] = urllib.parse.urlunsplit(("http", own, parts.path, parts.query, ""))
-        yield IndexProxies(urls, token, servers[0].server_address[1] if servers else 0, upstream)
+        folders: dict[Path, str] = {}
+        for folder in sorted(set(wheelhouses)):
+            server = _server(wheelhouse_port(folder), functools.partial(_IndexProxy, routes, expected, context,
+                                                                       upstream))
+            servers.append(server)
+            own = f"127.0.0.1:{server.server_address[1]}"
+            routes[own] = (WHEELHOUSE, str(folder), "", "/")
+            folders[folder] = f"http://{own}/"
+        yield IndexProxies(urls, folders, token, servers[0].server_address[1] if servers else 0, upstream)
 
 
 def index_root(path: str) -> str:
@@ -263,9 +265,37 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
                                     proxy_authorization=via[1])
             return self.forward("http", authority, path, None, local=None, body=body)
         scheme, netloc, authorization, root = route
+        if scheme == WHEELHOUSE:
+            return self.wheelhouse(Path(netloc), path, body=body)
         if not under(path, root):
             return self.refuse(403, f"only paths under {root} of this index are proxied")
         return self.forward(scheme, netloc, path, authorization, local=f"http://{authority}", body=body)
+
+    def wheelhouse(self, folder: Path, path: str, *, body: bool) -> None:
+        """`/`: the folder's files as links (pip's find-links); `/<name>`: that file. Nothing else: no subfolder,
+        no link, no `..` (404)."""
+        plain = urllib.parse.unquote(urllib.parse.urlsplit(path).path or "/")
+        files = {p.name: p for p in folder.iterdir() if p.is_file() and not p.is_symlink()} if folder.is_dir() else {}
+        if plain == "/":
+            links = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n'
+                            for name in sorted(files))
+            data = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode()
+            return self.answer(200, "text/html; charset=utf-8", len(data), io.BytesIO(data) if body else None)
+        name = plain[1:]
+        if "/" in name or name not in files:
+            return self.refuse(404, "no such file in this wheelhouse")
+        with files[name].open("rb") as handle:
+            return self.answer(200, "application/octet-stream", files[name].stat().st_size, handle if body else None)
+
+    def answer(self, status: int, kind: str, length: int, data: BinaryIO | None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if data is not None:
+            shutil.copyfileobj(data, self.wfile, 1 << 20)
+        self.close_connection = True
 
     def forward(self, scheme: str, netloc: str, path: str, authorization: str | None, *, local: str | None,
                 body: bool, proxy_authorization: str | None = None) -> None:

@@ -31,7 +31,7 @@ from ..run import schedule
 from ..run.context import Images, RunContext, Served, Step
 from ..run.display import Terminal
 from ..run.logs import Logs
-from ..run.loopback import Upstream, index_credentials_of, index_passwords, serve_indexes, serve_wheelhouses
+from ..run.loopback import Upstream, index_credentials_of, index_passwords, serve_indexes
 from ..secrets import redact
 from ..secrets.scan import Scanner
 
@@ -75,9 +75,9 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
     cafile = next((e.build.ca_bundle for e in plan.entries() if e.build.ca_bundle), None)
     interrupted = False
     upstream = Upstream.of_config(os.environ)  # the Docker client config's proxies, which builds are given too
-    with serve_wheelhouses(wheelhouses) as urls, serve_indexes(index_auth, cafile, upstream) as proxied, \
+    with serve_indexes(index_auth, cafile, upstream, wheelhouses) as proxied, \
             Terminal(console, len(plan.nodes), options.logs) as display:
-        if proxied.urls:  # masked wherever a build might print it (pip's errors name their proxy)
+        if proxied.urls or proxied.wheelhouses:  # masked wherever a build might print it (pip's errors name it)
             secrets = {**secrets, "the run's index proxy token": proxied.token}
         logs = Logs(display, options.report_dir / "logs", secrets)
         registries.on_retry = lambda line: logs.say(f"[yellow]  {escape(line)}[/]")
@@ -86,7 +86,8 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to this run's "
                      f"builds through {escape(proxied.urls[url])} (they never enter an image)[/]")
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
-                         Scanner(secrets), keys, options.cache_dir, Served(urls, proxied), options.layouts)
+                         Scanner(secrets), keys, options.cache_dir, Served(proxied.wheelhouses, proxied),
+                         options.layouts)
         try:
             for one in steps:
                 one.start(run)

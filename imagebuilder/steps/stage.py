@@ -73,16 +73,16 @@ def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
 
 
 def node_build_args(node: Node, served: Served) -> dict[str, str]:
-    """The build args a node's build is given: the served wheelhouse's URL, and the loopback proxy of each
-    index that needs credentials (the text's ARG defaults name the index itself) with the run's proxy token
-    (Docker's predefined `http_proxy`: in no history, no cache key, no image)."""
+    """The build args a node's build is given: the served wheelhouse's URL and the loopback proxy of each index
+    that needs credentials (the text's ARG defaults name the index itself), and with either the run's token, which
+    both ask for (Docker's predefined `http_proxy`: in no history, no cache key, no image)."""
     names = declared(node.rendered.dockerfile)
     out = {name: served.indexes.urls[url] for name, url in build_args(node.entry).items()
            if name in names and url in served.indexes.urls}
-    if out:
-        out.update(served.indexes.build_args())
     if FIND_LINKS_ARG in names and node.entry.build.wheelhouse:
         out[FIND_LINKS_ARG] = served.wheelhouses[node.entry.build.wheelhouse]
+    if out:  # the run's token, which the proxies and the wheelhouse servers ask for
+        out.update(served.indexes.build_args())
     return out
 
 

@@ -184,3 +184,33 @@ def test_the_proxy_lends_the_credentials_only_under_the_index_path(upstream: tup
                 build.open(origin + path)
             assert info.value.code == 403, path
         assert len(seen) == before  # nothing of it reached the index's host
+
+
+def test_a_wheelhouse_is_served_to_the_runs_builds_only(tmp_path: Path) -> None:
+    """Audit N14: any local process could read the wheelhouse during a run. Now it asks for the run's token, as
+    the index proxies do; it lists and serves the folder's own files, nothing beside or below them."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / "torch-2.13.0+cpu-cp311-none-any.whl").write_bytes(b"wheel bytes")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "hidden.whl").write_bytes(b"no")
+    (tmp_path / "outside.txt").write_text("secret")
+    (folder / "link.whl").symlink_to(tmp_path / "outside.txt")
+    with serve_indexes({}, wheelhouses=[folder]) as served:
+        url = served.wheelhouses[folder]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/") and served.token not in url
+        with pytest.raises(urllib.error.HTTPError) as info:  # another process on the machine: no token
+            urllib.request.urlopen(url)
+        assert info.value.code == 407
+        args = served.build_args()  # what a build that uses the wheelhouse gets: the run's token, in http_proxy
+        assert set(args) == {"http_proxy", "HTTP_PROXY"} and served.token in args["http_proxy"]
+        build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": args["http_proxy"]}))
+        page = build.open(url).read().decode()
+        assert 'href="torch-2.13.0%2Bcpu-cp311-none-any.whl"' in page and "sub" not in page and "link" not in page
+        assert build.open(url + "torch-2.13.0%2Bcpu-cp311-none-any.whl").read() == b"wheel bytes"
+        for path in ("sub/hidden.whl", "link.whl", "..%2Foutside.txt", "../outside.txt"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                build.open(url + path)
+            assert info.value.code == 404, path
+    with pytest.raises(OSError):  # gone with the run
+        urllib.request.urlopen(url, timeout=5)
