@@ -26,16 +26,8 @@ from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..secrets.scan import Scanner
 from .logs import Logs
-from .loopback import IndexProxies
+from .loopback import Served
 from .schedule import Task
-
-
-@dataclass(frozen=True)
-class Served:
-    """What the run serves builds on loopback for its length (`loopback`)."""
-
-    wheelhouses: Mapping[Path, str] = field(default_factory=dict)  # folder -> its URL
-    indexes: IndexProxies = field(default_factory=IndexProxies)  # the index proxies and the run's token
 
 
 @dataclass
@@ -87,7 +79,7 @@ class RunContext:
     scanner: Scanner
     keys: Keys  # who signs this run's records, whose records count
     cache_dir: Path  # the local mirror of pass records
-    served: Served = Served()
+    served: Served = field(default_factory=Served)  # what the run serves its builds on loopback (`loopback`)
     layouts: Layouts = field(default_factory=Layouts)  # where the ecosystem's copies of evidence go (`sigstore`)
     stopping: threading.Event = field(default_factory=threading.Event)  # set once the run ends or is interrupted
     _histories: dict[str, History] = field(default_factory=dict)

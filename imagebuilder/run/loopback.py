@@ -57,7 +57,7 @@ from ..ports.credentials import docker_config
 from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
 
-__all__ = ["Credentials", "IndexProxies", "Upstream", "index_credentials", "serve_indexes"]
+__all__ = ["Credentials", "Served", "Upstream", "index_credentials", "serve_indexes"]
 
 PROXY_USER = "imagebuilder"
 WHEELHOUSE = "wheelhouse"  # a route's scheme: a folder served from here, not an origin to forward to
@@ -134,10 +134,10 @@ class Upstream:
 
 
 @dataclass(frozen=True)
-class IndexProxies:
-    """The index proxies of one run: index URL -> the URL pip is given; its wheelhouses: folder -> the URL pip is
-    given (find-links); and what a build that uses either is given besides (Docker's predefined proxy build args,
-    with the run's token)."""
+class Served:
+    """What one run serves its builds on loopback: index URL -> the URL pip is given (its proxy); wheelhouse folder
+    -> the URL pip is given (find-links); and what a build that uses either is given besides (Docker's predefined
+    proxy build args, with the run's token)."""
 
     urls: Mapping[str, str] = field(default_factory=dict)
     wheelhouses: Mapping[Path, str] = field(default_factory=dict)
@@ -160,7 +160,7 @@ class IndexProxies:
 
 @contextlib.contextmanager
 def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None,
-                  upstream: Upstream | None = None, wheelhouses: Iterable[Path] = ()) -> Iterator[IndexProxies]:
+                  upstream: Upstream | None = None, wheelhouses: Iterable[Path] = ()) -> Iterator[Served]:
     """A proxy on 127.0.0.1 for each index URL that needs credentials and a server for each wheelhouse folder,
     each serving only requests that carry this run's token (see above); other plain-HTTP origins through
     `upstream`'s proxy where it has one."""
@@ -187,7 +187,7 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
             own = f"127.0.0.1:{server.server_address[1]}"
             routes[own] = (WHEELHOUSE, str(folder), "", "/")
             folders[folder] = f"http://{own}/"
-        yield IndexProxies(urls, folders, token, servers[0].server_address[1] if servers else 0, upstream)
+        yield Served(urls, folders, token, servers[0].server_address[1] if servers else 0, upstream)
 
 
 def index_root(path: str) -> str:

@@ -28,7 +28,7 @@ from ..ports import Engine
 from ..ports.registry import Registries
 from ..report import print_summary, write_reports
 from ..run import schedule
-from ..run.context import Images, RunContext, Served, Step
+from ..run.context import Images, RunContext, Step
 from ..run.display import Terminal
 from ..run.logs import Logs
 from ..run.loopback import Upstream, index_credentials_of, index_passwords, serve_indexes
@@ -86,8 +86,7 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
             logs.say(f"[dim]index {escape(url)}: credentials from {escape(creds.source)}, served to this run's "
                      f"builds through {escape(proxied.urls[url])} (they never enter an image)[/]")
         run = RunContext(plan, ledger, Images(engine, ledger, registries, logs), registries, logs, specs,
-                         Scanner(secrets), keys, options.cache_dir, Served(proxied.wheelhouses, proxied),
-                         options.layouts)
+                         Scanner(secrets), keys, options.cache_dir, proxied, options.layouts)
         try:
             for one in steps:
                 one.start(run)

@@ -27,8 +27,9 @@ from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
 from ..ports import Engine, LineSink
 from ..ports.reference import parse
 from ..ports.registry import Registries
-from ..run.context import RunContext, Served
+from ..run.context import RunContext
 from ..run.keytags import keep_published, push_key_tags
+from ..run.loopback import Served
 from ..run.nodes import entry_nodes, mark_unbuilt, mark_unpublished, require_push, scan
 from ..run.schedule import Task
 from ..secrets import redact
@@ -77,12 +78,12 @@ def node_build_args(node: Node, served: Served) -> dict[str, str]:
     that needs credentials (the text's ARG defaults name the index itself), and with either the run's token, which
     both ask for (Docker's predefined `http_proxy`: in no history, no cache key, no image)."""
     names = declared(node.rendered.dockerfile)
-    out = {name: served.indexes.urls[url] for name, url in build_args(node.entry).items()
-           if name in names and url in served.indexes.urls}
+    out = {name: served.urls[url] for name, url in build_args(node.entry).items()
+           if name in names and url in served.urls}
     if FIND_LINKS_ARG in names and node.entry.build.wheelhouse:
         out[FIND_LINKS_ARG] = served.wheelhouses[node.entry.build.wheelhouse]
     if out:  # the run's token, which the proxies and the wheelhouse servers ask for
-        out.update(served.indexes.build_args())
+        out.update(served.build_args())
     return out
 
 

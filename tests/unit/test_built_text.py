@@ -18,7 +18,7 @@ from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan
 from imagebuilder.plan.render import FIND_LINKS_ARG, Renderer, wheelhouse_port
-from imagebuilder.run.context import Served
+from imagebuilder.run.loopback import Served
 from imagebuilder.steps.stage import Stage
 
 from ..conftest import MatrixWriter
@@ -52,7 +52,8 @@ def test_the_stage_builds_the_keyed_text_with_only_the_parent_id_written_in(
     root = plan.nodes[0]
     assert root.entry.build.wheelhouse is not None
     run = dataclasses.replace(context(plan, engine, tmp_path),
-                              served=Served(wheelhouses={root.entry.build.wheelhouse: "http://127.0.0.1:45678/"}))
+                              served=Served(wheelhouses={root.entry.build.wheelhouse: "http://127.0.0.1:45678/"},
+                                            token="run-token", port=45678))
     assert Stage().build(run, root) and run.ledger[root.id].build == BuildStatus.BUILT
 
     (context_tar, buildargs) = engine.builds[0]
@@ -67,8 +68,10 @@ def test_the_stage_builds_the_keyed_text_with_only_the_parent_id_written_in(
     assert labels["org.opencontainers.image.base.name"] == BASE
     assert set(labels) == {*keys.content_labels(root), keys.KEY_LABEL, keys.INPUTS_LABEL,
                            "org.opencontainers.image.base.digest", "org.opencontainers.image.base.name"}
-    # The wheelhouse: named only as a build arg, whatever port it is served on.
-    assert buildargs == {FIND_LINKS_ARG: "http://127.0.0.1:45678/"}
+    # The wheelhouse: named only as a build arg, whatever port it is served on; the run's token, which it asks for,
+    # only in Docker's predefined proxy args (in no history, no cache key).
+    proxy = "http://imagebuilder:run-token@127.0.0.1:45678"
+    assert buildargs == {FIND_LINKS_ARG: "http://127.0.0.1:45678/", "http_proxy": proxy, "HTTP_PROXY": proxy}
     assert "45678" not in built and f"ARG {FIND_LINKS_ARG}\n" in built and '"${IMAGEBUILDER_FIND_LINKS}"' in built
 
 
