@@ -24,7 +24,7 @@ from the build to its host directly, as before.
 A wheelhouse (`build.wheelhouse`) is one more address of the same servers: `http://127.0.0.1:<port>/` (the port
 stable per folder: the URL is a build arg, part of the cache key) lists the folder's files as pip's find-links,
 and serves them, to requests with the run's token only; another process on the machine gets 407, as at an index
-proxy. The folder's own files only: no subfolder, no link out of it, no `..`.
+proxy. The folder's own files only (a link to a file counts, as in the node's key): no subfolder, no `..`.
 
 A Docker client config with proxies (`proxies.default` in config.json: docker-py gives them to every build) is kept
 working: plain-HTTP requests for other origins go on through its `httpProxy` (unless its `noProxy` names them),
@@ -41,8 +41,8 @@ import html
 import http.client
 import http.server
 import io
+import os
 import secrets
-import shutil
 import ssl
 import threading
 import urllib.parse
@@ -272,10 +272,12 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         return self.forward(scheme, netloc, path, authorization, local=f"http://{authority}", body=body)
 
     def wheelhouse(self, folder: Path, path: str, *, body: bool) -> None:
-        """`/`: the folder's files as links (pip's find-links); `/<name>`: that file. Nothing else: no subfolder,
-        no link, no `..` (404)."""
+        """`/`: the folder's files as links (pip's find-links); `/<name>`: that file. The folder's own regular files
+        only (a link to one counts, as it does in the node's key: `keys.wheelhouse`): no subfolder, no `..`, no
+        name that is not UTF-8 (404). A file that goes away or changes size while it is sent ends the answer short,
+        never with another file's bytes."""
         plain = urllib.parse.unquote(urllib.parse.urlsplit(path).path or "/")
-        files = {p.name: p for p in folder.iterdir() if p.is_file() and not p.is_symlink()} if folder.is_dir() else {}
+        files = _files(folder)
         if plain == "/":
             links = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n'
                             for name in sorted(files))
@@ -284,18 +286,30 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         name = plain[1:]
         if "/" in name or name not in files:
             return self.refuse(404, "no such file in this wheelhouse")
-        with files[name].open("rb") as handle:
-            return self.answer(200, "application/octet-stream", files[name].stat().st_size, handle if body else None)
+        try:
+            handle = files[name].open("rb")
+        except OSError:
+            return self.refuse(404, "no such file in this wheelhouse")
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            return self.answer(200, "application/octet-stream", size, handle if body else None)
 
     def answer(self, status: int, kind: str, length: int, data: BinaryIO | None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(length))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if data is not None:
-            shutil.copyfileobj(data, self.wfile, 1 << 20)
+        """A whole answer of `length` bytes (from `data`; none for HEAD). A client gone mid-answer (a build
+        cancelled) ends it quietly."""
         self.close_connection = True
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(length))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            left = length if data is not None else 0
+            while left > 0 and data is not None and (chunk := data.read(min(left, 1 << 20))):
+                self.wfile.write(chunk)
+                left -= len(chunk)
+        except (ConnectionError, TimeoutError):
+            pass
 
     def forward(self, scheme: str, netloc: str, path: str, authorization: str | None, *, local: str | None,
                 body: bool, proxy_authorization: str | None = None) -> None:
@@ -343,6 +357,23 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
     def _rewritten(response: http.client.HTTPResponse) -> bool:
         kind = (response.getheader("Content-Type") or "").lower()
         return kind.startswith(_REWRITTEN)
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    """A wheelhouse's files by name: its regular files (or links to one), names that are UTF-8 only."""
+    out: dict[str, Path] = {}
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            entry.name.encode()
+            if entry.is_file():
+                out[entry.name] = entry
+        except (OSError, UnicodeEncodeError):
+            continue
+    return out
 
 
 def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:

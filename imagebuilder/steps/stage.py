@@ -71,8 +71,6 @@ def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
                              "debian:bookworm from Debian's mirror)") from None
 
 
-
-
 def node_build_args(node: Node, served: Served) -> dict[str, str]:
     """The build args a node's build is given: the served wheelhouse's URL and the loopback proxy of each index
     that needs credentials (the text's ARG defaults name the index itself), and with either the run's token, which
@@ -101,24 +99,6 @@ def record_bases(run: RunContext) -> None:
         run.ledger.update(node.id, base=seen[node.base_image])
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def found(run: RunContext, node: Node) -> bool | None:
     """The parts of staging that need no build: a node whose parent did not build is blocked; one whose
     content another node of the run has is that node's image; a cached one is what was found. None: it must
@@ -143,12 +123,6 @@ def found(run: RunContext, node: Node) -> bool | None:
         run.logs.say(f"[cyan]● cached {escape(node.id)}[/] [dim]{escape(node.reason)}[/]")
         return True
     return None
-
-
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -389,5 +363,3 @@ class KeyTags:
 
     def cancelled(self, run: RunContext, task_ids: Collection[str]) -> None:
         mark_unpublished(run, "stage", task_ids)
-
-

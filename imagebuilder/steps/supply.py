@@ -56,10 +56,6 @@ class Sbom:
                 "python": kinds.count("python")}
 
 
-
-
-
-
 @dataclass
 class SupplyChain:
     """Publish's collaborator for SBOMs and the vulnerability gate. `today` decides which exceptions expired."""

@@ -58,8 +58,6 @@ def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Col
     return None
 
 
-
-
 @dataclass(frozen=True)
 class Verify:
     run_suite: bool = True  # False (--no-smoke, publish): only passes found by image count; nothing runs

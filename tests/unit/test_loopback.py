@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import os
 import threading
 import urllib.error
 import urllib.request
@@ -194,8 +195,11 @@ def test_a_wheelhouse_is_served_to_the_runs_builds_only(tmp_path: Path) -> None:
     (folder / "torch-2.13.0+cpu-cp311-none-any.whl").write_bytes(b"wheel bytes")
     (folder / "sub").mkdir()
     (folder / "sub" / "hidden.whl").write_bytes(b"no")
+    (tmp_path / "elsewhere.whl").write_bytes(b"linked wheel")
+    (folder / "link.whl").symlink_to(tmp_path / "elsewhere.whl")  # a link to a wheel counts, as in the node's key
+    (folder / "dangling.whl").symlink_to(tmp_path / "gone.whl")
     (tmp_path / "outside.txt").write_text("secret")
-    (folder / "link.whl").symlink_to(tmp_path / "outside.txt")
+    os.close(os.open(bytes(folder) + b"/latin-\xff.whl", os.O_CREAT | os.O_WRONLY))  # not UTF-8: left out, listing kept
     with serve_indexes({}, wheelhouses=[folder]) as served:
         url = served.wheelhouses[folder]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/") and served.token not in url
@@ -206,9 +210,11 @@ def test_a_wheelhouse_is_served_to_the_runs_builds_only(tmp_path: Path) -> None:
         assert set(args) == {"http_proxy", "HTTP_PROXY"} and served.token in args["http_proxy"]
         build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": args["http_proxy"]}))
         page = build.open(url).read().decode()
-        assert 'href="torch-2.13.0%2Bcpu-cp311-none-any.whl"' in page and "sub" not in page and "link" not in page
+        assert 'href="torch-2.13.0%2Bcpu-cp311-none-any.whl"' in page and 'href="link.whl"' in page
+        assert "sub" not in page and "dangling" not in page and "latin" not in page
         assert build.open(url + "torch-2.13.0%2Bcpu-cp311-none-any.whl").read() == b"wheel bytes"
-        for path in ("sub/hidden.whl", "link.whl", "..%2Foutside.txt", "../outside.txt"):
+        assert build.open(url + "link.whl").read() == b"linked wheel"
+        for path in ("sub/hidden.whl", "dangling.whl", "..%2Foutside.txt", "../outside.txt", "latin-%FF.whl"):
             with pytest.raises(urllib.error.HTTPError) as info:
                 build.open(url + path)
             assert info.value.code == 404, path
