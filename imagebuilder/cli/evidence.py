@@ -85,7 +85,7 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
     said). Exit 1 when there is none that counts, saying why."""
     ref = parse(image)
     registry = ctx.registry(ref.host)
-    digest = sbom_cmd.digest_of(registry, image)
+    digest = sbom_cmd.digest_of(registry, ref)
     if not ref.reference.startswith("sha256:"):
         ctx.err.print(f"{escape(image)} is {digest}", highlight=False)
     found = sbom_cmd.find(registry, ctx.keys().trust, ref, digest)

@@ -9,19 +9,18 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..evidence.sboms import RegistrySboms, sbom_tag
 from ..evidence.signing import Trust
-from ..ports.reference import Reference, parse
+from ..ports.reference import Reference
 from ..ports.registry import Registry
 
 
-def digest_of(registry: Registry, image: str) -> str:
-    """The digest `image` names: its own, else the one its tag names now in `registry` (an input error when there
+def digest_of(registry: Registry, ref: Reference) -> str:
+    """The digest `ref` names: its own, else the one its tag names now in `registry` (an input error when there
     is no such image)."""
-    ref = parse(image)
     if ref.reference.startswith("sha256:"):
         return ref.reference
     digest = registry.manifest_digest(ref.repository, ref.reference)
     if digest is None:
-        raise InputError(f"{image}: no such image in {ref.host}/{ref.repository}")
+        raise InputError(f"{ref}: no such image in {ref.host}/{ref.repository}")
     return digest
 
 

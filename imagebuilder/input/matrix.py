@@ -199,8 +199,8 @@ class Entry:
 
     @functools.cached_property
     def target(self) -> Reference:
-        """Where this entry's images go: its registry and repository as one reference, parsed once (every tag,
-        key tag and registry request of the entry starts from it)."""
+        """Where this entry's images go: its registry and repository as one reference, parsed once (every tag and
+        key tag of the entry is made from it)."""
         return parse(f"{self.registry.rstrip('/')}/{self.repository}")
 
     def versions(self) -> dict[str, str | None]:

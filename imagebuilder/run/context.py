@@ -19,7 +19,7 @@ from ..evidence.signing import Keys
 from ..evidence.sigstore import Layouts
 from ..evidence.spec import Specs
 from ..ledger import Ledger
-from ..plan.keys import cache_ref
+from ..plan.keys import cache_ref, cache_tag
 from ..plan.plan import Node, Plan
 from ..ports import Engine
 from ..ports.reference import parse
@@ -106,8 +106,7 @@ class RunContext:
 
     def key_tag(self, node: Node) -> tuple[str, str, str]:
         """(host, repository, tag) of the node's key tag."""
-        ref = parse(cache_ref(node))
-        return ref.host, ref.repository, ref.reference
+        return node.entry.target.host, node.entry.target.repository, cache_tag(node.key)
 
 
 class Step(Protocol):

@@ -171,22 +171,23 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
     token = secrets.token_urlsafe(24)
     routes: dict[str, tuple[str, str, str, str]] = {}  # own address -> (scheme, netloc, Authorization, root path)
     expected = "Basic " + base64.b64encode(f"{PROXY_USER}:{token}".encode()).decode()
+    handler = functools.partial(_IndexProxy, routes, expected, context, upstream)
+
+    def start(port: int, route: tuple[str, str, str, str]) -> str:
+        """A server of this run on `port` (or any free one) for `route`: its own address."""
+        server = _server(port, handler)
+        servers.append(server)
+        own = f"127.0.0.1:{server.server_address[1]}"
+        routes[own] = route
+        return own
+
     with _serving(servers):
         for url, creds in sorted(indexes.items()):
             parts = urllib.parse.urlsplit(url)
-            server = _server(stable_port(url), functools.partial(_IndexProxy, routes, expected, context, upstream))
-            servers.append(server)
-            own = f"127.0.0.1:{server.server_address[1]}"
-            routes[own] = (parts.scheme, parts.netloc, creds.header(), index_root(parts.path))
+            own = start(stable_port(url), (parts.scheme, parts.netloc, creds.header(), index_root(parts.path)))
             urls[url] = urllib.parse.urlunsplit(("http", own, parts.path, parts.query, ""))
-        folders: dict[Path, str] = {}
-        for folder in sorted(set(wheelhouses)):
-            server = _server(wheelhouse_port(folder), functools.partial(_IndexProxy, routes, expected, context,
-                                                                       upstream))
-            servers.append(server)
-            own = f"127.0.0.1:{server.server_address[1]}"
-            routes[own] = (WHEELHOUSE, str(folder), "", "/")
-            folders[folder] = f"http://{own}/"
+        folders = {folder: f"http://{start(wheelhouse_port(folder), (WHEELHOUSE, str(folder), '', '/'))}/"
+                   for folder in sorted(set(wheelhouses))}
         yield Served(urls, folders, token, servers[0].server_address[1] if servers else 0, upstream)
 
 
@@ -277,17 +278,16 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         name that is not UTF-8 (404). A file that goes away or changes size while it is sent ends the answer short,
         never with another file's bytes."""
         plain = urllib.parse.unquote(urllib.parse.urlsplit(path).path or "/")
-        files = _files(folder)
         if plain == "/":
             links = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n'
-                            for name in sorted(files))
+                            for name in sorted(_files(folder)))
             data = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode()
             return self.answer(200, "text/html; charset=utf-8", len(data), io.BytesIO(data) if body else None)
         name = plain[1:]
-        if "/" in name or name not in files:
+        if "/" in name or name in ("", ".", "..") or not _served(folder / name):
             return self.refuse(404, "no such file in this wheelhouse")
         try:
-            handle = files[name].open("rb")
+            handle = (folder / name).open("rb")
         except OSError:
             return self.refuse(404, "no such file in this wheelhouse")
         with handle:
@@ -359,21 +359,22 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         return kind.startswith(_REWRITTEN)
 
 
-def _files(folder: Path) -> dict[str, Path]:
-    """A wheelhouse's files by name: its regular files (or links to one), names that are UTF-8 only."""
-    out: dict[str, Path] = {}
+def _served(entry: Path) -> bool:
+    """Whether a wheelhouse serves this entry of its folder: a regular file (or a link to one) whose name is
+    UTF-8."""
     try:
-        entries = list(folder.iterdir())
+        entry.name.encode()
+        return entry.is_file()
+    except (OSError, UnicodeEncodeError):
+        return False
+
+
+def _files(folder: Path) -> list[str]:
+    """The names of the files a wheelhouse serves (`_served`)."""
+    try:
+        return [entry.name for entry in folder.iterdir() if _served(entry)]
     except OSError:
-        return out
-    for entry in entries:
-        try:
-            entry.name.encode()
-            if entry.is_file():
-                out[entry.name] = entry
-        except (OSError, UnicodeEncodeError):
-            continue
-    return out
+        return []
 
 
 def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:
