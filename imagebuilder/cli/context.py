@@ -43,7 +43,7 @@ class Context:
     check_index: bool = True
     cache_dir: Path = dataclasses.field(default_factory=default_cache_dir)
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
-    trust_keys: tuple[Path, ...] = ()  # public keys whose signed passes count (then this machine's own does not)
+    trust_keys: tuple[str, ...] = ()  # public keys whose signed evidence counts, as named: FILE or ROLE[,ROLE]=FILE
     trust_build_keys: tuple[Path, ...] = ()  # public keys whose signed build provenance counts
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
@@ -118,16 +118,25 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
 def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
            builds: bool = True) -> tuple[plan_mod.Plan, Registries]:
     """Keys for every node (base images resolved on the engine), then what each node needs: the cache
-    is looked up locally and in the registry. A run that `builds` builds on a key tag's image only when a trusted
-    build key vouches for it (`provenance`); verify and publish take each node as its key tag names it (they test,
-    or publish, exactly that digest, and build on nothing)."""
+    is looked up locally and in the registry. A key tag's image counts only when a trusted build key vouches for
+    it (`provenance`): a run that `builds` builds on it, else builds the node again; verify and publish take each
+    node as its vouched key tag names it, whatever this engine holds (they test, or publish, exactly that digest).
+    A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
+    naming the key and what to trust (building it anew could never be published: its tags name that image)."""
     engine = ctx.engine()
     plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)
-    cache = cache_mod.Cache(engine, registries, BuildTrust(ctx.keys().build_trust) if builds else None)
+    trust = BuildTrust(ctx.keys().build_trust)
+    cache = cache_mod.Cache(engine, registries, trust, staged=not builds)
     plan = cache_mod.decide(plan, cache, rebuild=rebuild)
     for warning in cache.warnings:
         ctx.err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    if builds and trust.foreign:
+        raise InputError(f"{len(trust.foreign)} key tag(s) in the registry are vouched for by a build key this run "
+                         f"does not trust (first: {trust.foreign[0]}); building them anew here could not be "
+                         "published (their tags name those images)",
+                         hint="if that is your stage machine's key, name its public half with --trust-build-key "
+                              "(or --trust-key build=FILE); `--no-cache` builds and pushes over them anyway")
     return plan, registries

@@ -22,7 +22,7 @@ from ..report import document as report_document
 from ..report import html as report_html
 from ..steps.supply import SupplyChain
 from .context import Context, load_plan
-from .options import PLAN_OPTIONS, checked, matrix_option, options, writable_file
+from .options import PLAN_OPTIONS, TrustedKey, checked, matrix_option, options, writable_file
 from .root import cli
 
 
@@ -102,17 +102,19 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
 
 @cli.command()
 @click.argument("image", metavar="IMAGE@DIGEST")
-@click.option("--trust-key", "keys_named", multiple=True, required=True, type=click.Path(path_type=Path),
-              metavar="FILE", help="A PEM public key whose signed evidence counts (repeatable); only these count.")
+@click.option("--trust-key", "keys_named", multiple=True, required=True, type=TrustedKey(),
+              metavar="[ROLE,...=]FILE", help="A PEM public key whose signed evidence counts, for the roles named "
+              "before '=' (build, gpu, cpu, publish; none named: every role); repeatable; only these count.")
 @click.option("--gpu", "gpu_model", metavar="MODEL", help="Require a pass on this GPU model (e.g. H100); its "
               "failed verdict refuses.")
 @click.option("--policy", "policy", multiple=True, type=click.Choice(admission.POLICIES), default=("pass",),
               show_default=True, help="What must stand beside the digest (repeatable): a pass, a pass on GPUs, a "
-              "signed SBOM, a VSA that says PASSED.")
+              "build record by a build key, a signed SBOM, a VSA that says PASSED. A deploy gate should ask "
+              "--policy build --policy pass --policy gpu (a CUDA image).")
 @click.option("--spec", metavar="KEY", help="Count only passes of this spec (a prefix of its key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.pass_obj
-def check(ctx: Context, image: str, keys_named: tuple[Path, ...], gpu_model: str | None, policy: tuple[str, ...],
+def check(ctx: Context, image: str, keys_named: tuple[str, ...], gpu_model: str | None, policy: tuple[str, ...],
           spec: str | None, as_json: bool) -> int:
     """May this digest run? For a deploy pipeline, without a matrix: verifies the evidence beside IMAGE@DIGEST in
     its registry (passes by runner, failed verdicts, SBOM, VSA) with exactly the keys named, and prints a

@@ -113,6 +113,8 @@ def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> 
     env = {**os.environ, "IMAGEBUILDER_CACHE_DIR": str(ctx.cache_dir),
            **({"DOCKER_HOST": ctx.engine_url} if ctx.engine_url else {}),
            **({"IMAGEBUILDER_TRUST_KEYS": " ".join(map(str, ctx.trust_keys))} if ctx.trust_keys else {}),
+           **({"IMAGEBUILDER_TRUST_BUILD_KEYS": " ".join(map(str, ctx.trust_build_keys))}
+              if ctx.trust_build_keys else {}),
            **({"IMAGEBUILDER_COMPAT": str(ctx.compat_file)} if ctx.compat_file else {}),
            **({} if ctx.check_index else {"IMAGEBUILDER_OFFLINE": "1"})}
     with contextlib.ExitStack() as stack:

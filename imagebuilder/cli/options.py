@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,11 +14,39 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import InputError
+from ..evidence import signing
 from ..evidence import spec as spec_mod
 from ..evidence.sigstore import KINDS as LAYOUT_KINDS
 from ..input import certs
 
 T = TypeVar("T")
+LIST_SEPARATORS = re.compile(r"[\s:]+")  # a list of files in one environment variable: spaces, or ':' as PATH has
+
+
+def split_list(value: str) -> list[str]:
+    """An environment variable's list of files: separated by spaces or ':' (both forms CI files write)."""
+    return [part for part in LIST_SEPARATORS.split(value) if part]
+
+
+class Paths(click.Path):
+    """A file option that is repeatable, and a list separated by spaces or ':' in its environment variable."""
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return split_list(rv)
+
+
+class TrustedKey(click.ParamType[str]):
+    """A trusted public key as `FILE` (every role) or `ROLE[,ROLE]=FILE` (`signing.named`), checked as it is
+    parsed; repeatable, and a list separated by spaces or ':' in its environment variable."""
+
+    name = "key"
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return split_list(rv)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        signing.named(str(value))  # (an unknown role is an input error, before anything runs)
+        return str(value)
 
 
 def checked(problem: Callable[[T], str | None]) -> Callable[[click.Context, click.Parameter, T | None], T | None]:

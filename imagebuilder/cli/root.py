@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..input import matrix as matrix_mod
 from ..ports.tls import RegistryTrust
 from .context import Context, default_cache_dir
-from .options import ca_problem, checked, writable_folder
+from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,17 +28,20 @@ from .options import ca_problem, checked, writable_folder
               callback=writable_folder,
               help="Where pass records are mirrored, by image ID, and build locks kept (default: "
                    "$XDG_CACHE_HOME/imagebuilder, else ~/.cache/imagebuilder).")
-@click.option("--trust-key", "trust_keys", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+@click.option("--trust-key", "trust_keys", multiple=True, type=TrustedKey(), metavar="[ROLE,...=]FILE",
               envvar="IMAGEBUILDER_TRUST_KEYS",
-              help="A public key (PEM, Ed25519) whose signed pass records (and build provenance) count; repeatable, "
-                   "or space-separated in IMAGEBUILDER_TRUST_KEYS. Once any key is named, exactly the named keys "
-                   "and IMAGEBUILDER_SIGNING_KEY count, and this machine's own key does not; with none named, this "
+              help="A public key (PEM, Ed25519) whose signed evidence counts, for the roles named before '=' (build: "
+                   "build records; gpu: passes on GPUs; cpu: passes without GPUs; publish: SBOMs, VSAs, untested "
+                   "records), e.g. gpu=keys/gpu.pub; a key named without roles counts for every role. Repeatable, "
+                   "or a list separated by spaces or ':' in IMAGEBUILDER_TRUST_KEYS. Once keys are named for passes "
+                   "(or builds), exactly those and the run's own signing key count for them; where none is, this "
                    "machine's own key (made on first use in the cache folder) signs and counts.")
-@click.option("--trust-build-key", "trust_build_keys", multiple=True, type=click.Path(path_type=Path),
+@click.option("--trust-build-key", "trust_build_keys", multiple=True, type=Paths(path_type=Path),
               metavar="FILE", envvar="IMAGEBUILDER_TRUST_BUILD_KEYS",
-              help="A public key whose signed build provenance counts: an image under a key tag is reused only "
-                   "when such a key (or a --trust-key key) vouches for it; repeatable, or space-separated in "
-                   "IMAGEBUILDER_TRUST_BUILD_KEYS. Stage jobs sign with IMAGEBUILDER_BUILD_KEY.")
+              help="A public key whose signed build records count (the role build only): an image under a key tag "
+                   "is built on, tested, published and promoted only when such a key vouches for it; repeatable, or "
+                   "a list separated by spaces or ':' in IMAGEBUILDER_TRUST_BUILD_KEYS. Stage jobs sign with "
+                   "IMAGEBUILDER_BUILD_KEY.")
 @click.option("--container-label", "container_labels", multiple=True, metavar="KEY=VALUE",
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
@@ -46,14 +49,14 @@ from .options import ca_problem, checked, writable_folder
 @click.option("--max-entries", type=click.IntRange(1), default=matrix_mod.MAX_ENTRIES, show_default=True,
               envvar="IMAGEBUILDER_MAX_ENTRIES", help="The most entries a matrix may make; a larger one is refused "
               "before any entry is made (planning 10 000 takes about 10 s: benchmarks/results/plan_scale.json).")
-@click.option("--registry-ca", "registry_cas", multiple=True, type=click.Path(path_type=Path), metavar="FILE",
+@click.option("--registry-ca", "registry_cas", multiple=True, type=Paths(path_type=Path), metavar="FILE",
               envvar="IMAGEBUILDER_REGISTRY_CA", callback=checked(ca_problem),
               help="CA certificates (PEM) a registry's TLS certificate may chain to, besides the system's and "
                    "/etc/docker/certs.d/HOST/*.crt (which the engine reads too); repeatable, or space-separated in "
-                   "IMAGEBUILDER_REGISTRY_CA.")
+                   "IMAGEBUILDER_REGISTRY_CA (spaces or ':').")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
-        cache_dir: Path | None, trust_keys: tuple[Path, ...], trust_build_keys: tuple[Path, ...],
+        cache_dir: Path | None, trust_keys: tuple[str, ...], trust_build_keys: tuple[Path, ...],
         container_labels: tuple[str, ...],
         max_entries: int, registry_cas: tuple[Path, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""

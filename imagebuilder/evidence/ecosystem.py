@@ -66,12 +66,13 @@ class Ecosystem:
                                           "org.opencontainers.image.created": created})
 
     def vsa(self, registry: attestation.Store, repo: str, resource: str, manifest: str, spec: str,
-            records: Iterable[tuple[str, str, PassRecord]]) -> dict[str, Any]:
-        """The VSA of a published digest from the trusted records beside it ((tag, artifact digest, record)), signed
-        into the layouts; returns the predicate."""
+            records: Iterable[tuple[str, str, PassRecord]], *, admitted: bool) -> dict[str, Any]:
+        """The VSA of a published digest: `admitted` as the judge ruled (`ruling.vsa_result`), from the trusted
+        passes it counted ((tag, artifact digest, record)), signed into the layouts; returns the predicate."""
         listed = list(records)
         predicate = predicates.vsa(resource, manifest, spec, [r for _, _, r in listed],
-                                   [(f"oci://{resource}:{tag}", digest) for tag, digest, _ in listed], now())
+                                   [(f"oci://{resource}:{tag}", digest) for tag, digest, _ in listed], now(),
+                                   admitted=admitted)
         self._write(registry, repo, manifest, resource, predicates.VSA, predicate, attestation.tag(manifest, "vsa"),
                     str(predicate["timeVerified"]))
         return predicate

@@ -30,7 +30,7 @@ from ..errors import EngineError
 from ..smoke import suite_source
 from ..smoke.judge import rules
 from . import attestation, referrers
-from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
+from .signing import CPU, GPU, PUBLISH, Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.pass.v2+json"  # an OCI artifact: one DSSE envelope, a subject
 PREDICATE_TYPE = "https://imagebuilder.dev/pass/v2"  # the in-toto predicate: a PassRecord
@@ -246,12 +246,24 @@ def envelope(signer: Signer, record: PassRecord, subject: str) -> dict[str, Any]
     return signer.sign(statement(name, subject, PREDICATE_TYPE, record.to_json()))
 
 
+def role_of(record: PassRecord) -> str:
+    """The role a key needs to sign this record (`signing.ROLES`): a run on GPUs (a pass that says so, or a GPU
+    model's verdict) needs `gpu`; an untested record `publish`; any other pass `cpu`."""
+    if record.verdict == UNTESTED:
+        return PUBLISH
+    claims_gpus = record.gpu.get("kind") == "gpu" and (bool(record.gpu.get("verified")) or
+                                                       bool(record.gpu.get("models")))
+    return GPU if claims_gpus else CPU
+
+
 def opened(trust: Trust, envelope_doc: Any, subject: str) -> Signed:
-    """The record inside an envelope about `subject`, signed by a trusted key; `Rejected` saying why not."""
+    """The record inside an envelope about `subject`, signed by a trusted key whose roles cover what it says
+    (`role_of`); `Rejected` saying why not."""
     payload, key = trust.open(envelope_doc)
     record = PassRecord.from_json(predicate_of(payload, subject, PREDICATE_TYPE))
     if record is None:
         raise Rejected("its predicate is not a pass record")
+    key.allow(role_of(record), f"a {record.verdict} record of a run on {gpu_model(record.gpu) or 'no GPU'}")
     return Signed(record, key.keyid, key.source)
 
 

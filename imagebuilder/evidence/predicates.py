@@ -66,17 +66,16 @@ def levels(records: Iterable[PassRecord]) -> list[str]:
 
 
 def vsa(resource: str, digest: str, spec: str, records: Iterable[PassRecord], inputs: Iterable[tuple[str, str]],
-        when: str) -> dict[str, Any]:
-    """A VSA v1 predicate for the image `resource@digest` under the spec `spec`: PASSED when a trusted pass of it
-    is among `records` and no failed verdict is; `inputs` are the records it read ((uri, manifest digest))."""
-    records = list(records)
+        when: str, *, admitted: bool) -> dict[str, Any]:
+    """A VSA v1 predicate for the image `resource@digest` under the spec `spec`: PASSED exactly when the judge
+    admitted it (`ruling.vsa_result`: provenance, verdicts, a pass), with the levels the passes it counted
+    (`records`) reach; `inputs` are the records it read ((uri, manifest digest))."""
     ours = [r for r in records if r.spec == spec]
-    passed = any(r.passed for r in ours) and not any(r.verdict == FAILED for r in ours)
     return {"verifier": {"id": VERIFIER, "version": {"imagebuilder": __version__}},
             "timeVerified": when,
             "resourceUri": f"oci://{resource}@{digest}",
             "policy": {"uri": f"https://imagebuilder.dev/spec/{spec[:16]}", "digest": {"sha256": spec}},
             "inputAttestations": [{"uri": uri, "digest": {"sha256": d.partition(":")[2]}} for uri, d in inputs],
-            "verificationResult": "PASSED" if passed else "FAILED",
-            "verifiedLevels": levels(ours) if passed else [],
+            "verificationResult": "PASSED" if admitted else "FAILED",
+            "verifiedLevels": levels(ours) if admitted else [],
             "slsaVersion": "1.0"}

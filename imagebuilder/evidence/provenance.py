@@ -20,7 +20,7 @@ from typing import Any
 from .. import __version__
 from ..errors import EngineError
 from . import attestation
-from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
+from .signing import BUILD, UNTRUSTED, Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.build.v1+json"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -134,6 +134,7 @@ class RegistryBuilds:
             return None, f"its build record {name} is about another image ({subject})"
         try:
             payload, key = self.trust.open(envelope)
+            key.allow(BUILD, "a build record")
             build = Build.from_predicate(predicate_of(payload, manifest, PREDICATE_TYPE))
         except Rejected as exc:
             return None, f"its build record does not count: {exc}"
@@ -161,13 +162,18 @@ class RegistryBuilds:
 @dataclass(frozen=True)
 class BuildTrust:
     """The run's build trust, as the plan asks it (`cache.Vouch`): whether a trusted build record vouches for an
-    image under a key tag."""
+    image under a key tag. `foreign` collects the key tags whose build record is signed by a key not trusted here
+    (another machine's): what a run should say before it builds anything."""
 
     trust: Trust
+    foreign: list[str] = field(default_factory=list)
 
     def __call__(self, registry: attestation.Store, repo: str, digest: str, *, key: str, config: str,
                  parent: str | None) -> str | None:
-        return RegistryBuilds(registry, self.trust).check(repo, digest, key=key, config=config, parent=parent)
+        why = RegistryBuilds(registry, self.trust).check(repo, digest, key=key, config=config, parent=parent)
+        if why is not None and UNTRUSTED in why:
+            self.foreign.append(f"{registry.host}/{repo}@{digest[:19]}: {why}")
+        return why
 
 
 def now() -> str:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ..errors import EngineError
 from . import attestation, referrers
-from .signing import Rejected, Signer, Trust, key_label, predicate_of, statement
+from .signing import PUBLISH, Rejected, Signer, Trust, key_label, predicate_of, statement
 
 ARTIFACT_TYPE = "application/vnd.cyclonedx+json"
 PREDICATE_TYPE = "https://cyclonedx.org/bom"
@@ -67,6 +67,7 @@ def described(document: Mapping[str, Any]) -> str | None:
 def opened(trust: Trust, envelope: Any, subject: str) -> SignedSbom:
     """The SBOM inside an envelope about the image `subject`, signed by a trusted key; `Rejected` saying why not."""
     payload, key = trust.open(envelope)
+    key.allow(PUBLISH, "an SBOM")
     document = predicate_of(payload, subject, PREDICATE_TYPE)
     if described(document) != subject:
         raise Rejected(f"its document describes {described(document) or 'no image'}, not {subject}")

@@ -2,17 +2,28 @@
 
 The Statement's subject is the image (its repository and manifest digest); its predicate is the evidence (a pass
 record). DSSE signs the pre-authentication encoding of the payload type and the payload, so any DSSE
-implementation verifies it (tests/unit/test_signing.py checks one with securesystemslib). A key is named by its
-key id: the SHA-256 of its raw 32-byte public key, in hex.
+implementation verifies it (tests/unit/test_signing.py checks one with securesystemslib, and one the way sigstore-go
+calls go-securesystemslib). A key is named by its key id, the SHA-256 of its raw 32-byte public key in hex, in
+reports, tags and annotations. The `keyid` a signature carries is the key's SSH fingerprint (`SHA256:<base64>`,
+what `ssh-keygen -lf` prints and what go-securesystemslib computes for the key sigstore-go hands it: cosign v3 and
+Kyverno skip a signature whose keyid is another); a reader matches a signature by either form, and tries every
+trusted key when the keyid is empty (what cosign's own signer writes).
+
+Roles: each trusted key may sign only what its roles allow (`ROLES`): `build` build records, `gpu` passes and
+verdicts of runs on GPUs, `cpu` passes of runs without GPUs, `publish` SBOMs, VSAs and untested records. A key is
+named with its roles (`--trust-key gpu=keys/gpu.pub`, `cpu,publish=keys/hosted.pub`); a key named without roles may
+sign everything, a build key (`--trust-build-key`) builds only. Whoever reads a signed statement asks the role of
+what it says (`Rejected` when the key lacks it), so a CPU fleet's key never vouches for a GPU pass.
 
 Who signs: two roles, two keys. The step that ran the suite signs pass records and verdicts with
 `IMAGEBUILDER_SIGNING_KEY`; the step that built an image signs its build provenance with `IMAGEBUILDER_BUILD_KEY`.
-Who is trusted: exactly the keys the user names. With `--trust-key` (IMAGEBUILDER_TRUST_KEYS) or
-`--trust-build-key` (IMAGEBUILDER_TRUST_BUILD_KEYS), those keys and the run's own explicit signing keys count, and
-nothing else: a pass key also vouches for builds (whoever may say "this digest passed" may say "this is what was
-built"), a build key never for passes. Only with none of them named (one machine, no configuration) does this
-machine's own key (made on first use under the cache folder, `keys/local.pem`, mode 0600) sign and count for both,
-and the run says which case it is in. A private key file must belong to this user and be readable by no one else.
+Who is trusted: exactly the keys the user names, with the roles they are named with. With `--trust-key`
+(IMAGEBUILDER_TRUST_KEYS) or `--trust-build-key` (IMAGEBUILDER_TRUST_BUILD_KEYS), those keys and the run's own
+explicit signing keys count (a signing key named nowhere counts for the pass roles, one named counts as named), and
+nothing else. The two groups of roles are named apart: where no key is named for passes (`gpu`, `cpu`, `publish`),
+or none for builds, this machine's own key (made on first use under the cache folder, `keys/local.pem`, mode 0600)
+signs and counts for that group (one machine, no configuration), and the run says which case it is in. A
+private key file must belong to this user and be readable by no one else.
 A signature proves that a holder of a trusted key vouched for the predicate about that digest; it does not prove
 the image could not lie to its own suite (docs/concepts/trust.md)."""
 
@@ -23,6 +34,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +51,16 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
 SIGNING_KEY_ENV = "IMAGEBUILDER_SIGNING_KEY"
 BUILD_KEY_ENV = "IMAGEBUILDER_BUILD_KEY"
+BUILD, GPU, CPU, PUBLISH = "build", "gpu", "cpu", "publish"
+ROLES = (BUILD, GPU, CPU, PUBLISH)  # what a trusted key may sign: build records; GPU passes; CPU passes; the rest
+PASS_ROLES = frozenset({GPU, CPU, PUBLISH})
+EVERY_ROLE = frozenset(ROLES)
+ROLE_MEANS = {BUILD: "build records (what an image was built on)",
+              GPU: "passes and verdicts of runs on GPUs",
+              CPU: "passes of runs without GPUs",
+              PUBLISH: "SBOMs, VSAs and untested records"}
+UNTRUSTED = "signed by an untrusted key"  # (what a rejection says when no trusted key signed it)
+_SPEC = re.compile(r"(?P<roles>[a-z]+(?:,[a-z]+)*)=(?P<path>.+)")
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -56,14 +78,62 @@ def key_label(keyid: str, source: str) -> str:
     return f"{keyid[:16]} ({source})"
 
 
+def fingerprint(public: Ed25519PublicKey) -> str:
+    """The key's SSH SHA-256 fingerprint (`SHA256:` + unpadded base64 of the SHA-256 of its SSH wire form): the
+    `keyid` our signatures carry, as go-securesystemslib computes it for a key (`ssh.FingerprintSHA256`)."""
+    blob = base64.b64decode(public.public_bytes(serialization.Encoding.OpenSSH,
+                                                serialization.PublicFormat.OpenSSH).split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def roles_problem(roles: Iterable[str]) -> str | None:
+    """What is wrong with a list of roles, or None."""
+    unknown = sorted(set(roles) - EVERY_ROLE)
+    if unknown:
+        return f"unknown role {unknown[0]!r} (roles: {', '.join(ROLES)})"
+    return None
+
+
+def named(spec: str | Path) -> tuple[frozenset[str], Path]:
+    """A trusted key as a user names it: `FILE` (every role) or `ROLE[,ROLE...]=FILE`; `InputError` for a role that
+    is none of `ROLES`."""
+    text = str(spec)
+    match = _SPEC.fullmatch(text)
+    if match is None or not isinstance(spec, str):
+        return EVERY_ROLE, Path(spec)
+    roles = match.group("roles").split(",")
+    problem = roles_problem(roles)
+    if problem is not None:
+        raise InputError(f"trusted key {text!r}: {problem}", hint="name a key as ROLE[,ROLE]=FILE, e.g. "
+                         "gpu=keys/gpu.pub, or FILE alone for every role")
+    return frozenset(roles), Path(match.group("path"))
+
+
 @dataclass(frozen=True)
 class PublicKey:
     key: Ed25519PublicKey
     source: str  # where it was trusted from (a file, "this machine's own key")
+    roles: frozenset[str] = EVERY_ROLE  # what its signatures may vouch for (`ROLES`)
 
     @property
     def keyid(self) -> str:
         return key_id(self.key)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.key)
+
+    def may(self, role: str) -> bool:
+        return role in self.roles
+
+    def with_roles(self, roles: Iterable[str]) -> PublicKey:
+        return PublicKey(self.key, self.source, frozenset(roles))
+
+    def allow(self, role: str, what: str) -> None:
+        """`Rejected` unless this key may sign `what`, a statement of `role`."""
+        if role not in self.roles:
+            raise Rejected(f"{what} is signed by {self.label()}, which is trusted for "
+                           f"{', '.join(sorted(self.roles)) or 'nothing'}, not for {role} ({ROLE_MEANS[role]})")
 
     def label(self) -> str:
         """Who a signature is from, as reports say it: the key's id (16 hex digits) and where it is trusted from."""
@@ -108,7 +178,7 @@ class Signer:
         """A DSSE envelope of the payload, signed by this key."""
         signature = self.key.sign(pae(payload_type, payload))
         return {"payload": base64.b64encode(payload).decode(), "payloadType": payload_type,
-                "signatures": [{"keyid": self.public.keyid, "sig": base64.b64encode(signature).decode()}]}
+                "signatures": [{"keyid": self.public.fingerprint, "sig": base64.b64encode(signature).decode()}]}
 
     def private_pem(self) -> bytes:
         return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -180,18 +250,38 @@ class Trust:
     keys: tuple[PublicKey, ...]
 
     @classmethod
-    def of(cls, local: Signer | None, files: Iterable[Path] = ()) -> Trust:
-        keys = [PublicKey.load(path) for path in files]
+    def of(cls, local: Signer | None, files: Iterable[Path | str] = ()) -> Trust:
+        """The keys named (`named`: FILE, or ROLE[,ROLE]=FILE), and `local` (every role)."""
+        keys = []
+        for spec in files:
+            roles, path = named(spec)
+            keys.append(PublicKey.load(path).with_roles(roles))
         if local is not None:
             keys.append(local.public)
-        return cls(tuple({k.keyid: k for k in keys}.values()))
+        return cls(()).plus(Trust(tuple(keys)))
 
     def plus(self, other: Trust) -> Trust:
-        """These keys and `other`'s (each once)."""
-        return Trust(tuple({k.keyid: k for k in (*self.keys, *other.keys)}.values()))
+        """These keys and `other`'s (each once, with the roles of both)."""
+        merged: dict[str, PublicKey] = {}
+        for k in (*self.keys, *other.keys):
+            was = merged.get(k.keyid)
+            merged[k.keyid] = k if was is None else was.with_roles(was.roles | k.roles)
+        return Trust(tuple(merged.values()))
+
+    def only(self, roles: Iterable[str]) -> Trust:
+        """The keys that hold any of `roles`."""
+        wanted = frozenset(roles)
+        return Trust(tuple(k for k in self.keys if k.roles & wanted))
 
     def ids(self) -> list[str]:
         return [k.keyid for k in self.keys]
+
+    def _candidates(self, keyid: str) -> list[PublicKey]:
+        """The trusted keys a signature's keyid may be: the one it names (its fingerprint, or our hex key id), or
+        every key when it names none."""
+        if not keyid:
+            return list(self.keys)
+        return [k for k in self.keys if keyid in (k.fingerprint, k.keyid)]
 
     def open(self, envelope: Any, payload_type: str = PAYLOAD_TYPE) -> tuple[bytes, PublicKey]:
         """The payload of an envelope signed by a trusted key, and that key; `Rejected` saying why not."""
@@ -206,23 +296,28 @@ class Trust:
         signatures = [s for s in envelope.get("signatures") or [] if isinstance(s, Mapping)]
         if not signatures:
             raise Rejected("unsigned")
-        known = {k.keyid: k for k in self.keys}
         untrusted, bad = [], []
         for signature in signatures:  # every signature of a trusted key is tried: a bad one hides no good one
-            key = known.get(str(signature.get("keyid")))
-            if key is None:
-                untrusted.append(str(signature.get("keyid"))[:16])
+            keyid = str(signature.get("keyid") or "")
+            candidates = self._candidates(keyid)
+            if not candidates:
+                untrusted.append(keyid if keyid.startswith("SHA256:") else keyid[:16])
                 continue
-            try:
-                key.key.verify(base64.b64decode(str(signature.get("sig")), validate=True), pae(payload_type, payload))
-            except (InvalidSignature, binascii.Error, ValueError):
-                bad.append(key)
-                continue
-            return payload, key
+            for key in candidates:
+                try:
+                    key.key.verify(base64.b64decode(str(signature.get("sig")), validate=True),
+                                   pae(payload_type, payload))
+                except (InvalidSignature, binascii.Error, ValueError):
+                    if keyid:
+                        bad.append(key)
+                    continue
+                return payload, key
+            if not keyid:
+                untrusted.append("no keyid, and no trusted key verifies it")
         if bad:
             raise Rejected(f"its signature by {bad[0].keyid[:16]} ({bad[0].source}) does not verify: the record was "
                            "changed after it was signed")
-        raise Rejected(f"signed by an untrusted key ({', '.join(untrusted)}); trusted: "
+        raise Rejected(f"{UNTRUSTED} ({', '.join(untrusted)}); trusted: "
                        f"{', '.join(k[:16] for k in self.ids()) or 'none'}")
 
 
@@ -244,23 +339,41 @@ class Keys:
     case: str = ZERO_CONFIG
 
     @classmethod
-    def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path] = (),
-             trusted_builders: Iterable[Path] = ()) -> Keys:
-        """The keys of one run. Nothing named (`trusted`, `trusted_builders` empty): this machine's own key (made
-        on first use in `folder`) signs both kinds, unless IMAGEBUILDER_SIGNING_KEY (both kinds) or
-        IMAGEBUILDER_BUILD_KEY (builds) name others, and counts with them. Keys named: exactly those count, with
-        the run's explicit signing keys; this machine's own key counts for nothing (a cache folder is no trust
-        root)."""
-        trusted, trusted_builders = list(trusted), list(trusted_builders)
+    def load(cls, folder: Path, env: Mapping[str, str], trusted: Iterable[Path | str] = (),
+             trusted_builders: Iterable[Path | str] = ()) -> Keys:
+        """The keys of one run. `trusted`: keys named as FILE (every role) or ROLE[,ROLE]=FILE (`named`);
+        `trusted_builders`: build keys. Per group of roles (passes: gpu, cpu, publish; builds): where keys are
+        named for it, exactly those count, with the run's own explicit signing key (IMAGEBUILDER_SIGNING_KEY for
+        passes, IMAGEBUILDER_BUILD_KEY for builds; with the roles it is named with, else those of its group);
+        where none is, this machine's own key (made on first use in `folder`), or the explicit key, signs and
+        counts for that group. A build record is signed by IMAGEBUILDER_BUILD_KEY, else by the pass signer when
+        its key may sign builds here."""
+        given = [*(named(spec) for spec in trusted),
+                 *((frozenset({BUILD}), Path(spec) if not isinstance(spec, Path) else spec)
+                   for spec in trusted_builders)]
+        keyring = Trust(()).plus(Trust(tuple(PublicKey.load(path).with_roles(roles) for roles, path in given)))
+        pass_named = any(roles & PASS_ROLES for roles, _ in given)
+        build_named = any(BUILD in roles for roles, _ in given)
         signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else None
         builder = Signer.load(Path(env[BUILD_KEY_ENV])) if env.get(BUILD_KEY_ENV) else None
-        if not trusted and not trusted_builders:
-            signer = signer or Signer.local(folder)
-            builder = builder or signer
-            trust = Trust.of(signer)
-            return cls(signer, trust, builder, Trust.of(builder, ()).plus(trust), ZERO_CONFIG)
-        trust = Trust.of(signer, trusted)
-        return cls(signer, trust, builder, Trust.of(builder, trusted_builders).plus(trust), NAMED)
+        if signer is None and not pass_named:
+            signer = Signer.local(folder)
+        own: list[PublicKey] = []  # the run's own keys, with the roles they count for where nothing names them
+        if signer is not None:
+            own.append(signer.public.with_roles(PASS_ROLES | (frozenset() if build_named else {BUILD})))
+        if builder is not None:
+            own.append(builder.public.with_roles({BUILD}))
+        elif not build_named and signer is None:
+            local = Signer.local(folder)
+            own.append(local.public.with_roles({BUILD}))
+            builder = local
+        named_ids = {k.keyid for k in keyring.keys}
+        keyring = keyring.plus(Trust(tuple(k for k in own if k.keyid not in named_ids)))
+        if builder is None and signer is not None and \
+                any(k.keyid == signer.public.keyid and k.may(BUILD) for k in keyring.keys):
+            builder = signer
+        case = ZERO_CONFIG if not given else NAMED
+        return cls(signer, keyring.only(PASS_ROLES), builder, keyring.only({BUILD}), case)
 
     def said(self) -> str:
         """Which case this run is in, as the run says it."""
@@ -268,8 +381,13 @@ class Keys:
             return (f"trust: {ZERO_CONFIG} (no --trust-key named): this machine's own key counts "
                     f"({self.signer.public.label() if self.signer else '?'})")
         signs = self.signer.public.label() if self.signer else "nothing (no IMAGEBUILDER_SIGNING_KEY)"
-        return (f"trust: {NAMED}: passes count signed by {', '.join(k.label() for k in self.trust.keys) or 'none'}; "
-                f"this run signs with {signs}")
+        return (f"trust: {NAMED}: {'; '.join(self.roles_said()) or 'no key'}; this run signs with {signs}")
+
+    def roles_said(self) -> list[str]:
+        """Each role and the keys trusted for it."""
+        keyring = self.trust.plus(self.build_trust)
+        return [f"{role} by {', '.join(k.label() for k in keyring.keys if k.may(role)) or 'no key'}"
+                for role in ROLES]
 
     def writer(self, what: str) -> Signer:
         """The signer of pass records and verdicts; `InputError` saying why this run may not write `what`."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,27 +132,46 @@ class Found:
     where: str
 
 
-def read(registry: attestation.Store, repo: str, subject: str, predicate_type: str, trust: Trust) -> \
-        tuple[list[Found], list[str]]:
+def read(registry: attestation.Store, repo: str, subject: str, predicate_type: str, trust: Trust,
+         role: str | None = None) -> tuple[list[Found], list[str]]:
     """The statements of `predicate_type` about `repo@subject` in either layout (bundle referrers, the `.att` tag)
-    that count, and why each other one does not."""
+    that count (signed by a trusted key that holds `role`), and why each other one does not: anything a pusher put
+    there that is not what it claims (not JSON, no layer, another shape) is named, never raised."""
     envelopes: list[tuple[Any, str]] = []
+    rejected: list[str] = []
+
+    def bundled(digest: str) -> Any:
+        doc = json.loads(registry.manifest(repo, digest)[0])
+        return json.loads(registry.blob(repo, str(doc["layers"][0]["digest"])))["dsseEnvelope"]
+
+    def held(where: str, read_one: Callable[[str], Any], digest: str) -> None:
+        try:
+            envelopes.append((read_one(digest), where))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            rejected.append(f"{where}: not a readable {predicate_type} statement (not JSON, or not the layout it "
+                            "claims)")
+
     for entry in referrers.listed(registry, repo, subject):
         notes = entry.get("annotations") or {}
-        if entry.get("artifactType") == BUNDLE_TYPE and notes.get("dev.sigstore.bundle.predicateType") == \
-                predicate_type:
-            doc = json.loads(registry.manifest(repo, str(entry["digest"]))[0])
-            held = json.loads(registry.blob(repo, str(doc["layers"][0]["digest"])))
-            envelopes.append((held.get("dsseEnvelope"), f"bundle {str(entry['digest'])[:19]}"))
+        if isinstance(notes, Mapping) and entry.get("artifactType") == BUNDLE_TYPE and \
+                notes.get("dev.sigstore.bundle.predicateType") == predicate_type:
+            held(f"bundle {str(entry.get('digest'))[:19]}", bundled, str(entry.get("digest")))
     if registry.manifest_digest(repo, att_tag(subject)) is not None:
-        doc = json.loads(registry.manifest(repo, att_tag(subject))[0])
-        for layer in doc.get("layers") or []:
-            if (layer.get("annotations") or {}).get("predicateType") == predicate_type:
-                envelopes.append((json.loads(registry.blob(repo, str(layer["digest"]))), att_tag(subject)))
-    found, rejected = [], []
+        try:
+            layers = json.loads(registry.manifest(repo, att_tag(subject))[0]).get("layers") or []
+        except (ValueError, AttributeError):
+            layers = []
+            rejected.append(f"{att_tag(subject)}: not an OCI manifest")
+        for layer in layers:
+            notes = layer.get("annotations") if isinstance(layer, Mapping) else None
+            if isinstance(notes, Mapping) and notes.get("predicateType") == predicate_type:
+                held(att_tag(subject), lambda digest: json.loads(registry.blob(repo, digest)), str(layer.get("digest")))
+    found = []
     for envelope, where in envelopes:
         try:
             payload, key = trust.open(envelope)
+            if role is not None:
+                key.allow(role, f"a {predicate_type} statement")
             found.append(Found(predicate_of(payload, subject, predicate_type), key.keyid, where))
         except (Rejected, ValueError, TypeError, KeyError) as exc:
             rejected.append(f"{where}: {exc}")

@@ -40,6 +40,7 @@ class Cache:
     engine: Engine
     registries: Registries
     vouch: Vouch | None = None  # whether a key tag's image may be built on (its build record); None: not asked
+    staged: bool = False  # verify, publish: the registry's vouched key tag decides, whatever this engine holds
     _local: dict[str, tuple[str, dict[str, str]]] | None = None  # key -> (image id, labels), newest
     _by_node: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # lineage -> newest labels
     warnings: list[str] = field(default_factory=list)
@@ -72,6 +73,10 @@ class Cache:
         found, why = self.registry_image(node, below) if self.vouch is not None else (None, "")
         if found is not None:
             return found
+        if self.staged:  # (an image of this key on this engine is not what was staged: only the registry's counts)
+            return Decision(State.BUILD, why or f"no key tag {cache_ref(node)} in the registry")
+        if why:
+            why += "; built again"
         local = self.local().get(node.key)
         if local is not None and (below is None or self.built_on(local[0], below)):
             return Decision(State.CACHED, f"image {local[0][7:19]} has this key", image=local[0])
@@ -114,7 +119,7 @@ class Cache:
             return None, f"key tag {ref} names {digest}, which is not an image manifest: built again"
         why = self.vouch(client, parsed.repository, digest, key=node.key, config=config, parent=below)
         if why is not None:
-            return None, f"key tag {ref} names {digest[:19]}, not reused: {why}; built again"
+            return None, f"key tag {ref} names {digest[:19]}, not reused: {why}"
         image = config if self.engine.image_id(config) is not None else None
         reason = f"image {config[7:19]} has this key" if image else f"key tag {ref} is in the registry"
         return Decision(State.CACHED, reason, image=image, ref=ref, config=config), ""

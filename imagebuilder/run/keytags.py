@@ -9,7 +9,7 @@ import time
 from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
-from ..evidence import provenance
+from ..evidence import beside, provenance, ruling
 from ..evidence.provenance import Build, RegistryBuilds
 from ..ledger import PublishStatus
 from ..plan.keys import cache_ref
@@ -27,6 +27,20 @@ def built_on(run: RunContext, node: Node) -> str | None:
     if node.parent is not None:
         return run.ledger[node.parent].image
     return run.images.worker().image_id(node.base_image) if node.base_image else None
+
+
+def unvouched(run: RunContext, node: Node, digest: str, parent_digest: str | None = None) -> str | None:
+    """Why the image `digest` under the node's key tag may not be tested, published or credited: no build record
+    signed by a key trusted for builds names it as this node's key's image (its config digest), built on the image
+    its parent's key tag names (`ruling.provenance`, the judge's rule); None when one does. `parent_digest`: the
+    parent's digest as the caller holds it (else what the ledger says)."""
+    host, repo, _ = run.key_tag(node)
+    parent = None
+    if node.parent is not None:
+        held = parent_digest or run.ledger[node.parent].digest
+        parent = run.passes(host).config_digest(repo, held) if held else run.ledger[node.parent].image
+    found = beside.read(run.registries(host), repo, digest, run.keys.build_trust, records=False)
+    return ruling.provenance(found, ruling.Ask(key=node.key, parent=parent))
 
 
 def vouch(run: RunContext, node: Node, repo: str, digest: str, builds: RegistryBuilds) -> None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
-from ..evidence import passes
+from ..evidence import beside, passes
 from ..evidence.passes import PassRecord
+from ..evidence.ruling import Ask, judge, vsa_result
 from ..ledger import BuildStatus, PublishStatus, VerifyStatus
 from ..plan.plan import Node
 from ..run.ancestors import via
@@ -204,18 +205,20 @@ class Publish:
 
     @staticmethod
     def summarise(run: RunContext, node: Node, digest: str) -> None:
-        """The published digest's SLSA VSA, from the trusted records beside it, in the run's layouts (a copy for
-        other tools: one that cannot be written is said, and publishes nothing less)."""
+        """The published digest's SLSA VSA, in the run's layouts: PASSED exactly when the judge admits the digest
+        (`ruling.vsa_result`, the rule this step published it by), with the levels of the passes it counted (a copy
+        for other tools: one that cannot be written is said, and publishes nothing less)."""
         ecosystem = run.ecosystem()
         if run.layouts.kinds == "off" or ecosystem is None:
             return
         host, repo, _ = run.key_tag(node)
-        store = run.passes(host)
+        registry = run.registries(host)
         try:
-            found = [(tag, store.registry.manifest_digest(repo, tag) or "", got.found.record)
-                     for tag in passes.tags_for(digest, store.tags_of(repo))
-                     if (got := store.read(repo, tag)).found is not None]
-            verdict = ecosystem.vsa(store.registry, repo, f"{host}/{repo}", digest, run.specs.key(node), found)
+            found = beside.read(registry, repo, digest, run.keys.trust.plus(run.keys.build_trust))
+            ruled = vsa_result(found, run.specs.key(node), node.key)
+            counted = [(tag, registry.manifest_digest(repo, tag) or "", signed.record) for tag, signed in ruled.passes]
+            verdict = ecosystem.vsa(registry, repo, f"{host}/{repo}", digest, run.specs.key(node), counted,
+                                    admitted=ruled.admitted)
         except ImageBuilderError as exc:
             run.logs.say(f"[yellow]  {escape(node.id)}: no VSA beside {digest[:19]}: {escape(exc.message)}[/]")
             return
@@ -265,14 +268,18 @@ class Publish:
         host, repo, _ = run.key_tag(node)
         store = run.passes(host)
         digest = digests[node.id]
-        config = store.config_digest(repo, digest)
+        found_beside = beside.read(store.registry, repo, digest, run.keys.trust.plus(run.keys.build_trust))
+        config = found_beside.config
         if config is None:
             raise EngineError(f"{host}/{repo}@{digest} is not a single-platform image manifest; nothing to bind a "
                               "pass to")
-        blocked = store.verdicts(repo, digest, key).blocking(f"{host}/{repo}@{digest}")
-        if blocked:  # a GPU model's failed (or unreadable) verdict of this spec: whatever passed elsewhere, it waits
-            raise Refused(f"{blocked}: not published")
-        found = store.find(repo, digest, key, config)
+        parent = None if node.parent is None else store.config_digest(repo, digests[node.parent]) \
+            if node.parent in digests else run.ledger[node.parent].image
+        ruled = judge(found_beside, Ask(spec=key, key=node.key, parent=parent, passed=False))
+        if not ruled.admitted:  # no trusted build record names this image, or a GPU model's failed (or unreadable)
+            # verdict of this spec stands against it: whatever passed elsewhere, it waits
+            raise Refused(f"{host}/{repo}@{digest}: {ruled.first()}: not published")
+        found = next((s.record for t, s in ruled.passes if ".pass-" in t), None)
         if found is not None and found.gpu_verified:
             run.ledger.update(node.id, pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
             return
@@ -319,7 +326,7 @@ class Publish:
             record = run.ledger[leaf.id].record
             if leaf.leaf and record is not None and node in run.plan.ancestors(leaf):
                 try:
-                    return via(run, node, leaf, record, digests[leaf.id], config)
+                    return via(run, node, leaf, record, digests[leaf.id], digests[node.id], config)
                 except Refused as exc:
                     refused = refused or exc
         if refused is not None:

@@ -28,7 +28,7 @@ from ..ports import Engine, LineSink
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..run.context import RunContext
-from ..run.keytags import keep_published, push_key_tags
+from ..run.keytags import keep_published, push_key_tags, unvouched
 from ..run.loopback import Served
 from ..run.nodes import entry_nodes, mark_unbuilt, mark_unpublished, require_push, scan
 from ..run.schedule import Task
@@ -287,15 +287,24 @@ class Staged(Nodes):
     def require(self, plan: Plan, registries: Registries) -> None:
         """Every node is staged: its key tag answered in the registry (or its image is on this engine). A
         registry that did not answer says nothing of what it holds: an outage, not an unstaged plan."""
-        missing = [cache_ref(n) for n in plan.nodes if n.status != State.CACHED]
-        unknown = [ref for ref in missing if not registries.answers(parse(ref).host)]
+        missing = [n for n in plan.nodes if n.status != State.CACHED]
+        unknown = [cache_ref(n) for n in missing if not registries.answers(parse(cache_ref(n)).host)]
         if unknown:
             raise EngineError(f"registry {parse(unknown[0]).host} did not answer: whether {len(unknown)} node(s) of "
                               f"the plan are staged is unknown (first: {unknown[0]}); `imagebuilder {self.command}` "
                               "ran nothing")
         if missing:
+            first = missing[0]
+            there = [n for n in missing if n.reason.startswith("key tag ")]
+            if there:  # a key tag is there, and no trusted build record vouches for it as this key's image
+                raise InputError(f"not staged by a trusted build key: {len(there)} node(s) of the plan have a key tag "
+                                 f"no trusted build record vouches for (first: {there[0].id}: {there[0].reason}); "
+                                 f"`imagebuilder {self.command}` tests and publishes nothing else",
+                                 hint="name the stage machine's public build key with --trust-build-key (or "
+                                      "--trust-key build=FILE); `imagebuilder stage` rebuilds and re-pushes what no "
+                                      "trusted key vouches for")
             raise InputError(f"not staged: {len(missing)} node(s) of the plan have no key tag in the registry "
-                             f"(first: {missing[0]}); `imagebuilder {self.command}` builds nothing",
+                             f"(first: {cache_ref(first)}); `imagebuilder {self.command}` builds nothing",
                              hint="run `imagebuilder stage` for the same matrix first")
 
     def node(self, run: RunContext, node: Node) -> bool:
@@ -311,9 +320,11 @@ class Staged(Nodes):
 
     @staticmethod
     def pin(run: RunContext, node: Node) -> bool:
-        """The node is exactly what its key tag names: an image on this engine with its key counts only when it
-        is that very image (another build of the same key, on a machine that built the matrix before, is not
-        what was staged); otherwise the staged digest is pulled when it is needed."""
+        """The node is exactly what its key tag names, and only when a build record signed by a key trusted for
+        builds names that image as this key's, built on its parent's staged image (`keytags.unvouched`): a
+        pusher's image under the key tag is never tested or published. An image on this engine with its key counts
+        only when it is that very image (another build of the same key, on a machine that built the matrix before,
+        is not what was staged); otherwise the staged digest is pulled when it is needed."""
         ref = cache_ref(node)
         host, repo, _ = run.key_tag(node)
         try:
@@ -325,6 +336,16 @@ class Staged(Nodes):
             run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"not staged: {ref} is not in the registry "
                               "(an image with this key on this engine is not what was staged; run `imagebuilder "
                               "stage`)")
+            return False
+        try:
+            why = unvouched(run, node, digest)
+        except ImageBuilderError as exc:
+            why = f"its build record cannot be read ({exc.message})"
+        if why is not None:  # a pusher's image under the key tag, or one another build key made: never tested
+            run.ledger.update(node.id, build=BuildStatus.FAILED, digest=digest,
+                              error=f"not staged by a trusted build key: {ref} names {digest}, and {why} (run "
+                              "`imagebuilder stage` with the build key, or name its public half with "
+                              "--trust-build-key)")
             return False
         local = run.ledger[node.id].image
         if local is not None:

@@ -379,7 +379,8 @@ class Verify:
                     raise EngineError(f"{cache_ref(node)} is not in the registry")
                 key = run.specs.key(node)
                 if store.find(repo, digest, key, config) is None:
-                    store.write(repo, via(run, node, leaf, passed, leaf_digest, config).at(digest, f"{host}/{repo}"))
+                    store.write(repo, via(run, node, leaf, passed, leaf_digest, digest, config).at(digest,
+                                                                                           f"{host}/{repo}"))
                 run.ledger.update(node.id, digest=digest,
                                   pass_record=f"registry {host}/{repo}:{passes.record_tag(digest, key)}")
             except ImageBuilderError as exc:

@@ -50,7 +50,7 @@ def test_a_failed_verdict_refuses_whatever_passed_elsewhere() -> None:
     RegistryPasses(reg, Trust((signer.public,)), signer).put(REPO, failed, per_model=True)
     trust = Trust((signer.public,))
     verdict = admission.check(reg, REPO, manifest, trust)
-    assert not verdict.admitted and verdict.why[0].startswith("failed on NVIDIA A100-SXM4-80GB")
+    assert not verdict.admitted and verdict.why[0].startswith("failed this spec's suite on NVIDIA A100-SXM4-80GB")
     assert admission.check(reg, REPO, manifest, trust, gpu_model="H100").admitted  # (that model's verdict only)
     assert not admission.check(reg, REPO, manifest, trust, gpu_model="A100").admitted
 
@@ -65,7 +65,7 @@ def test_the_policy_asks_for_a_gpu_pass_an_sbom_and_a_vsa() -> None:
     found = [(t, "sha256:" + "0" * 64, RegistryPasses(reg, trust).read(REPO, t).record)
              for t in passes.tags_for(manifest, reg.tags(REPO))]
     Ecosystem(sigstore.Layouts("att"), signer).vsa(reg, REPO, f"{reg.host}/{REPO}", manifest, SPEC,
-                                                   [(t, d, r) for t, d, r in found if r is not None])
+                                                   [(t, d, r) for t, d, r in found if r is not None], admitted=True)
     after = admission.check(reg, REPO, manifest, trust, policy=("vsa",))
     assert after.admitted and "PASSED IMAGEBUILDER_SUITE_PASSED" in after.vsas[0]
     assert not admission.check(reg, REPO, manifest, Trust((Signer.generate().public,)), policy=("vsa",)).admitted

@@ -67,10 +67,11 @@ def machine(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_pat
     below, layers = "sha256:" + "f" * 64, [own_layer(engine, "base image")]
     for node in plan.nodes:  # each image holds its parent's layers and one of its own, as a build makes it
         layers = [*layers, own_layer(engine, node.id)]
+        parent_image = below
         image = below = engine.add({"config": {"Labels": {"node": node.id,
                                                           "org.opencontainers.image.base.digest": below}},
                                     "layers": layers, "rootfs": {"type": "layers", "diff_ids": layers}})
-        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
+        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image, parent_image=parent_image,
                           verify=VerifyStatus.PASSED if node.leaf else None)
     return Machine(run, engine, registry, display)
 
@@ -249,11 +250,11 @@ def test_built_on_is_proven_by_layers_never_by_labels(machine: Machine) -> None:
     evil = machine.engine.add({"config": {"Labels": {"node": base.id, "backdoor": "yes"}}, "layers": evil_layers,
                                "rootfs": {"type": "layers", "diff_ids": evil_layers}})
     below = evil
-    for node in (business, leaf(machine)):  # every image above says it was built on the image below it
-        doc = copy.deepcopy(machine.engine.images[str(machine.run.ledger[node.id].image)])
+    for node in (business, leaf(machine)):  # every image above says it was built on the image below it (and so do
+        doc = copy.deepcopy(machine.engine.images[str(machine.run.ledger[node.id].image)])  # the build records)
         doc["config"]["Labels"]["org.opencontainers.image.base.digest"] = below
-        below = machine.engine.add(doc)
-        machine.run.ledger.update(node.id, image=below)
+        parent, below = below, machine.engine.add(doc)
+        machine.run.ledger.update(node.id, image=below, parent_image=parent)
     machine.passed(leaf(machine))
     machine.run.ledger.update(base.id, image=evil)
     assert not publish(machine) and machine.tags() == {}
@@ -262,10 +263,12 @@ def test_built_on_is_proven_by_layers_never_by_labels(machine: Machine) -> None:
 
 
 def test_an_honest_chain_without_labels_is_published(machine: Machine) -> None:
+    below = str(machine.run.ledger[machine.run.plan.nodes[0].id].parent_image)
     for node in machine.run.plan.nodes:
         doc = copy.deepcopy(machine.engine.images[str(machine.run.ledger[node.id].image)])
         doc["config"]["Labels"].pop("org.opencontainers.image.base.digest")
-        machine.run.ledger.update(node.id, image=machine.engine.add(doc))
+        parent, below = below, machine.engine.add(doc)
+        machine.run.ledger.update(node.id, image=below, parent_image=parent)
     machine.passed(leaf(machine))
     assert publish(machine) and machine.tags()
 

@@ -44,9 +44,9 @@ def test_an_independent_dsse_verifier_accepts_what_imagebuilder_signs() -> None:
     signer = Signer.generate()
     digest = "sha256:" + "a" * 64
     envelope = signer.sign(statement("r:5000/ml/x", digest, passes.PREDICATE_TYPE, {"verdict": "passed"}))
-    key = SSlibKey(signer.public.keyid, "ed25519", "ed25519", {"public": signer.public.raw})
+    key = SSlibKey(signer.public.fingerprint, "ed25519", "ed25519", {"public": signer.public.raw})
     verified = Envelope.from_dict(copy.deepcopy(envelope)).verify([key], 1)  # (from_dict consumes its input)
-    assert list(verified) == [signer.public.keyid]
+    assert list(verified) == [signer.public.fingerprint]
     doc = json.loads(base64.b64decode(envelope["payload"]))
     assert doc["_type"] == "https://in-toto.io/Statement/v1" and envelope["payloadType"] == PAYLOAD_TYPE
     assert doc["subject"] == [{"name": "r:5000/ml/x", "digest": {"sha256": "a" * 64}}]
@@ -67,7 +67,7 @@ def test_only_a_record_signed_by_a_trusted_key_counts_and_why_not_is_said() -> N
     store(reg, intruder, verifier).put("ml/x", record(config, manifest))  # pushed, but by the wrong key
     got = store(reg, verifier, verifier).lookup("ml/x", manifest, SPEC)
     assert got.record is None and "signed by an untrusted key" in str(got.rejected)
-    assert intruder.public.keyid[:16] in str(got.rejected)
+    assert intruder.public.fingerprint in str(got.rejected)  # (the keyid it carries: `ssh-keygen -lf` prints it)
     store(reg, verifier, verifier).put("ml/x", record(config, manifest))
     found = store(reg, verifier, verifier).lookup("ml/x", manifest, SPEC)
     assert found.record is not None and found.found is not None and found.found.keyid == verifier.public.keyid
@@ -209,12 +209,12 @@ def test_an_independent_dsse_verifier_accepts_a_build_record_and_it_speaks_slsa_
     stored = attestation.read(reg, "ml/x", tag, provenance.ARTIFACT_TYPE)
     assert stored is not None and stored[0] == manifest
     envelope = stored[1]
-    key = SSlibKey(builder.public.keyid, "ed25519", "ed25519", {"public": builder.public.raw})
-    assert list(Envelope.from_dict(copy.deepcopy(envelope)).verify([key], 1)) == [builder.public.keyid]
+    key = SSlibKey(builder.public.fingerprint, "ed25519", "ed25519", {"public": builder.public.raw})
+    assert list(Envelope.from_dict(copy.deepcopy(envelope)).verify([key], 1)) == [builder.public.fingerprint]
     other = Signer.generate()
     with pytest.raises(Exception, match=r"(?i)verif|threshold"):
         Envelope.from_dict(copy.deepcopy(envelope)).verify(
-            [SSlibKey(other.public.keyid, "ed25519", "ed25519", {"public": other.public.raw})], 1)
+            [SSlibKey(other.public.fingerprint, "ed25519", "ed25519", {"public": other.public.raw})], 1)
     doc = json.loads(base64.b64decode(envelope["payload"]))
     assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
     assert doc["subject"][0]["digest"] == {"sha256": manifest.split(":", 1)[1]}

@@ -54,7 +54,7 @@ def decided(plan: Plan, engine: FakeEngine, trust: Trust | None = None) -> tuple
 
 
 def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,
-        trusted: tuple[Path, ...] = ()) -> dict[str, NodeRecord]:
+        trusted: tuple[Path, ...] = (), builders: tuple[Path, ...] = ()) -> dict[str, NodeRecord]:
     decided_plan, pool = decided(plan, engine)
     for step in steps:
         if isinstance(step, Staged):
@@ -62,10 +62,18 @@ def run(plan: Plan, engine: FakeEngine, steps: tuple[Step, ...], folder: Path,
     # A machine that names the keys it trusts signs with a key of its own given to it (IMAGEBUILDER_SIGNING_KEY:
     # in CI, the publish job's key); with none named, its own cache folder's key.
     env = {SIGNING_KEY_ENV: str(Signer.local(folder / "job-key").source.split("(")[1].rstrip(")"))} if trusted else {}
-    keys = Keys.load(folder / "cache" / "keys", env, trusted)
+    keys = Keys.load(folder / "cache" / "keys", env, trusted, builders)
     records = execute(engine, decided_plan, pool, Specs(decided_plan), keys, steps, Console(file=io.StringIO()),
                       RunOptions(report_dir=folder, cache_dir=folder / "cache", logs="none"))
     return {r.layer: r for r in records}
+
+
+def build_key(folder: Path) -> Path:
+    """The public half of the key a machine (its run folder) signed build records with: what the machines after
+    it name with --trust-build-key."""
+    out = folder / "build.pub"
+    out.write_bytes(Signer.local(folder / "cache" / "keys").public.pem())
+    return out
 
 
 @pytest.fixture
@@ -96,7 +104,8 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     # tested, and its pass is written beside that digest.
     second = machine(registry)
     assert {n.status for n in decided(chain, second)[0].nodes} == {State.CACHED}
-    verified = run(chain, second, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    builder = build_key(tmp_path / "stage")
+    verified = run(chain, second, (Staged("verify"), Verify(record=True)), tmp_path / "verify", builders=(builder,))
     second_keys = Keys.load(tmp_path / "verify" / "cache" / "keys", {})
     assert {r.build for r in verified.values()} == {BuildStatus.CACHED} and second.builds == []
     task = verified["task"]
@@ -117,9 +126,12 @@ def test_stage_verify_publish_on_three_machines(chain: Plan, tmp_path: Path) -> 
     verifier.write_bytes(Signer.local(tmp_path / "verify" / "cache" / "keys").public.pem())
     third = machine(registry)
     steps = (Staged("publish"), Verify(run_suite=False), Publish(supply=SupplyChain(), stage_untested=False))
-    untrusting = run(chain, third, steps, tmp_path / "untrusting")
+    untrusting = run(chain, third, steps, tmp_path / "untrusting", builders=(builder,))
     assert untrusting["task"].verify == VerifyStatus.SKIPPED and registry.public_tags(REPO) == {}
-    published = run(chain, third, steps, tmp_path / "publish", trusted=(verifier,))
+    unbuilt = run(chain, third, steps, tmp_path / "unbuilt", trusted=(verifier,))  # the stage machine's key unnamed
+    assert {r.build for r in unbuilt.values()} == {BuildStatus.FAILED, BuildStatus.BLOCKED}
+    assert "not staged by a trusted build key" in str(unbuilt["base"].error) and registry.public_tags(REPO) == {}
+    published = run(chain, third, steps, tmp_path / "publish", trusted=(verifier,), builders=(builder,))
     assert third.builds == [] and third.runs == [] and third.pulled == []
     assert published["task"].verify == VerifyStatus.FOUND
     assert {r.publish for r in published.values()} == {PublishStatus.PUSHED}
@@ -147,7 +159,8 @@ def test_verify_tests_the_staged_digest_not_another_build_of_its_key(chain: Plan
     labels = {"io.imagebuilder.key": str(staged["task"].key), "rebuilt": "yes"}
     other = runner.add({"config": {"Labels": labels, "Env": []}})
     assert decided(chain, runner)[0].nodes[-1].decision.image == other  # the plan finds the local one
-    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify",
+                   builders=(build_key(tmp_path / "stage"),))
     task = verified["task"]
     assert task.verify == VerifyStatus.PASSED and runner.runs == [staged["task"].image] != [other]
     assert task.image == staged["task"].image and task.digest == staged["task"].digest and task.ok
@@ -168,13 +181,12 @@ def test_an_ancestor_rebuilt_elsewhere_under_its_key_gets_no_pass(chain: Plan, t
     other.tag(moved_image, base_ref)
     moved = other.push(base_ref)
     assert moved != staged["base"].digest
-    verified = run(chain, machine(registry), (Staged("verify"), Verify(record=True)), tmp_path / "verify")
-    assert verified["task"].verify == VerifyStatus.PASSED
-    assert verified["business"].pass_record is not None and verified["business"].ok  # built on what it says
+    verified = run(chain, machine(registry), (Staged("verify"), Verify(record=True)), tmp_path / "verify",
+                   builders=(build_key(tmp_path / "stage"),))
     base = verified["base"]
-    assert base.verify == VerifyStatus.FAILED and not base.ok
-    assert str(staged["task"].image)[:19] in str(base.error) and moved_image in str(base.error)
-    assert "key tag names" in str(base.error) and "nothing was tested on that image" in str(base.error)
+    assert base.build == BuildStatus.FAILED and not base.ok  # no trusted build record names the moved image
+    assert "not staged by a trusted build key" in str(base.error) and moved in str(base.error)
+    assert verified["task"].verify is None and verified["task"].build == BuildStatus.BLOCKED  # nothing tested
     trust = Keys.load(tmp_path / "verify" / "cache" / "keys", {}).trust
     assert RegistryPasses(registry, trust).find(REPO, moved, Specs(chain).key(chain.nodes[0])) is None
 
@@ -191,15 +203,16 @@ def test_a_failure_on_one_gpu_model_blocks_the_digest_whatever_passed_on_another
     h200 = machine(registry)
     h200.model = "NVIDIA H200"
     host = GpuHost(("/dev/nvidia0",), ("NVIDIA H200",), "580.65.06")
+    builder = build_key(tmp_path / "stage")
     passed = run(plan, h200, (Staged("verify"), Verify(record=True, same_gpu_model=True, host=host)),
-                 tmp_path / "h200")
+                 tmp_path / "h200", builders=(builder,))
     assert passed["task"].verify == VerifyStatus.PASSED and passed["task"].gpu_verified
     h100 = machine(registry)
     h100.report = lambda image, expect, commands, gpus: suite_report(
         expect, commands, gpus, **{"throughput.cuda:0": "fail:420 TFLOP/s is below the floor 593.6"})
     h100_host = GpuHost(("/dev/nvidia0",), (H100,), "580.65.06")
     failed = run(plan, h100, (Staged("verify"), Verify(record=True, same_gpu_model=True, host=h100_host)),
-                 tmp_path / "h100")
+                 tmp_path / "h100", builders=(builder,))
     assert failed["task"].verify == VerifyStatus.FAILED
     verdicts = sorted(t for (_, t) in registry.tagged if ".gpu" in t)
     assert len(verdicts) == 2  # one per GPU model, beside the digest
@@ -208,7 +221,7 @@ def test_a_failure_on_one_gpu_model_blocks_the_digest_whatever_passed_on_another
     published = run(plan, machine(registry), (Staged("publish"), Verify(run_suite=False),
                                               Publish(stage_untested=False, supply=SupplyChain())),
                     tmp_path / "publish",
-                    trusted=(tmp_path / "h200" / "signer.pub", tmp_path / "h100" / "signer.pub"))
+                    trusted=(tmp_path / "h200" / "signer.pub", tmp_path / "h100" / "signer.pub"), builders=(builder,))
     task = published["task"]
     assert task.publish == PublishStatus.FAILED and registry.public_tags(REPO) == {}
     assert f"failed this spec's suite on {H100}" in str(task.error)
@@ -226,13 +239,15 @@ def test_credentials_that_may_only_pull_stop_stage_and_publish_before_anything_a
     run(chain, engine, (Stage(), KeyTags()), tmp_path / "stage")  # a pusher stages
     runner = machine(registry)
     registry.read_only.add(REPO)
-    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify")
+    builder = build_key(tmp_path / "stage")
+    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify", builders=(builder,))
     task = verified["task"]
     assert task.verify == VerifyStatus.FAILED and runner.runs == [] and runner.pulled == []  # no suite, no pull
     assert task.error == f"not tested: its pass record could not be written (user 'reader' may not push to " \
                          f"127.0.0.1:5000/{REPO} (HTTP 401: UNAUTHORIZED))"
     dry = run(chain, runner, (Staged("publish"), Verify(run_suite=False),
-                              Publish(stage_untested=False, dry_run=True, supply=SupplyChain())), tmp_path / "dry")
+                              Publish(stage_untested=False, dry_run=True, supply=SupplyChain())), tmp_path / "dry",
+              builders=(builder,))
     assert {r.publish for r in dry.values()} == {PublishStatus.HELD}  # a dry run only reads: no refusal
 
 

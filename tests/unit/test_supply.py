@@ -112,10 +112,11 @@ def make(write_matrix: MatrixWriter, header: str, table: CompatTable, tmp_path: 
         diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
         engine.layer_tars[diff_id] = tar
         layers = [*layers, diff_id]
+        parent_image = below
         image = below = engine.add({"config": {"Labels": {"node": node.id,
                                                           "org.opencontainers.image.base.digest": below}},
                                     "layers": layers, "rootfs": {"type": "layers", "diff_ids": layers}})
-        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image,
+        run.ledger.update(node.id, build=BuildStatus.BUILT, image=image, parent_image=parent_image,
                           verify=VerifyStatus.PASSED if node.leaf else None)
         if node.leaf:
             run.ledger.update(node.id, record=PassRecord(passes.PASSED, config=image, spec=run.specs.key(node),
@@ -227,7 +228,7 @@ def test_an_sbom_counts_only_signed_by_a_trusted_key_about_its_digest() -> None:
     # Any DSSE implementation verifies it (securesystemslib here), as the in-toto Statement of a CycloneDX BOM.
     stored = attestation.read(registry, REPO, tag, ARTIFACT_TYPE)
     assert stored is not None and stored[0] == digest
-    key = SSlibKey(verifier.public.keyid, "ed25519", "ed25519", {"public": verifier.public.raw})
+    key = SSlibKey(verifier.public.fingerprint, "ed25519", "ed25519", {"public": verifier.public.raw})
     Envelope.from_dict(copy.deepcopy(stored[1])).verify([key], 1)  # (from_dict consumes its input)
     payload = json.loads(base64.b64decode(stored[1]["payload"]))
     assert payload["predicateType"] == "https://cyclonedx.org/bom" and payload["predicate"] == document
