@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
-from ..evidence import attestation, passes, referrers, sboms
+from ..evidence import attestation, beside, passes, provenance, referrers, ruling, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
 from ..evidence.signing import Keys, Trust
 from ..evidence.spec import Specs
@@ -123,44 +123,45 @@ class Evidence:
 
 def evidence(registry: Registry, trust: Trust, move: Move, tags: list[str],
              spec_of: Callable[[str], str | None]) -> Evidence:
-    """`spec_of(node id)`: the spec the current matrix expects of that node (None: it has no such node). A record
-    counts only when it is signed by a trusted key, about this very image, and a pass of that spec."""
-    store = RegistryPasses(registry, trust)
+    """`spec_of(node id)`: the spec the current matrix expects of that node (None: it has no such node). What is
+    beside the digest is read once (`beside.read`) and ruled on by the judge publish applies (`ruling.judge`): a
+    trusted build record names this image, no GPU model's verdict of the spec stands against it, and a trusted
+    pass of that spec, on GPUs where the image is a CUDA image, is beside it."""
     repo = split_reference(move.source)[1]
-    config = store.config_digest(repo, move.digest)
-    found: list[tuple[str, Signed]] = []
+    found = beside.read(registry, repo, move.digest, trust, tags=tags)
+    expected: list[tuple[str, Signed]] = []
     rejected: list[str] = []
-    reads = [(tag, store.read(repo, tag)) for tag in passes.tags_for(move.digest, tags)]
-    for tag, got in reads:
+    for tag, got in found.records:
         record = got.record
-        if got.found is not None and record is not None and record.manifest == move.digest and record.config == config:
-            expected = spec_of(record.node) if record.verdict != passes.UNTESTED else record.spec
-            if expected == record.spec:
-                found.append((tag, got.found))
+        if got.found is not None and record is not None and record.manifest == move.digest and \
+                record.config == found.config:
+            wanted = spec_of(record.node) if record.verdict != passes.UNTESTED else record.spec
+            if wanted == record.spec:
+                expected.append((tag, got.found))
             else:
                 rejected.append(f"its pass ({tag}) is of another spec than the current matrix expects of "
-                                f"{record.node}" if expected else f"its pass is of {record.node}, which the current "
+                                f"{record.node}" if wanted else f"its pass is of {record.node}, which the current "
                                 "matrix does not have")
         elif got.rejected is not None:
             rejected.append(got.rejected)
-    for spec in sorted({s.record.spec for _, s in found}):  # the newest verdict of each GPU model of a spec the
-        # matrix expects, failing closed: a failure, or a verdict tag that does not verify, blocks the digest
-        blocked = passes.Verdicts.of(move.digest, spec, [(t, g) for t, g in reads if ".gpu" in t and
-                                                         passes.spec16(t) == spec[:16]]).blocking("it")
-        if blocked:
-            return Evidence(None, None, blocked)
-    passes_ = [(t, s) for t, s in found if s.record.passed and ".pass-" in t]  # a model's verdict is not the pass
-    for tag, signed in passes_:
-        record = signed.record
-        if record.gpu_verified:
+    refusal = None
+    for spec in sorted({s.record.spec for _, s in expected if s.record.verdict != passes.UNTESTED}):
+        ruled = ruling.judge(found, ruling.Ask(spec=spec, verified=True))
+        best = ruled.best()
+        if ruled.admitted and best is not None:
+            tag, signed = best
+            record = signed.record
             gpu = ", ".join(record.gpu.get("models") or []) or str(record.gpu.get("kind") or "?")
-            return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag}, signed by {signed.signer()})")
-    if passes_:
-        return Evidence(None, None, "it passed without a GPU only (not GPU-verified; verify it on a GPU host)",
-                        passes_[0][1].record.node)
-    if any(s.record.verdict == passes.UNTESTED for _, s in found):
+            return Evidence(record, tag, f"passed {record.date} on {gpu} ({tag}, signed by {signed.signer()}; built "
+                                         f"as {found.build.build.node if found.build else '?'}, vouched by "
+                                         f"{found.build.signer if found.build else '?'})")
+        refusal = refusal or (ruled.first() or "", ruled.best())
+    if refusal is not None:
+        why, best = refusal
+        return Evidence(None, None, why, best[1].record.node if best is not None else None)
+    if any(s.record.verdict == passes.UNTESTED for _, s in expected):
         return Evidence(None, None, "it was only ever published untested (--allow-untested)",
-                        next(s.record.node for _, s in found if s.record.verdict == passes.UNTESTED))
+                        next(s.record.node for _, s in expected if s.record.verdict == passes.UNTESTED))
     if rejected:
         return Evidence(None, None, f"no pass record that counts: {rejected[0]}")
     return Evidence(None, None, "no pass record beside this digest")
@@ -221,12 +222,16 @@ def apply(registry: Registry, keys: Keys, move: Move, proof: Evidence, *, allow_
 
 
 def carry_verdicts(registry: Registry, digest: str, source_repo: str, target_repo: str) -> None:
-    """Every record tag beside the digest (its passes, per-GPU-model verdicts, failed ones included) goes along into
+    """Its build record and every record tag beside the digest (its passes, per-GPU-model verdicts, failed ones
+    included) go along into
     another repository, where the target lacks it: a failure recorded before the promotion blocks promotions from
     there as it does here. (One recorded after it is only in the repository it was written to.)"""
     if target_repo == source_repo:
         return
     held = set(registry.tags(target_repo))
+    build = provenance.tag(digest)  # (its build record too: what `check --policy build` asks there)
+    if build not in held and (found := registry.manifest_digest(source_repo, build)) is not None:
+        copy_referrer(registry, source_repo, found, target_repo, build, digest)
     for record_tag in passes.tags_for(digest, registry.tags(source_repo)):
         if record_tag not in held and (found := registry.manifest_digest(source_repo, record_tag)) is not None:
             copy_referrer(registry, source_repo, found, target_repo, record_tag, digest)  # (and its referrers entry)
@@ -353,7 +358,8 @@ def prepare(registry: Registry, keys: Callable[[], Keys], plan: Plan, pattern: s
     def spec_of(node_id: str) -> str | None:
         return specs.key(known[node_id]) if node_id in known else None
 
-    proofs = [evidence(registry, loaded.trust, move, tags, spec_of) for move in moves]
+    keyring = loaded.trust.plus(loaded.build_trust)  # (each key within its roles: `signing`)
+    proofs = [evidence(registry, keyring, move, tags, spec_of) for move in moves]
     blocked = {}
     for move, proof in zip(moves, proofs, strict=True):
         node = known.get(proof.record.node if proof.record is not None else proof.node or "")

@@ -87,6 +87,12 @@ def is_record_tag(tag: str) -> bool:
     return _TAG.fullmatch(tag) is not None
 
 
+def is_pass_tag(tag: str) -> bool:
+    """Whether a record tag is a spec's pass (`.pass-<spec16>`), not an untested record or a model's verdict."""
+    match = _TAG.fullmatch(tag)
+    return match is not None and match.group("kind") == "pass"
+
+
 def tags_for(manifest: str, tags: list[str]) -> list[str]:
     """The record tags (of any spec and verdict) among `tags` that are about this manifest."""
     prefix = manifest.replace(":", "-", 1) + "."

@@ -10,8 +10,8 @@ The rules, in the order a refusal names them:
 3. verdicts fail closed: per GPU model the newest verdict counts (by its signed time), and a verdict tag whose
    record does not verify, or is not the verdict its tag names, blocks as a failure would (`passes.Verdicts`);
    with a GPU model asked, only that model's failures (and every unreadable verdict) block;
-4. a pass: a trusted pass of the spec; `verified`: on GPUs where the image is a CUDA image; `gpu`: on real GPUs;
-   `gpu_model`: on that model;
+4. a pass: a trusted pass of the spec under its pass tag (a GPU model's verdict is not the pass); `verified`: on GPUs where the image is a CUDA image; `gpu`: on real GPUs;
+   `gpu_model`: on that model (its pass, or its verdict);
 5. `sbom`: a signed SBOM that counts; `vsa`: a trusted VSA that says PASSED.
 A VSA written beside a published digest says PASSED exactly when rules 1-4 admit it (`vsa_result`).
 """
@@ -117,7 +117,8 @@ def judge(beside: Beside, ask: Ask) -> Ruling:
                 "would" for u in verdicts.unreadable]
     why += [f"failed this spec's suite on {gpu_model(f.record.gpu)} (spec {f.record.spec[:16]}, {f.record.date}, "
             f"signed by {f.signer()})" for f in failed]
-    good = tuple((t, s) for t, s in counted if s.record.passed)
+    good = tuple((t, s) for t, s in counted if s.record.passed and passes.is_pass_tag(t))  # (a verdict is no pass)
+    on_models = [s for _, s in counted if s.record.passed]  # (a model's verdict says it passed on that model)
     if ask.passed and not good:
         untested = any(s.record.verdict == passes.UNTESTED for _, s in counted)
         why.append("no trusted pass of the suite" + (f" of spec {ask.spec[:16]}" if ask.spec else "")
@@ -127,7 +128,7 @@ def judge(beside: Beside, ask: Ask) -> Ruling:
     if ask.gpu and not any(s.record.gpu.get("kind") == "gpu" and s.record.gpu_verified for _, s in good):
         why.append("no trusted pass on real GPUs")
     if ask.gpu_model is not None and not any(_on_model(s, ask.gpu_model) and s.record.gpu_verified
-                                             for _, s in good):
+                                             for s in on_models):
         why.append(f"no trusted pass on {ask.gpu_model}")
     if ask.sbom and beside.sbom.sbom is None:
         why.append(f"no trusted SBOM ({beside.sbom.rejected or 'none beside it'})")

@@ -13,6 +13,7 @@ from imagebuilder.commands import promote
 from imagebuilder.errors import InputError, Refused
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
+from imagebuilder.evidence.provenance import Build, RegistryBuilds
 from imagebuilder.evidence.signing import Keys, Signer, Trust
 from imagebuilder.smoke.judge import gpu_skips
 from imagebuilder.smoke.suite import throughput_verdict
@@ -115,6 +116,12 @@ def test_a_matrix_floor_per_gpu_name_judges_gpus_missing_from_the_table() -> Non
     assert throughput_verdict("NVIDIA H100 80GB HBM3", 600.0, 0.6, [["H100", 500]])["expected"] == ">= 500"
 
 
+def built(reg: FakeRegistry, manifest: str, config: str, node: str = "e/task") -> str:
+    """A build record beside `manifest`, signed by the machine's key (which, named alone, may sign builds too)."""
+    return RegistryBuilds(reg, KEYS.trust, SIGNER).put("ml/x", manifest, Build(
+        node, "k" * 64, config, "sha256:" + "0" * 64, "e/business", {}, "2026-11-27T08:00:00+00:00"))
+
+
 def moves(reg: FakeRegistry, source: str, target: str) -> list[promote.Move]:
     return promote.plan_moves(reg, source, target)  # type: ignore[arg-type]
 
@@ -127,6 +134,9 @@ def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -
     store.put("ml/x", record(config).at(tested, "r/ml/x"))
     planned = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
     assert [m.source.rsplit(":", 1)[1] for m in planned] == ["nightly-a", "nightly-b"]  # record tags never match
+    unbuilt = promote.evidence(reg, KEYS.trust, planned[0], reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
+    assert not unbuilt.passed and unbuilt.why.startswith("no trusted build record names it")  # provenance first
+    built(reg, tested, config)
     proofs = [promote.evidence(reg, KEYS.trust, m, reg.tags("ml/x"), SPECS.get) for m in planned]  # type: ignore[arg-type]
     assert [p.passed for p in proofs] == [True, False]
     assert "no pass record" in proofs[1].why
@@ -135,7 +145,8 @@ def test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move() -
     assert reg.manifest_digest("ml/x-stable", "nightly-b") is None  # refused before anything moved
     promote.apply(reg, KEYS, planned[0], proofs[0])  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-a") == tested
-    assert store.find("ml/x-stable", tested, SPEC) is not None  # the record went along
+    assert store.find("ml/x-stable", tested, SPEC) is not None  # the record went along, and the build record
+    assert RegistryBuilds(reg, KEYS.trust).vouched("ml/x-stable", tested)[0] is not None
     promote.apply(reg, KEYS, planned[1], proofs[1], allow_untested=True)  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-b") == untested
     kept = store.all_for("ml/x-stable", untested, reg.tags("ml/x-stable"))
@@ -152,6 +163,7 @@ def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_neve
     assert cpu.serves(gpus_here=True) and cpu.gpu_verified
     reg = FakeRegistry()
     manifest, config = reg.image("ml/x", "nightly-c", "c")
+    built(reg, manifest, config)
     RegistryPasses(reg, KEYS.trust, SIGNER).put("ml/x", replace(no_gpu, config=config).at(manifest, "r/ml/x"))
     (move,) = promote.plan_moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")  # type: ignore[arg-type]
     proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
@@ -161,6 +173,7 @@ def test_a_cuda_pass_without_a_gpu_serves_only_where_there_is_no_gpu_and_is_neve
 def test_promote_counts_only_a_pass_of_the_spec_the_matrix_expects_now() -> None:
     reg = FakeRegistry()
     manifest, config = reg.image("ml/x", "nightly-a", "a")
+    built(reg, manifest, config)
     RegistryPasses(reg, KEYS.trust, SIGNER).put("ml/x", record(config).at(manifest, "r/ml/x"))
     (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
     assert promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get).passed  # type: ignore[arg-type]
@@ -199,6 +212,7 @@ def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -
     reg = FakeRegistry()
     store = RegistryPasses(reg, KEYS.trust, SIGNER)
     manifest, config = reg.image("ml/x", "nightly-a", "a")
+    built(reg, manifest, config)
     on_h100 = record(config).at(manifest, "r/ml/x")
     store.put("ml/x", on_h100, per_model=True)  # a model's verdict alone, no pass record
     (move,) = moves(reg, "r:5000/ml/x:nightly-*", "stable-{match}")
@@ -208,7 +222,7 @@ def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -
     store.put("ml/x", replace(on_h100, verdict=passes.FAILED, gpu={**on_h100.gpu, "models": ["NVIDIA H200"]}),
               per_model=True)
     proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
-    assert not proof.passed and proof.why.startswith("it failed this spec's suite on NVIDIA H200")
+    assert not proof.passed and proof.why.startswith("failed this spec's suite on NVIDIA H200")
 
 
 def _verdicts(reg: FakeRegistry, manifest: str) -> passes.Verdicts:
@@ -257,14 +271,15 @@ def test_promote_carries_every_verdict_so_a_failure_blocks_from_the_target_too()
     reg = FakeRegistry()
     store = RegistryPasses(reg, KEYS.trust, SIGNER)
     manifest, config = reg.image("ml/x", "nightly-a", "a")
+    built(reg, manifest, config)
     on_h100 = record(config).at(manifest, "r/ml/x")
     store.put("ml/x", replace(on_h100, verdict=passes.FAILED), per_model=True)
     (move,) = moves(reg, "r:5000/ml/x:nightly-*", "r:5000/ml/x-stable:{tag}")
     proof = promote.evidence(reg, KEYS.trust, move, reg.tags("ml/x"), SPECS.get)  # type: ignore[arg-type]
-    assert not proof.passed and proof.why.startswith("it failed this spec's suite on NVIDIA H100")
+    assert not proof.passed and proof.why.startswith("failed this spec's suite on NVIDIA H100")
     promote.apply(reg, KEYS, move, proof, allow_untested=True)  # type: ignore[arg-type]
     assert reg.manifest_digest("ml/x-stable", "nightly-a") == manifest
     (again,) = moves(reg, "r:5000/ml/x-stable:nightly-*", "stable-{match}")
     from_target = promote.evidence(reg, KEYS.trust, again, reg.tags("ml/x-stable"), SPECS.get)  # type: ignore[arg-type]
     assert not from_target.passed, from_target.why
-    assert from_target.why.startswith("it failed this spec's suite on NVIDIA H100"), from_target.why
+    assert from_target.why.startswith("failed this spec's suite on NVIDIA H100"), from_target.why
