@@ -10,7 +10,8 @@ The rules, in the order a refusal names them:
 3. verdicts fail closed: per GPU model the newest verdict counts (by its signed time), and a verdict tag whose
    record does not verify, or is not the verdict its tag names, blocks as a failure would (`passes.Verdicts`);
    with a GPU model asked, only that model's failures (and every unreadable verdict) block;
-4. a pass: a trusted pass of the spec under its pass tag (a GPU model's verdict is not the pass); `verified`: on GPUs where the image is a CUDA image; `gpu`: on real GPUs;
+4. a pass: a trusted pass of the spec under its pass tag (a GPU model's verdict is not the pass); `verified`: on
+   GPUs where the image is a CUDA image; `gpu`: on real GPUs;
    `gpu_model`: on that model (its pass, or its verdict);
 5. `sbom`: a signed SBOM that counts; `vsa`: a trusted VSA that says PASSED.
 A VSA written beside a published digest says PASSED exactly when rules 1-4 admit it (`vsa_result`).

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from ..plan.keys import cache_ref
-from ..plan.plan import Plan
+from ..plan.plan import Plan, State
 from ..ports.registry import Registries
 
 
@@ -28,11 +28,14 @@ class Handoff:
     node: str = ""  # the node whose digest the command hands on: the named node, or the entry's last leaf
 
     def staged(self, plan: Plan, registries: Registries) -> str | None:
-        """`node stage`: "nothing to do" when every node of the selection has its key tag in the registry (the
-        job that staged it first, here or on another machine, won); None when something must be staged."""
+        """`node stage`: "nothing to do" when every node of the selection is under its key tag in the registry and a
+        trusted build record vouches for it there (the plan decided it so: the job that staged it first, here or on
+        another machine, won); None when something must be staged, a pusher's image under a key tag included
+        (stage builds and pushes over it)."""
         self.node = self.name if "/" in self.name else [n.id for n in plan.nodes if n.leaf][-1]
         self.digests = {n.id: registries.digest(cache_ref(n)) if n.key else None for n in plan.nodes}
-        if any(digest is None for digest in self.digests.values()):
+        if any(digest is None for digest in self.digests.values()) or \
+                any(n.status != State.CACHED or n.decision.ref is None for n in plan.nodes):
             return None
         return (f"nothing to do: {self.name} is staged ({len(self.digests)} node(s) under their key tags; "
                 f"{self.node} is {self.digests[self.node]})")

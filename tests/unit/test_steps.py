@@ -291,3 +291,35 @@ def test_a_key_tag_is_built_on_only_when_a_trusted_build_record_vouches_for_it(c
     run(chain, machine(clean), (Stage(), KeyTags()), tmp_path / "clean")
     clean_keys = Keys.load(tmp_path / "clean" / "cache" / "keys", {})
     assert {n.status for n in decided(chain, machine(clean), clean_keys.build_trust)[0].nodes} == {State.CACHED}
+
+
+def test_a_pushers_leaf_under_the_leafs_key_tag_is_not_tested_published_or_staged_over(chain: Plan,
+                                                                                      tmp_path: Path) -> None:
+    """N5-03: the honest leaf plus a backdoor layer, pushed under the leaf's key tag with no build record. verify
+    does not run the suite in it, `node stage` does not call it done, and stage pushes the honest leaf over it."""
+    from imagebuilder.run.handoff import Handoff
+
+    registry = FakeRegistry()
+    builder_machine = machine(registry)
+    staged = run(chain, builder_machine, (Stage(), KeyTags()), tmp_path / "stage")
+    builder = build_key(tmp_path / "stage")
+    attacker = machine(registry)
+    honest = attacker.pull(f"127.0.0.1:5000/{REPO}@{staged['task'].digest}")
+    doc = json.loads(json.dumps(attacker.images[honest]))
+    doc["layers"] = doc["rootfs"]["diff_ids"] = [*doc["layers"], "sha256:" + "b" * 64]  # /usr/local/bin/backdoor
+    ref = f"127.0.0.1:5000/{REPO}:{keys.cache_tag(str(staged['task'].key))}"
+    evil = attacker.add(doc)
+    attacker.tag(evil, ref)
+    evil_digest = attacker.push(ref)
+    runner = machine(registry)
+    verified = run(chain, runner, (Staged("verify"), Verify(record=True)), tmp_path / "verify", builders=(builder,))
+    assert runner.runs == [] and verified["task"].build == BuildStatus.FAILED
+    assert "not staged by a trusted build key" in str(verified["task"].error) and evil_digest in \
+        str(verified["task"].error)
+    # The plan a node command reads: the key tag is there, but vouched for by nothing: not done.
+    trusted = Keys.load(tmp_path / "stage" / "cache" / "keys", {}).build_trust
+    plan, pool = decided(chain, machine(registry), trusted)
+    assert Handoff(chain.nodes[-1].id).staged(plan, pool) is None
+    # The stage machine stages again: the honest leaf goes back under its key tag, with its build record.
+    again = run(chain, builder_machine, (Stage(), KeyTags()), tmp_path / "stage")
+    assert again["task"].digest == staged["task"].digest == registry.manifest_digest(REPO, ref.rsplit(":", 1)[1])
