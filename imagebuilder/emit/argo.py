@@ -1,14 +1,17 @@
 """The graph as one Argo Workflows `Workflow`: a DAG task per job, a container template per kind and runner.
 GPU templates limit `nvidia.com/gpu` to the runner's count and select nodes of its model
 (`nvidia.com/gpu.product`, as NVIDIA's GPU feature discovery labels them); a stage task's digest is its output
-parameter, which its verify task is given (`--digest`). The tool image runs the node commands against the
-node's Docker engine (its socket mounted). Argument values are never shell text. The Workflow is one
-Kubernetes object: it must stay under MAX_BYTES (etcd's request limit). Pure."""
+parameter, which its verify task is given (`--digest`). Each template's pod holds its role's private key only
+(`roles.pod`: the Secret `imagebuilder-keys`) and names the public halves with their roles (the ConfigMap
+`imagebuilder-trust`). The tool image runs the node commands against the node's Docker engine (its socket
+mounted: the pod, and the image under test, are root on the node). Argument values are never shell text. The
+Workflow is one Kubernetes object: it must stay under MAX_BYTES (etcd's request limit). Pure."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import roles
 from .graph import STAGE, VERIFY, Graph, Job, Runner
 
 MAX_BYTES = 1024 * 1024  # under etcd's 1.5 MiB request limit, with room for the status Argo adds
@@ -29,10 +32,11 @@ def template(kind: str, runner: Runner, image: str, common: list[str]) -> dict[s
     args = {STAGE: ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"],
             VERIFY: ["node", "verify", *common, "--digest", "{{inputs.parameters.digest}}",
                      "{{inputs.parameters.node}}"]}.get(kind, ["publish", *common])
-    container: dict[str, Any] = {"image": image, "command": ["imagebuilder"], "args": args,
-                                 "volumeMounts": [{"name": "engine", "mountPath": SOCKET}]}
+    env, volumes, mounts = roles.pod(Job(kind, kind, None, (), runner=runner))  # (this template's role's key)
+    container: dict[str, Any] = {"image": image, "command": ["imagebuilder"], "args": args, "env": env,
+                                 "volumeMounts": [{"name": "engine", "mountPath": SOCKET}, *mounts]}
     out: dict[str, Any] = {"name": template_name(kind, runner), "container": container,
-                           "volumes": [{"name": "engine", "hostPath": {"path": SOCKET, "type": "Socket"}}]}
+                           "volumes": [{"name": "engine", "hostPath": {"path": SOCKET, "type": "Socket"}}, *volumes]}
     if kind != "publish":
         out["inputs"] = {"parameters": params}
     if runner.gpu is not None:

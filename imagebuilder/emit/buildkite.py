@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from . import roles
 from .graph import STAGE, VERIFY, Graph, Job
 
 MAX_STEPS = 500  # steps per pipeline upload
@@ -42,6 +43,7 @@ def step(job: Job) -> dict[str, Any]:
         out["depends_on"] = list(job.needs)
     if job.runner.gpu is not None:
         out["env"] = {"IMAGEBUILDER_GPUS": str(job.runner.gpus)}
+    out["env"] = {**out.get("env", {}), **roles.trust()}  # (the public halves, each with its roles)
     return out
 
 

@@ -5,14 +5,17 @@ that dispatches the next shard once this one is done (`gh workflow run`; a dispa
 a run, other events do not). Every node job calls one reusable workflow (`imagebuilder-node.yml`) with the
 node command's arguments as JSON, which it runs without a shell (a node id is never shell text). A verify job
 is handed its stage job's digest (the reusable workflow's output) when both are in one shard; across shards
-the key tag is read again. Limits: https://docs.github.com/en/actions/reference/limits (256 jobs per run,
-500 KB per workflow file; 20 unique reusable workflows, 4 levels: this uses 1 and 1). Pure."""
+the key tag is read again. Each job is given only the private key of its role, by name (`roles.key_of`: never
+`secrets: inherit`), and names the public halves with their roles. Limits:
+https://docs.github.com/en/actions/reference/limits (256 jobs per run, 500 KB per workflow file; 20 unique
+reusable workflows, 4 levels: this uses 1 and 1). Pure."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from . import roles
 from .graph import VERIFY, Graph, Job
 
 MAX_JOBS = 256  # jobs per workflow run
@@ -36,27 +39,34 @@ def node_workflow() -> dict[str, Any]:
                      "REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}"},
              "run": 'printf \'%s\' "$REGISTRY_PASSWORD" | docker login "$REGISTRY" -u "$REGISTRY_USER" '
                     '--password-stdin'}
+    trusted = roles.trust()
     run = {"id": "node", "name": "imagebuilder node command",
            "env": {"ARGV": "${{ inputs.argv }}", "DIGEST": "${{ inputs.digest }}",
-                   "IMAGEBUILDER_TRUST_KEYS": "${{ vars.IMAGEBUILDER_TRUST_KEY || 'keys/signing.pub' }}"},
+                   roles.TRUST_ENV: f"${{{{ vars.IMAGEBUILDER_TRUST_KEY || '{trusted[roles.TRUST_ENV]}' }}}}",
+                   roles.TRUST_BUILD_ENV: "${{ vars.IMAGEBUILDER_TRUST_BUILD_KEY || "
+                                          f"'{trusted[roles.TRUST_BUILD_ENV]}' }}}}"},
            "run": "python -c 'import json, os; a = json.loads(os.environ[\"ARGV\"]); d = os.environ[\"DIGEST\"]; "
                   "os.execvp(\"imagebuilder\", [\"imagebuilder\", *a[:-1], *([\"--digest\", d] if d else []), a[-1]])'"}
     out = {"name": "hand on the digest", "if": "inputs.digest_file != ''",
            "env": {"DIGEST_FILE": "${{ inputs.digest_file }}"},
            "run": 'echo "digest=$(cat "$DIGEST_FILE")" >> "$GITHUB_OUTPUT"', "id": "digest"}
-    key = {"name": "the verifier's signing key (verify jobs only)", "if": "inputs.kind == 'verify'",
-           "env": {"SIGNING_KEY": "${{ secrets.IMAGEBUILDER_SIGNING_KEY }}"},
-           "run": 'umask 077\nprintf \'%s\\n\' "$SIGNING_KEY" > "$RUNNER_TEMP/signing.pem"\n'
-                  'echo "IMAGEBUILDER_SIGNING_KEY=$RUNNER_TEMP/signing.pem" >> "$GITHUB_ENV"'}
+    key = {"name": "this job's key (its role's only: emit/roles.py)", "if": "inputs.key_env != ''",
+           "env": {"SIGNING_KEY": "${{ secrets.IMAGEBUILDER_KEY }}", "KEY_ENV": "${{ inputs.key_env }}"},
+           "run": 'case "$KEY_ENV" in ' + "|".join(sorted({k.env for k in roles.KEYS})) + ') ;; *) echo "unknown key '
+                  'variable $KEY_ENV" >&2; exit 1;; esac\n'
+                  '[ -n "$SIGNING_KEY" ] || { echo "::warning::no key for $KEY_ENV: it signs nothing"; exit 0; }\n'
+                  'umask 077\n'
+                  'printf \'%s\\n\' "$SIGNING_KEY" > "$RUNNER_TEMP/signing.pem"\n'
+                  'echo "$KEY_ENV=$RUNNER_TEMP/signing.pem" >> "$GITHUB_ENV"'}
     inputs = {name: {"type": "string", "required": required, **({} if required else {"default": ""})}
               for name, required in (("id", True), ("argv", True), ("runs_on", True), ("kind", True), ("digest", False),
-                                     ("digest_file", False))}
+                                     ("digest_file", False), ("key_env", False))}
     return {
         "name": "imagebuilder node",
         "on": {"workflow_call": {"inputs": inputs, "outputs": {"digest": {"value": "${{ jobs.node.outputs.digest }}"}},
                                  "secrets": {"REGISTRY_USER": {"required": False},
                                              "REGISTRY_PASSWORD": {"required": False},
-                                             "IMAGEBUILDER_SIGNING_KEY": {"required": False}}}},
+                                             "IMAGEBUILDER_KEY": {"required": False}}}},
         "permissions": {"contents": "read"},
         "jobs": {"node": {"runs-on": "${{ fromJSON(inputs.runs_on) }}", "timeout-minutes": 120,
                           "outputs": {"digest": "${{ steps.digest.outputs.digest }}"},
@@ -99,13 +109,17 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
             if job.kind == VERIFY and job.digest_from in here:
                 digest = f"${{{{ needs.{job.digest_from}.outputs.digest }}}}"
             digest_file = job.argv[job.argv.index("--digest-file") + 1] if "--digest-file" in job.argv else ""
+            key = roles.key_of(job)
             doc_jobs[job.id] = {
                 "name": f"{job.kind} {job.node or 'the matrix'}",
                 **({"needs": [n for n in job.needs if n in here]} if any(n in here for n in job.needs) else {}),
                 "uses": f"./.github/workflows/{NODE_WORKFLOW}",
                 "with": {"id": job.id, "argv": json.dumps(list(job.argv)), "kind": job.kind,
-                         "runs_on": json.dumps(runs_on(job, cpu, gpu)), "digest": digest, "digest_file": digest_file},
-                "secrets": "inherit",
+                         "runs_on": json.dumps(runs_on(job, cpu, gpu)), "digest": digest, "digest_file": digest_file,
+                         "key_env": key.env},
+                "secrets": {"REGISTRY_USER": "${{ secrets.REGISTRY_USER }}",  # (named: never `inherit`)
+                            "REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}",
+                            "IMAGEBUILDER_KEY": f"${{{{ secrets.{key.secret} }}}}"},
             }
         if index + 1 < len(parts):
             doc_jobs["next"] = {

@@ -11,7 +11,7 @@ The rules, in the order a refusal names them:
    record does not verify, or is not the verdict its tag names, blocks as a failure would (`passes.Verdicts`);
    with a GPU model asked, only that model's failures (and every unreadable verdict) block;
 4. a pass: a trusted pass of the spec under its pass tag (a GPU model's verdict is not the pass); `verified`: on
-   GPUs where the image is a CUDA image; `gpu`: on real GPUs;
+   GPUs where the image is a CUDA image; `gpu`: on real GPUs (its pass, or a model's verdict);
    `gpu_model`: on that model (its pass, or its verdict);
 5. `sbom`: a signed SBOM that counts; `vsa`: a trusted VSA that says PASSED.
 A VSA written beside a published digest says PASSED exactly when rules 1-4 admit it (`vsa_result`).
@@ -110,14 +110,16 @@ def judge(beside: Beside, ask: Ask) -> Ruling:
             counted.append((tag, got.found))
     specs = sorted({s.record.spec for _, s in counted} | ({ask.spec} if ask.spec and len(ask.spec) == 64 else set()))
     failed: list[Signed] = []
+    unreadable: list[str] = []
     for spec in specs:
         verdicts = passes.Verdicts.of(beside.digest, spec, [
             (tag, got) for tag, got in beside.records if ".gpu" in tag and passes.spec16(tag) == spec[:16]])
         failed += [f for f in verdicts.failed if ask.gpu_model is None or _on_model(f, ask.gpu_model)]
-        why += [f"a GPU verdict beside it does not count ({u}); a verdict that cannot be read blocks as a failure "
-                "would" for u in verdicts.unreadable]
+        unreadable += verdicts.unreadable
     why += [f"failed this spec's suite on {gpu_model(f.record.gpu)} (spec {f.record.spec[:16]}, {f.record.date}, "
             f"signed by {f.signer()})" for f in failed]
+    why += [f"a GPU verdict beside it does not count ({u}); a verdict that cannot be read blocks as a failure would"
+            for u in unreadable]
     good = tuple((t, s) for t, s in counted if s.record.passed and passes.is_pass_tag(t))  # (a verdict is no pass)
     on_models = [s for _, s in counted if s.record.passed]  # (a model's verdict says it passed on that model)
     if ask.passed and not good:
@@ -126,7 +128,7 @@ def judge(beside: Beside, ask: Ask) -> Ruling:
                    + (" (it was only ever published untested)" if untested else ""))
     if ask.verified and good and not any(s.record.gpu_verified for _, s in good):
         why.append("it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
-    if ask.gpu and not any(s.record.gpu.get("kind") == "gpu" and s.record.gpu_verified for _, s in good):
+    if ask.gpu and not any(s.record.gpu.get("kind") == "gpu" and s.record.gpu_verified for s in on_models):
         why.append("no trusted pass on real GPUs")
     if ask.gpu_model is not None and not any(_on_model(s, ask.gpu_model) and s.record.gpu_verified
                                              for s in on_models):

@@ -396,6 +396,10 @@ class _Loader:
             first = next(e for e, pair in urls if index_auth.scope_problem(pair, self.env) is not None)
             raise InputError(problem, where=first.where, hint="credentials go only to the index hosts they are "
                              "for: name them, or give each host its own in ~/.netrc")
+        clear = index_auth.plain_http_problem({url for _, pair in urls for url in pair}, self.env)
+        if clear is not None:  # index credentials never cross a network in clear text unless the environment says so
+            first = next(e for e, pair in urls if index_auth.plain_http_problem(pair, self.env) is not None)
+            raise InputError(clear, where=first.where)
         own = self.registry_override or (top["registry"] if isinstance(top.get("registry"), str) else None)
         return Matrix(Path(self.doc.file), tuple(entries), tuple(excluded), tuple(self.warnings),
                       lookups.Questions(frozenset(self.base_images), frozenset(self.index)), own,

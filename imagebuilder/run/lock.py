@@ -1,7 +1,8 @@
 """One build at a time per target repository on a machine: two `imagebuilder build` runs that publish to
 the same repository serialize on a file lock (the second says who holds it and waits), so they never
-interleave their pushes and tag moves. Runs on different machines are kept apart by the registry itself:
-immutable tags are never overwritten and an entry is published all or nothing."""
+interleave their pushes and tag moves; a lock file is never opened through a symbolic link. Runs on different
+machines are kept apart by the registry itself: immutable tags are never overwritten and an entry is published
+all or nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +16,20 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from ..errors import InputError
+
+
+def _open(path: Path) -> TextIO:
+    """The lock file, opened for reading and appending, never through a link: in a cache folder others can write
+    to, a link planted under a lock's name would have this run truncate whatever it points at (`InputError`)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        why = "is a symbolic link" if path.is_symlink() else exc.strerror
+        raise InputError(f"build lock {path}: {why}; a lock file is never opened through a link",
+                         hint="remove it (and check who can write to the cache folder)") from None
+    return os.fdopen(fd, "a+", encoding="utf-8")
+
 
 @contextlib.contextmanager
 def hold(folder: Path, names: Iterable[str], say: Callable[[str], None]) -> Iterator[None]:
@@ -24,7 +39,7 @@ def hold(folder: Path, names: Iterable[str], say: Callable[[str], None]) -> Iter
     try:
         for name in sorted(set(names)):
             path = folder / (hashlib.sha256(name.encode()).hexdigest()[:24] + ".lock")
-            handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed in the finally below
+            handle = _open(path)
             held.append(handle)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

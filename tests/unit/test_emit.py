@@ -228,3 +228,43 @@ def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, cap
                      "graph"])
         err = capsys.readouterr().err
         assert code == 2 and f"{key}" in err and "m.yaml" in err and "Traceback" not in err, err
+
+
+def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_their_roles(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """N5-06/N5-08: stage jobs get the build key, GPU verify jobs the GPU runners' key, CPU verify and publish the
+    hosted fleet's key (trusted `cpu,publish` only); secrets are passed by name, never `inherit`; every job and pod
+    names the public halves with their roles. One definition (`emit/roles.py`) for every engine."""
+    from imagebuilder.emit import roles
+    from imagebuilder.evidence import signing
+
+    assert {roles.SIGNING_ENV, roles.BUILD_ENV} == {signing.SIGNING_KEY_ENV, signing.BUILD_KEY_ENV}
+    assert all(signing.roles_problem(k.roles.split(",")) is None for k in roles.KEYS)
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    docs = dict(github.workflows(graph, cpu=("ubuntu-24.04",), gpu=("self-hosted", "gpu")))
+    expected = {(STAGE, False): "IMAGEBUILDER_BUILD_KEY", (VERIFY, True): "IMAGEBUILDER_SIGNING_KEY",
+                (VERIFY, False): "IMAGEBUILDER_HOSTED_KEY", (PUBLISH, False): "IMAGEBUILDER_HOSTED_KEY"}
+    shard = docs[github.shard_name(0)]
+    for job in graph.jobs:
+        called = shard["jobs"][job.id]
+        assert called["secrets"]["IMAGEBUILDER_KEY"] == \
+            f"${{{{ secrets.{expected[(job.kind, job.runner.gpu is not None)]} }}}}", job.id
+        assert called["with"]["key_env"] == (signing.BUILD_KEY_ENV if job.kind == STAGE else signing.SIGNING_KEY_ENV)
+    assert "inherit" not in json.dumps(docs)
+    node = docs[github.NODE_WORKFLOW]["jobs"]["node"]["steps"]
+    trust = next(s for s in node if s.get("id") == "node")["env"]
+    assert "'gpu=keys/signing.pub cpu,publish=keys/hosted.pub'" in trust["IMAGEBUILDER_TRUST_KEYS"]
+    assert "'keys/build.pub'" in trust["IMAGEBUILDER_TRUST_BUILD_KEYS"]
+    workflow = argo.workflow(graph, image="r/x@sha256:" + "a" * 64)
+    for template in workflow["spec"]["templates"][1:]:
+        env = {e["name"]: e["value"] for e in template["container"]["env"]}
+        held = [v["secret"]["items"][0]["key"] for v in template["volumes"] if "secret" in v]
+        kind = template["name"].split("-", 1)[0]
+        want = "build.pem" if kind == STAGE else "gpu.pem" if "nvidia" in template["name"] else "hosted.pem"
+        assert held == [want] and env["IMAGEBUILDER_TRUST_KEYS"] == (
+            "gpu=/var/run/imagebuilder/trust/gpu.pub cpu,publish=/var/run/imagebuilder/trust/hosted.pub"), template
+    leaves = {str(j.node): "sha256:" + "b" * 64 for j in graph.jobs if j.kind == VERIFY}
+    for one in kubejobs.jobs(graph, leaves, image="r/x@sha256:" + "a" * 64):
+        pod = one["spec"]["template"]["spec"]
+        assert [v["secret"]["items"][0]["key"] for v in pod["volumes"] if "secret" in v] == \
+            ["gpu.pem" if "nvidia" in str(pod["nodeSelector"]).lower() else "hosted.pem"]

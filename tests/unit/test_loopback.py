@@ -16,10 +16,14 @@ from typing import Any
 
 import pytest
 
+from imagebuilder.errors import InputError
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
 from imagebuilder.run.loopback import Credentials, Upstream, index_credentials, index_root, serve_indexes
-from imagebuilder.secrets.index_auth import scope_problem
+from imagebuilder.secrets.index_auth import plain_http_problem, scope_problem
 
 from ..auth_index import auth_index, basic
+from ..conftest import MatrixWriter
 
 AUTH = basic("u", "pw-123456")
 
@@ -220,3 +224,24 @@ def test_a_wheelhouse_is_served_to_the_runs_builds_only(tmp_path: Path) -> None:
             assert info.value.code == 404, path
     with pytest.raises(OSError):  # gone with the run
         urllib.request.urlopen(url, timeout=5)
+
+
+def test_index_credentials_never_cross_a_network_in_clear_text(tmp_path: Path, write_matrix: MatrixWriter,
+                                                               header: str, table: CompatTable) -> None:
+    """N5-09: an `http://` index off loopback gets no credentials (a matrix that would send them is an input error
+    naming the index, before anything builds), unless IMAGEBUILDER_INDEX_PLAIN_HTTP_AUTH=1; loopback keeps them."""
+    env = {"NETRC": "/nonexistent", "IMAGEBUILDER_INDEX_USER": "ci", "IMAGEBUILDER_INDEX_PASSWORD": "index-s3cret",
+           "IMAGEBUILDER_INDEX_HOSTS": "pypi.corp.example 127.0.0.1:3141"}
+    assert index_credentials("http://pypi.corp.example/simple", env) is None
+    assert index_credentials("https://pypi.corp.example/simple", env) is not None
+    assert index_credentials("http://127.0.0.1:3141/simple", env) is not None  # (this machine: no network crossed)
+    allowed = {**env, "IMAGEBUILDER_INDEX_PLAIN_HTTP_AUTH": "1"}
+    assert index_credentials("http://pypi.corp.example/simple", allowed) is not None
+    problem = plain_http_problem(["http://pypi.corp.example/simple"], env)
+    assert problem is not None and "IMAGEBUILDER_INDEX_PLAIN_HTTP_AUTH=1" in problem and "s3cret" not in problem
+    assert plain_http_problem(["http://pypi.corp.example/simple"], allowed) is None
+    path = write_matrix(header + "build: {pip_index_url: 'http://pypi.corp.example/simple'}\n"
+                        "matrix: {torch: [2.6.0], accelerator: [cpu], python: ['3.11']}\n")
+    with pytest.raises(InputError, match="is plain HTTP and has credentials"):
+        matrix_mod.load(path, table, env=env)
+    matrix_mod.load(path, table, env=allowed)

@@ -156,3 +156,20 @@ def test_build_args_carry_no_secret() -> None:
         assert found(proxy, f"{text}{declares}\n")[:1] == [
             "the run's index proxy token appears in build arg http_proxy"], declares
     assert found(proxy, f"{text}ARG HTTP_PROXY\n") == []  # another name
+
+
+def test_the_lock_is_never_opened_through_a_planted_link(tmp_path: Path) -> None:
+    """N5-09 (run/lock.py): a link planted under a lock's name in a shared cache folder is refused, and what it
+    points at is left as it was."""
+    import hashlib
+
+    from imagebuilder.errors import InputError
+
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    folder = tmp_path / "locks"
+    folder.mkdir()
+    (folder / (hashlib.sha256(b"reg/repo").hexdigest()[:24] + ".lock")).symlink_to(victim)
+    with pytest.raises(InputError, match="is a symbolic link"), lock.hold(folder, ["reg/repo"], print):
+        pass
+    assert victim.read_text() == "keep me\n"
