@@ -7,7 +7,9 @@ node's key, its inputs and the parent image it was built FROM (by image ID, the 
 dependencies. It is stored like every other attestation (`attestation`: tag `sha256-<hex>.build`). A run reuses an
 image a key tag names, without building it, only when such a record signed by a trusted build key
 (`signing.Keys.build_trust`) says it is this key's image, this very image (its config digest), and built on the
-image this run uses for its parent; otherwise the node is built again and the run says why.
+image this run uses for its parent; otherwise the node is built again and the run says why. The record is also
+written where other tools look (`sigstore.Layouts`: a bundle referrer and a `.att` layer), so `cosign
+verify-attestation --type slsaprovenance1 --key build.pub` finds it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .. import __version__
 from ..errors import EngineError
 from . import attestation
 from .signing import BUILD, UNTRUSTED, Rejected, Signer, Trust, key_label, predicate_of, statement
+from .sigstore import Layouts
 
 ARTIFACT_TYPE = "application/vnd.imagebuilder.build.v1+json"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -104,6 +107,7 @@ class RegistryBuilds:
     registry: attestation.Store
     trust: Trust
     signer: Signer | None = None
+    layouts: Layouts | None = None  # where other tools look (`sigstore`): the record there too, as cosign reads it
 
     def put(self, repo: str, manifest: str, build: Build) -> str:
         if self.signer is None:
@@ -112,10 +116,14 @@ class RegistryBuilds:
         name = tag(manifest)
         envelope = self.signer.sign(statement(f"{repo}", manifest, PREDICATE_TYPE,
                                               build.predicate(self.signer.public.keyid[:16])))
+        created = build.date or now()
         attestation.put(self.registry, repo, name, envelope, artifact_type=ARTIFACT_TYPE, subject=manifest,
-                        predicate_type=PREDICATE_TYPE,
+                        predicate_type=PREDICATE_TYPE, probe=self.layouts.probe if self.layouts else None,
                         annotations={"io.imagebuilder.node": build.node, "io.imagebuilder.key": build.key,
-                                     "org.opencontainers.image.created": build.date or now()})
+                                     "org.opencontainers.image.created": created})
+        if self.layouts is not None and self.layouts.kinds != "off":  # (`cosign verify-attestation --type
+            self.layouts.write(self.registry, repo, manifest, envelope, public=self.signer.public,  # slsaprovenance1`)
+                               predicate_type=PREDICATE_TYPE, record=name, created=created)
         return name
 
     def vouched(self, repo: str, manifest: str) -> tuple[Vouched | None, str]:

@@ -116,7 +116,7 @@ def push_key_tag(run: RunContext, node: Node) -> str:
             raise EngineError(f"{ref} is gone from the registry and {node.id} is not on this engine")
         return known
     store = run.passes(parsed.host)
-    builds = RegistryBuilds(client, run.keys.build_trust, run.keys.builder)
+    builds = RegistryBuilds(client, run.keys.build_trust, run.keys.builder, run.layouts)
     if held is not None:
         config = store.config_digest(parsed.repository, held)
         if config == record.image:

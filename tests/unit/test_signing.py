@@ -292,3 +292,26 @@ def test_keys_are_named_with_roles_and_each_role_counts_only_the_keys_named_for_
     assert verifier.signer is not None and verifier.builder is None
     assert verifier.signer.public.keyid in verifier.trust.ids() and verifier.signer.public.keyid not in \
         verifier.build_trust.ids()
+
+
+def test_the_build_record_is_also_where_cosign_looks_and_verifies_as_sigstore_go_would() -> None:
+    """The build record, a third of the evidence, in the bundle and `.att` layouts too (`cosign verify-attestation
+    --type slsaprovenance1 --key build.pub`), signed by the build key only."""
+    from imagebuilder.evidence import provenance, sigstore
+    from imagebuilder.evidence.signing import BUILD
+
+    builder, verifier = Signer.generate("build key"), Signer.generate("gpu key")
+    reg = FakeRegistry()
+    manifest, config = reg.image("ml/x", "cache-0123456789ab", "built")
+    build = provenance.Build("e/base", "b" * 64, config, "sha256:" + "c" * 64, "debian:bookworm", {},
+                             "2026-11-27T10:00:00+00:00")
+    provenance.RegistryBuilds(reg, Trust((builder.public,)), builder, Layouts("both")).put("ml/x", manifest, build)
+    trust = Trust((builder.public.with_roles({BUILD}), verifier.public.with_roles({"gpu"})))
+    found, rejected = sigstore.read(reg, "ml/x", manifest, provenance.PREDICATE_TYPE, trust, role=BUILD)
+    assert sorted(f.where.split()[0] for f in found) == ["bundle", sigstore.att_tag(manifest)] and rejected == []
+    assert all(provenance.Build.from_predicate(f.predicate) == build for f in found)
+    (entry,) = [m for m in referrers.listed(reg, "ml/x", manifest) if m.get("artifactType") == BUNDLE_TYPE]
+    layer = json.loads(reg.manifest("ml/x", str(entry["digest"]))[0])["layers"][0]["digest"]
+    assert go_dsse_verify(json.loads(reg.blob("ml/x", layer))["dsseEnvelope"], builder.public)
+    none, refused = sigstore.read(reg, "ml/x", manifest, provenance.PREDICATE_TYPE, trust, role="gpu")
+    assert none == [] and all("not for gpu" in r for r in refused)  # (the build key signs no pass)
