@@ -351,3 +351,24 @@ def test_an_ancestor_under_another_config_gets_no_pass_through_the_leaf(machine:
     assert record is not None
     with pytest.raises(Refused, match=r"no build record is beside it: nothing vouches that .* was built on it"):
         via(machine.run, business, task, record, str(machine.run.ledger[task.id].digest), evil_digest, evil)
+
+
+def test_the_vsa_of_a_published_digest_is_the_judges_ruling(machine: Machine) -> None:
+    """N5-10: the leaf failed on H100 at 09:00 and passed there at 10:00: publish publishes it (the newest verdict
+    per model counts), and the VSA beside it says PASSED, not FAILED, as the judge ruled."""
+    from imagebuilder.evidence import predicates, sigstore
+
+    machine.passed(leaf(machine))
+    assert publish(machine)
+    task = leaf(machine)
+    digest = str(machine.run.ledger[task.id].digest)
+    store = machine.run.passes("127.0.0.1:5000")
+    passed = store.find(REPO, digest, machine.run.specs.key(task))
+    assert passed is not None
+    gpu = {"kind": "gpu", "verified": True, "models": ["NVIDIA H100 80GB HBM3"], "count": 1}
+    early = replace(passed, gpu=gpu, verdict=passes.FAILED, date="2026-11-27T09:00:00+00:00")
+    store.put(REPO, early, per_model=True)
+    store.put(REPO, replace(early, verdict=passes.PASSED, date="2026-11-27T10:00:00+00:00"), per_model=True)
+    assert publish(machine)
+    vsas, _ = sigstore.read(machine.registry, REPO, digest, predicates.VSA, machine.run.keys.trust)
+    assert vsas and all(v.predicate["verificationResult"] == "PASSED" for v in vsas)
