@@ -359,6 +359,9 @@ def test_a_poisoned_key_tag_is_not_built_on(engine: DockerEngine, registry: str,
     docker("push", "-q", f"{REGISTRY}/{repo}:{staged.key_tag('leaf')}")
     poisoned_layer = engine.inspect(poisoned)["RootFS"]["Layers"][-1]
     docker("rmi", "-f", poisoned, f"{REGISTRY}/{repo}@{leaf_digest}")
+    for image in engine.api.images(filters={"label": f"io.imagebuilder.key={staged.nodes['leaf']['key']}"}, all=True):
+        subprocess.run(["docker", "rmi", "-f", str(image["Id"])], capture_output=True, timeout=120)  # (an earlier
+        # publish on this engine pulled the honest leaf: the runner here does not hold it)
     with_child = staged.folder / "with-child.yaml"
     (staged.folder / "layers" / "child").mkdir(exist_ok=True)
     (staged.folder / "layers" / "child" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo child > "
