@@ -204,10 +204,10 @@ def spec16(tag: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdicts:
-    """What the GPU models' verdicts beside one image say, failing closed: per model only the newest verdict
-    counts (by its signed time), so a replayed older pass does not undo a later failure; a verdict-shaped tag
-    whose record does not verify, or is not the verdict its tag names (another image, spec, model or time: a
-    record copied or replayed under it), blocks the image as a failure would, named."""
+    """What the GPU models' verdicts beside one image say, failing closed (read by the judge, `ruling.judge`): per
+    model only the newest verdict counts (by its signed time), so a replayed older pass does not undo a later
+    failure; a verdict-shaped tag whose record does not verify, or is not the verdict its tag names (another image,
+    spec, model or time: a record copied or replayed under it), blocks the image as a failure would, named."""
 
     failed: tuple[Signed, ...] = ()  # each model whose newest verdict failed
     unreadable: tuple[str, ...] = ()  # "<tag>: why" of each verdict tag that says nothing that counts
@@ -233,17 +233,6 @@ class Verdicts:
                 newest[match.group("kind")] = (time, got.found)
         failed = tuple(s for _, s in newest.values() if s.record.verdict == FAILED)
         return cls(failed, tuple(unreadable))
-
-    def blocking(self, what: str) -> str | None:
-        """Why `what` (an image) may not be published or promoted; None when no verdict stands against it."""
-        if self.failed:
-            first = self.failed[0]
-            return (f"{what} failed this spec's suite on {gpu_model(first.record.gpu)} ({first.record.date}, signed "
-                    f"by {first.signer()})")
-        if self.unreadable:
-            return (f"a GPU verdict beside {what} does not count ({self.unreadable[0]}); a verdict that cannot be "
-                    "read blocks as a failure would")
-        return None
 
 
 def envelope(signer: Signer, record: PassRecord, subject: str) -> dict[str, Any]:
@@ -366,12 +355,6 @@ class RegistryPasses:
         if record.passed and self.find(repo, record.manifest, record.spec, record.config) is None:
             raise EngineError(f"the pass record {repo}:{tag} did not read back: not published")
         return tag
-
-    def verdicts(self, repo: str, manifest: str, spec: str) -> Verdicts:
-        """The GPU models' verdicts of this spec beside the image, judged (`Verdicts.of`)."""
-        prefix = manifest.replace(":", "-", 1) + ".gpu"
-        return Verdicts.of(manifest, spec, [(t, self.read(repo, t)) for t in self.registry.tags(repo)
-                                            if t.startswith(prefix) and spec16(t) == spec[:16]])
 
     def tags_of(self, repo: str) -> list[str]:
         return self.registry.tags(repo)

@@ -11,7 +11,7 @@ import pytest
 
 from imagebuilder.commands import promote
 from imagebuilder.errors import InputError, Refused
-from imagebuilder.evidence import passes
+from imagebuilder.evidence import beside, passes, ruling
 from imagebuilder.evidence.passes import LocalPasses, PassRecord, RegistryPasses
 from imagebuilder.evidence.provenance import Build, RegistryBuilds
 from imagebuilder.evidence.signing import Keys, Signer, Trust
@@ -225,8 +225,10 @@ def test_a_gpu_models_verdict_is_not_the_pass_and_its_failure_blocks_promote() -
     assert not proof.passed and proof.why.startswith("failed this spec's suite on NVIDIA H200")
 
 
-def _verdicts(reg: FakeRegistry, manifest: str) -> passes.Verdicts:
-    return RegistryPasses(reg, KEYS.trust, SIGNER).verdicts("ml/x", manifest, SPEC)
+def _verdicts(reg: FakeRegistry, manifest: str) -> str | None:
+    """What the one judge says of the digest's verdicts of SPEC (nothing else asked); None when none blocks it."""
+    found = beside.read(reg, "ml/x", manifest, KEYS.trust)  # type: ignore[arg-type]
+    return ruling.judge(found, ruling.Ask(spec=SPEC, build=False, passed=False)).first()
 
 
 def test_a_newer_verdict_wins_and_a_replayed_older_pass_does_not_undo_a_failure() -> None:
@@ -241,17 +243,17 @@ def test_a_newer_verdict_wins_and_a_replayed_older_pass_does_not_undo_a_failure(
     late = replace(early, verdict=passes.FAILED, date="2026-11-27T10:00:00+00:00")
     passed_tag, failed_tag = store.put("ml/x", early, per_model=True), store.put("ml/x", late, per_model=True)
     assert passed_tag != failed_tag and failed_tag.endswith("-20261127T100000Z")
-    why = _verdicts(reg, manifest).blocking("it")
-    assert why is not None and why.startswith("it failed this spec's suite on NVIDIA H100 (2026-11-27T10:00")
+    why = _verdicts(reg, manifest)
+    assert why is not None and why.startswith("failed this spec's suite on NVIDIA H100 (spec")
     reg.tagged[("ml/x", failed_tag)] = reg.tagged[("ml/x", passed_tag)]  # the replay, as a pusher does it
-    why = _verdicts(reg, manifest).blocking("it")
+    why = _verdicts(reg, manifest)
     assert why is not None and f"{failed_tag}: its record is not the verdict this tag names" in why
     assert "copied or replayed" in why
     del reg.tagged[("ml/x", failed_tag)]  # (deletion rights: the hole README names)
-    assert _verdicts(reg, manifest).blocking("it") is None
+    assert _verdicts(reg, manifest) is None
     store.put("ml/x", late, per_model=True)
     store.put("ml/x", replace(early, date="2026-11-27T11:00:00+00:00"), per_model=True)  # passed again, later
-    assert _verdicts(reg, manifest).blocking("it") is None
+    assert _verdicts(reg, manifest) is None
 
 
 def test_a_verdict_tag_that_does_not_verify_blocks_as_a_failure_would() -> None:
@@ -260,7 +262,7 @@ def test_a_verdict_tag_that_does_not_verify_blocks_as_a_failure_would() -> None:
     other, _ = reg.image("ml/x", "junk", "junk")
     tag = passes.record_tag(manifest, SPEC, passes.FAILED, "NVIDIA H100", "2026-11-27T10:00:00+00:00")
     reg.tagged[("ml/x", tag)] = other  # any manifest a pusher puts under a verdict's tag
-    why = _verdicts(reg, manifest).blocking("it")
+    why = _verdicts(reg, manifest)
     assert why is not None and tag in why and "does not count" in why
 
 
