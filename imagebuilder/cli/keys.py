@@ -1,4 +1,5 @@
-"""`keys public` and `keys new`: the keys that sign pass records and build provenance."""
+"""`keys public`, `keys new` and `keys trusted`: the keys that sign evidence, and whose evidence counts for which
+role."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 from rich.markup import escape
 
 from ..errors import InputError
-from ..evidence.signing import Signer
+from ..evidence.signing import ROLES, Signer
 from .context import Context
 from .options import writable_file, writable_folder
 from .root import cli
@@ -17,8 +18,8 @@ from .root import cli
 
 @cli.group("keys")
 def keys_group() -> None:
-    """The keys that sign pass records (`IMAGEBUILDER_SIGNING_KEY`, else this machine's own) and whose records
-    count (`--trust-key`)."""
+    """The keys that sign evidence (`IMAGEBUILDER_SIGNING_KEY`, `IMAGEBUILDER_BUILD_KEY`, else this machine's own)
+    and whose evidence counts, for which roles (`--trust-key [ROLE,...=]FILE`, `--trust-build-key`)."""
 
 
 @keys_group.command("public")
@@ -52,5 +53,21 @@ def keys_new(ctx: Context, folder: Path) -> int:
     with os.fdopen(fd, "wb") as out:
         out.write(signer.private_pem())
     public.write_bytes(signer.public.pem())
-    ctx.out.print(f"wrote {private} (keep it secret) and {public}: key {signer.public.keyid[:16]}", highlight=False)
+    ctx.out.print(f"wrote {private} (keep it secret) and {public}: key {signer.public.keyid[:16]} "
+                  f"({signer.public.fingerprint}); name the public half with the roles it signs for where it is "
+                  f"read, e.g. --trust-key gpu={public} (roles: {', '.join(ROLES)})", highlight=False, soft_wrap=True)
+    return 0
+
+
+@keys_group.command("trusted")
+@click.pass_obj
+def keys_trusted(ctx: Context) -> int:
+    """Each role (build, gpu, cpu, publish) and the keys whose signatures count for it here, and the keys this
+    run would sign with: what the global --trust-key / --trust-build-key options (and the environment) make."""
+    keys = ctx.keys()
+    ctx.out.print(keys.said(), highlight=False, soft_wrap=True)
+    for line in keys.roles_said():
+        ctx.out.print(f"  {line}", highlight=False, soft_wrap=True)
+    ctx.out.print(f"  builds signed with: {keys.builder.public.label() if keys.builder else 'nothing'}",
+                  highlight=False, soft_wrap=True)
     return 0

@@ -315,3 +315,29 @@ def test_the_build_record_is_also_where_cosign_looks_and_verifies_as_sigstore_go
     assert go_dsse_verify(json.loads(reg.blob("ml/x", layer))["dsseEnvelope"], builder.public)
     none, refused = sigstore.read(reg, "ml/x", manifest, provenance.PREDICATE_TYPE, trust, role="gpu")
     assert none == [] and all("not for gpu" in r for r in refused)  # (the build key signs no pass)
+
+
+@pytest.mark.parametrize("separator", [" ", ":", "  \n "])
+def test_the_nightlys_key_lists_are_read_as_written(tmp_path: Path, separator: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """N5-05: IMAGEBUILDER_TRUST_KEYS as nightly.yml writes it (roles, space-separated; `:` as PATH has), and
+    IMAGEBUILDER_TRUST_BUILD_KEYS: each key is read, with its roles (`keys trusted` says them)."""
+    from imagebuilder.cli import main
+
+    (tmp_path / "keys").mkdir()
+    for name in ("signing", "hosted", "build"):
+        (tmp_path / "keys" / f"{name}.pub").write_bytes(Signer.generate(name).public.pem())
+    nightly = ".github/workflows/nightly.yml"
+    text = (Path(__file__).resolve().parents[2] / nightly).read_text()
+    assert "'gpu=keys/signing.pub cpu,publish=keys/hosted.pub'" in text  # (the value tested here is the nightly's)
+    env = {"IMAGEBUILDER_TRUST_KEYS": separator.join(["gpu=keys/signing.pub", "cpu,publish=keys/hosted.pub"]),
+           "IMAGEBUILDER_TRUST_BUILD_KEYS": "keys/build.pub"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)  # (the nightly names the keys relative to the checkout)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        assert main(["--cache-dir", str(tmp_path / "cache"), "keys", "trusted"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu by " in out and "(keys/signing.pub)" in out.split("gpu by ")[1].split("\n")[0]
+    assert "(keys/hosted.pub)" in out.split("cpu by ")[1].split("\n")[0]
+    assert "(keys/build.pub)" in out.split("  build by ")[1].split("\n")[0]
