@@ -297,9 +297,9 @@ class Staged(Nodes):
             first = missing[0]
             there = [n for n in missing if n.reason.startswith("key tag ")]
             if there:  # a key tag is there, and no trusted build record vouches for it as this key's image
-                raise InputError(f"not staged by a trusted build key: {len(there)} node(s) of the plan have a key tag "
-                                 f"no trusted build record vouches for (first: {there[0].id}: {there[0].reason}); "
-                                 f"`imagebuilder {self.command}` tests and publishes nothing else",
+                raise InputError(f"not staged by a trusted build key: {len(missing)} node(s) of the plan are not "
+                                 f"vouched for by a trusted build record (first: {there[0].id}: {there[0].reason}); "
+                                 f"`imagebuilder {self.command}` tests and publishes nothing",
                                  hint="name the stage machine's public build key with --trust-build-key (or "
                                       "--trust-key build=FILE); `imagebuilder stage` rebuilds and re-pushes what no "
                                       "trusted key vouches for")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from imagebuilder.errors import RegistryAccess
+from imagebuilder.errors import InputError, RegistryAccess
 from imagebuilder.evidence import passes
 from imagebuilder.evidence.passes import RegistryPasses
 from imagebuilder.evidence.provenance import BuildTrust
@@ -323,3 +323,29 @@ def test_a_pushers_leaf_under_the_leafs_key_tag_is_not_tested_published_or_stage
     # The stage machine stages again: the honest leaf goes back under its key tag, with its build record.
     again = run(chain, builder_machine, (Stage(), KeyTags()), tmp_path / "stage")
     assert again["task"].digest == staged["task"].digest == registry.manifest_digest(REPO, ref.rsplit(":", 1)[1])
+
+
+def test_verify_and_publish_take_the_registrys_vouched_key_tag_and_say_why_not(chain: Plan, tmp_path: Path) -> None:
+    """What `verify` and `publish` decide (`Cache(staged=True)`): the registry's key tag, vouched for by a trusted
+    build record, whatever this engine holds (a stale image of the key built on another parent is not what was
+    staged); one vouched for by nothing, or by a key not trusted here, is named with why (`Staged.require` says it
+    before anything runs), and a run that builds collects the untrusted signers to say before building."""
+    registry = FakeRegistry()
+    run(chain, machine(registry), (Stage(), KeyTags()), tmp_path / "stage")
+    builder = Keys.load(tmp_path / "stage" / "cache" / "keys", {})
+    runner = machine(registry)
+    labels = {"io.imagebuilder.key": str(chain.nodes[-1].key or ""), "stale": "yes"}
+    keyed = keys.assign(chain, cache_mod.base_ids(chain, runner))
+    runner.add({"config": {"Labels": {**labels, "io.imagebuilder.key": str(keyed.nodes[-1].key)}}})  # stale, here
+    vouched = cache_mod.decide(keyed, cache_mod.Cache(runner, registries(registry), BuildTrust(builder.build_trust),
+                                                      staged=True))
+    assert [(n.status, n.decision.ref is not None) for n in vouched.nodes] == [(State.CACHED, True)] * 3
+    stranger = Keys.load(tmp_path / "stranger" / "keys", {})
+    foreign = BuildTrust(stranger.build_trust)
+    refused = cache_mod.decide(keyed, cache_mod.Cache(runner, registries(registry), foreign, staged=True))
+    first = refused.nodes[0]
+    assert first.status == State.BUILD and first.reason.startswith("key tag ") and "signed by an untrusted key" in \
+        first.reason
+    assert foreign.foreign and "signed by an untrusted key" in foreign.foreign[0]
+    with pytest.raises(InputError, match="not staged by a trusted build key: 3 node"):
+        Staged("verify").require(refused, registries(registry))
