@@ -15,8 +15,9 @@ named with its roles (`--trust-key gpu=keys/gpu.pub`, `cpu,publish=keys/hosted.p
 sign everything, a build key (`--trust-build-key`) builds only. Whoever reads a signed statement asks the role of
 what it says (`Rejected` when the key lacks it), so a CPU fleet's key never vouches for a GPU pass.
 
-Who signs: two roles, two keys. The step that ran the suite signs pass records and verdicts with
-`IMAGEBUILDER_SIGNING_KEY`; the step that built an image signs its build provenance with `IMAGEBUILDER_BUILD_KEY`.
+Who signs: the step that ran the suite signs pass records and verdicts (and publish its SBOMs, VSAs and untested
+records) with `IMAGEBUILDER_SIGNING_KEY`; the step that built an image signs its build provenance with
+`IMAGEBUILDER_BUILD_KEY`.
 Who is trusted: exactly the keys the user names, with the roles they are named with. With `--trust-key`
 (IMAGEBUILDER_TRUST_KEYS) or `--trust-build-key` (IMAGEBUILDER_TRUST_BUILD_KEYS), those keys and the run's own
 explicit signing keys count (a signing key named nowhere counts for the pass roles, one named counts as named), and
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import os
@@ -115,11 +117,11 @@ class PublicKey:
     source: str  # where it was trusted from (a file, "this machine's own key")
     roles: frozenset[str] = EVERY_ROLE  # what its signatures may vouch for (`ROLES`)
 
-    @property
+    @functools.cached_property
     def keyid(self) -> str:
         return key_id(self.key)
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         return fingerprint(self.key)
 
