@@ -90,7 +90,8 @@ def test_stage_verify_publish_and_promote_through_tls_and_scoped_tokens(
 
     # A pull-only user, on a machine that has no pass yet: its verify would have to write the records, so the
     # suite never starts, and it says why.
-    early = cli("--cache-dir", str(tmp_path / "reader-1"), "verify", "--matrix", str(matrix), "--report",
+    builder = ("--trust-build-key", str(public_key(tmp_path / "stager.pub")))  # (the session's key staged it)
+    early = cli("--cache-dir", str(tmp_path / "reader-1"), *builder, "verify", "--matrix", str(matrix), "--report",
                 str(tmp_path / "reader-verify-1"), env=reader)
     runs.append(early)
     assert early.code == 1 and "Traceback" not in early.text, early.text[-3000:]
@@ -113,7 +114,7 @@ def test_stage_verify_publish_and_promote_through_tls_and_scoped_tokens(
     # Now the reader can verify (it finds the signed records, trusting the verifier's key) and writes nothing.
     trust = public_key(tmp_path / "verifier.pub")
     again = cli("--cache-dir", str(tmp_path / "reader-2"), "--trust-key", str(trust), "verify", "--matrix",
-                str(matrix), "--report", str(tmp_path / "reader-verify-2"), env=reader)
+                str(matrix), "--report", str(tmp_path / "reader-verify-2"), env=reader)  # (named alone: every role)
     runs.append(again)
     assert again.code == 0 and "passed on" in again.out, again.text[-3000:]
 

@@ -77,7 +77,9 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
 
     # Machine 2 (GPU runner): verify. It pulls the leaves by digest, tests them, writes their records.
     forget(engine, tmp_path, "stage")
-    verified = cli("--cache-dir", str(tmp_path / "m2"), "verify", "--matrix", str(matrix), "--report",
+    builder = public_key(tmp_path / "builder.pub", tmp_path / "m1")  # the stager's build key: every later machine
+    built = ("--trust-build-key", str(builder))  # names it, or nothing it staged is tested or published
+    verified = cli("--cache-dir", str(tmp_path / "m2"), *built, "verify", "--matrix", str(matrix), "--report",
                    str(tmp_path / "verify"))
     assert verified.code == 1, verified.text[-3000:]  # the failing layer's check
     vnodes = {n["node"]: n for n in report(tmp_path / "verify")["nodes"]}
@@ -90,7 +92,8 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     # The machines after it trust the verifier's public key (in CI: committed; its private key on GPU runners).
     verifier = public_key(tmp_path / "verifier.pub", tmp_path / "m2")
     # a second verify skips what already passed here, and says so; no smoke container starts for it
-    again = cli("--cache-dir", str(tmp_path / "m2b"), "--trust-key", str(verifier), "verify", "--matrix", str(matrix),
+    again = cli("--cache-dir", str(tmp_path / "m2b"), "--trust-key", str(verifier), *built, "verify", "--matrix",
+                str(matrix),
                 "--only", f"{good['entry']}/*", "--report", str(tmp_path / "verify2"))
     assert again.code == 0 and "passed on" in again.out, again.text[-2000:]
     assert engine.managed_containers(SESSION) == []
@@ -98,7 +101,7 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     # Machine 3: publish, the whole matrix. The passing entry's tags name exactly its verified digests; the
     # failing entry gets none; latest-leaf covers both entries' leaf nodes and does not move.
     forget(engine, tmp_path, "verify")
-    published = cli("--cache-dir", str(tmp_path / "m3"), "--trust-key", str(verifier), "publish", "--matrix",
+    published = cli("--cache-dir", str(tmp_path / "m3"), "--trust-key", str(verifier), *built, "publish", "--matrix",
                     str(matrix), "--report", str(tmp_path / "publish"), env=job_key(tmp_path))
     assert published.code == 1, published.text[-3000:]
     pnodes = {n["node"]: n for n in report(tmp_path / "publish")["nodes"]}
@@ -117,7 +120,7 @@ def test_stage_verify_publish_as_three_machines(engine: DockerEngine, registry: 
     assert "latest-base" not in tags  # latest-base covers the failing entry's base node too
 
     # Idempotent: a second publish changes nothing and says so.
-    second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), "publish", "--matrix",
+    second = cli("--cache-dir", str(tmp_path / "m4"), "--trust-key", str(verifier), *built, "publish", "--matrix",
                  str(matrix), "--only", f"{good['entry']}/*", "--report", str(tmp_path / "publish2"),
                  env=job_key(tmp_path))
     assert second.code == 0 and "nothing changed" in second.out, second.text[-2000:]
