@@ -479,9 +479,11 @@ def test_a_pushers_leaf_is_not_tested_and_stage_pushes_the_honest_leaf_back(
                    "--report", str(staged.folder / "n5-03-node"), "--digest-file", str(staged.folder / "n5-03.digest"))
     assert node.code == 0 and "nothing to do" not in node.out, node.text[-3000:]
     assert f"names {evil_digest}" in node.out and "pushing this run's image over it" in node.out, node.out[-3000:]
-    assert Registry.for_host(registry).manifest_digest(repo, staged.key_tag("leaf")) == leaf_digest  # pushed back
-    refused = check(staged, evil_digest, "--trust-key", f"gpu,cpu={staged.verifier}", "--trust-key",
-                    f"build={staged.builder}")
+    now = Registry.for_host(registry).manifest_digest(repo, staged.key_tag("leaf"))  # the honest leaf (as this runner
+    assert now is not None and now != evil_digest  # holds it, or built again on the staged base) replaced it
+    keys = ("--trust-key", f"gpu,cpu={staged.verifier}", "--trust-key", f"build={staged.builder}")
+    assert check(staged, now, *keys, policy=("build",)).code == 0  # ... with its build record
+    refused = check(staged, evil_digest, *keys)
     assert refused.code == 1 and "no trusted build record names it" in refused.out, refused.text
 
 
