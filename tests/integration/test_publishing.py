@@ -131,7 +131,7 @@ def test_what_other_tools_find_beside_each_published_digest(registry: str, cpu_c
     foreign = tmp_path / "foreign.pem"
     foreign.write_bytes(Signer.generate().public.pem())
     trusted = session_trust().keys[0]
-    sslib = SSlibKey(trusted.keyid, "ed25519", "ed25519", {"public": trusted.raw})
+    sslib = SSlibKey(trusted.fingerprint, "ed25519", "ed25519", {"public": trusted.raw})  # (the keyid we sign with)
     every = registry_tags(registry, repo, cache=True)
     files: list[tuple[Path, str, str]] = []  # each bundle, its image's digest and its predicate type
     for layer, node in cpu_chain.nodes.items():
@@ -146,7 +146,8 @@ def test_what_other_tools_find_beside_each_published_digest(registry: str, cpu_c
             assert entry["artifactType"] == json.loads(reg.manifest(repo, tag)[0])["artifactType"], tag
         bundles = [m for m in listed if m["artifactType"] == sigstore.BUNDLE_TYPE]
         kinds = sorted(m["annotations"]["dev.sigstore.bundle.predicateType"] for m in bundles)
-        assert kinds == sorted([passes.PREDICATE_TYPE, predicates.TEST_RESULT, predicates.VSA, sboms.PREDICATE_TYPE])
+        assert kinds == sorted([passes.PREDICATE_TYPE, predicates.TEST_RESULT, predicates.VSA, sboms.PREDICATE_TYPE,
+                                provenance.PREDICATE_TYPE])  # (the build record too, for `--type slsaprovenance1`)
         for entry in bundles:
             manifest = json.loads(reg.manifest(repo, entry["digest"])[0])
             path = tmp_path / f"{entry['digest'][7:19]}.json"
@@ -158,7 +159,7 @@ def test_what_other_tools_find_beside_each_published_digest(registry: str, cpu_c
         for one in att["layers"]:
             assert one["mediaType"] == "application/vnd.dsse.envelope.v1+json"
             envelope = json.loads(reg.blob(repo, one["digest"]))
-            assert list(Envelope.from_dict(envelope).verify([sslib], 1)) == [trusted.keyid], layer
+            assert list(Envelope.from_dict(envelope).verify([sslib], 1)) == [trusted.fingerprint], layer
         raw = json.loads(reg.manifest(repo, f"{digest.replace(':', '-')}.sbom")[0])  # other tools' `.sbom`: raw
         assert json.loads(reg.blob(repo, raw["layers"][0]["digest"]))["bomFormat"] == "CycloneDX"
     said = sigstore_verify(key, *(path for path, _, _ in files))  # every bundle, by Sigstore's own verifier
