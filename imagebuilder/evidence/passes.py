@@ -137,7 +137,8 @@ class PassRecord:
         except TypeError:
             return None
         ok = record.verdict in (PASSED, UNTESTED, FAILED) and \
-            all(isinstance(v, str) for v in (record.config, record.spec))
+            all(isinstance(v, str) for v in (record.config, record.spec)) and \
+            all(isinstance(v, Mapping) for v in (record.gpu, record.expect))
         return record if ok else None
 
     def at(self, manifest: str, repository: str) -> PassRecord:
@@ -246,8 +247,7 @@ def role_of(record: PassRecord) -> str:
     model's verdict) needs `gpu`; an untested record `publish`; any other pass `cpu`."""
     if record.verdict == UNTESTED:
         return PUBLISH
-    claims_gpus = record.gpu.get("kind") == "gpu" and (bool(record.gpu.get("verified")) or
-                                                       bool(record.gpu.get("models")))
+    claims_gpus = bool(record.gpu.get("verified")) or bool(record.gpu.get("models"))  # (whatever `kind` it says)
     return GPU if claims_gpus else CPU
 
 

@@ -86,7 +86,18 @@ def _of_spec(spec: str, asked: str | None) -> bool:
 
 
 def _on_model(found: Signed, model: str) -> bool:
-    return any(model.lower() in str(m).lower() for m in found.record.gpu.get("models") or [])
+    return _on_gpus(found) and any(model.lower() in str(m).lower() for m in found.record.gpu.get("models") or [])
+
+
+def _on_gpus(found: Signed) -> bool:
+    """A pass of a run on real GPUs (the record says so, and its key may say it: `passes.role_of`)."""
+    return found.record.gpu.get("kind") == "gpu" and bool(found.record.gpu.get("verified"))
+
+
+def _verified(found: Signed) -> bool:
+    """A pass that says as much as its image needs: on real GPUs for a CUDA image (its expectations, part of the
+    spec it is a pass of, say CUDA; never the record's own `kind`), any pass for a CPU image."""
+    return _on_gpus(found) if found.record.expect.get("cuda") else found.record.gpu_verified
 
 
 def judge(beside: Beside, ask: Ask) -> Ruling:
@@ -126,12 +137,11 @@ def judge(beside: Beside, ask: Ask) -> Ruling:
         untested = any(s.record.verdict == passes.UNTESTED for _, s in counted)
         why.append("no trusted pass of the suite" + (f" of spec {ask.spec[:16]}" if ask.spec else "")
                    + (" (it was only ever published untested)" if untested else ""))
-    if ask.verified and good and not any(s.record.gpu_verified for _, s in good):
+    if ask.verified and good and not any(_verified(s) for _, s in good):
         why.append("it passed without a GPU only (not GPU-verified; verify it on a GPU host)")
-    if ask.gpu and not any(s.record.gpu.get("kind") == "gpu" and s.record.gpu_verified for s in on_models):
+    if ask.gpu and not any(_on_gpus(s) for s in on_models):
         why.append("no trusted pass on real GPUs")
-    if ask.gpu_model is not None and not any(_on_model(s, ask.gpu_model) and s.record.gpu_verified
-                                             for s in on_models):
+    if ask.gpu_model is not None and not any(_on_model(s, ask.gpu_model) for s in on_models):
         why.append(f"no trusted pass on {ask.gpu_model}")
     if ask.sbom and beside.sbom.sbom is None:
         why.append(f"no trusted SBOM ({beside.sbom.rejected or 'none beside it'})")

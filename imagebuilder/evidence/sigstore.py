@@ -159,6 +159,7 @@ def read(registry: attestation.Store, repo: str, subject: str, predicate_type: s
     if registry.manifest_digest(repo, att_tag(subject)) is not None:
         try:
             layers = json.loads(registry.manifest(repo, att_tag(subject))[0]).get("layers") or []
+            layers = layers if isinstance(layers, list) else []
         except (ValueError, AttributeError):
             layers = []
             rejected.append(f"{att_tag(subject)}: not an OCI manifest")

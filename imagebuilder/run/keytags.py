@@ -39,6 +39,8 @@ def unvouched(run: RunContext, node: Node, digest: str, parent_digest: str | Non
     if node.parent is not None:
         held = parent_digest or run.ledger[node.parent].digest
         parent = run.passes(host).config_digest(repo, held) if held else run.ledger[node.parent].image
+        if parent is None:  # (never "not asked" for a node with a parent: fail closed)
+            return f"the image its parent {node.parent} is could not be read, so what it was built on is unknown"
     found = beside.read(run.registries(host), repo, digest, run.keys.build_trust, records=False)
     return ruling.provenance(found, ruling.Ask(key=node.key, parent=parent))
 

@@ -275,6 +275,9 @@ class Publish:
                               "pass to")
         parent = None if node.parent is None else store.config_digest(repo, digests[node.parent]) \
             if node.parent in digests else run.ledger[node.parent].image
+        if node.parent is not None and parent is None:  # (never "not asked" for a node with a parent)
+            raise Refused(f"{host}/{repo}@{digest}: the image of its parent {node.parent} could not be read, so what "
+                          "it was built on is unknown: not published")
         ruled = judge(found_beside, Ask(spec=key, key=node.key, parent=parent, passed=False))
         if not ruled.admitted:  # no trusted build record names this image, or a GPU model's failed (or unreadable)
             # verdict of this spec stands against it: whatever passed elsewhere, it waits

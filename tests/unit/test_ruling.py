@@ -216,3 +216,37 @@ def test_a_pushed_att_that_is_not_json_is_named_never_raised(world: World) -> No
     ruled = judge(world.read(), dataclasses.replace(ASK, vsa=True))
     assert "no trusted VSA that says PASSED" in ruled.why
     assert any("not a readable" in i for i in ruled.ignored)
+
+
+def test_a_cpu_key_cannot_pass_off_a_gpu_claim_under_a_cpu_kind(world: World) -> None:
+    """Review of issue 50: the CPU fleet's key signs `{"kind": "cpu", "models": ["NVIDIA H100 …"]}` for a CUDA image.
+    Naming GPU models needs the `gpu` role whatever `kind` says, a model's pass must be a run on GPUs, and a CUDA
+    image's pass (its spec's expectations say CUDA) must be on GPUs to be `verified`."""
+    fresh = FakeRegistry()
+    manifest, config = fresh.image(REPO, "cache-g", "cuda leaf")
+    w = dataclasses.replace(world, reg=fresh, manifest=manifest, config=config)
+    w.build()
+    cuda = {"cuda": "12.6", "torch": "2.7.1"}
+    w.put(w.record(gpu={"kind": "cpu", "models": ["NVIDIA H100 80GB HBM3"]}, expect=cuda), signer=w.hosted)
+    ruled = judge(w.read(), Ask(gpu_model="H100", build=False))
+    assert not ruled.admitted and any("not for gpu" in i for i in ruled.ignored)
+    w.put(w.record(gpu={"kind": "cpu", "verified": False}, expect=cuda), signer=w.hosted)  # a CPU-kind pass, CUDA image
+    ruled = judge(w.read(), Ask(spec=SPEC, verified=True))  # (what promote asks)
+    assert not ruled.admitted and "it passed without a GPU only (not GPU-verified; verify it on a GPU host)" in ruled.why
+    assert judge(w.read(), Ask(spec=SPEC, verified=True, build=False, passed=True)).why == ruled.why
+
+
+def test_a_record_whose_gpu_or_expect_is_not_a_mapping_is_named_never_raised(world: World) -> None:
+    """Review of issue 50: `"gpu": []` signed by a trusted key is no record (not counted, named), never a traceback."""
+    bad = world.record()
+    doc = {**bad.to_json(), "gpu": []}
+    signer = world.verifier
+    from imagebuilder.evidence import attestation
+    from imagebuilder.evidence.signing import statement as make_statement
+
+    envelope = signer.sign(make_statement("r", world.manifest, passes.PREDICATE_TYPE, doc))
+    tag = passes.record_tag(world.manifest, SPEC)
+    attestation.put(world.reg, REPO, tag, envelope, artifact_type=passes.ARTIFACT_TYPE, subject=world.manifest,
+                    predicate_type=passes.PREDICATE_TYPE, annotations={})
+    ruled = judge(world.read(), ASK)
+    assert not ruled.admitted and any("not a pass record" in i for i in ruled.ignored)
