@@ -105,3 +105,19 @@ def matrix_copy(matrix: Path, name: str, edit: Callable[[dict[str, Any]], None])
         yield out
     finally:
         out.unlink(missing_ok=True)
+
+
+def remove_rules(root: Path, mutants: list[tuple[str, str, str, str, str]]) -> None:
+    """Each rule removed in turn ((name, file, the rule's text, the text without it, the test that must fail)): the
+    file edited, the test run, the file restored; prints CAUGHT or MISSED per rule."""
+    for name, path, old, new, test in mutants:
+        p = root / path
+        text = p.read_text()
+        assert old in text, (name, old)
+        p.write_text(text.replace(old, new, 1))
+        try:
+            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=root,
+                               capture_output=True, text=True)
+            print(f"{name:24} {'CAUGHT' if r.returncode != 0 else 'MISSED'}  ({test.split('::')[-1]})", flush=True)
+        finally:
+            p.write_text(text)

@@ -3,7 +3,6 @@ replaced in the source), and the unit test that must then fail: `python benchmar
 project root (the venv's Python); prints CAUGHT or MISSED per rule and restores every file. Results:
 benchmarks/results/rule_mutants_i50.txt."""
 import pathlib
-import subprocess
 import sys
 
 R = pathlib.Path(__file__).resolve().parent.parent
@@ -120,14 +119,7 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      'tests/unit/test_passes.py::test_promote_moves_only_what_passed_and_records_what_it_was_told_to_move'),
 ]
 if __name__ == "__main__":
-    for name, path, old, new, test in M:
-        p = R / path
-        text = p.read_text()
-        assert old in text, (name, old)
-        p.write_text(text.replace(old, new, 1))
-        try:
-            r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=R,
-                               capture_output=True, text=True)
-            print(f"{name:24} {'CAUGHT' if r.returncode != 0 else 'MISSED'}  ({test.split('::')[-1]})", flush=True)
-        finally:
-            p.write_text(text)
+    sys.path.insert(0, str(R / "benchmarks"))
+    from common import remove_rules
+
+    remove_rules(R, M)

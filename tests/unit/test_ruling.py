@@ -232,7 +232,8 @@ def test_a_cpu_key_cannot_pass_off_a_gpu_claim_under_a_cpu_kind(world: World) ->
     assert not ruled.admitted and any("not for gpu" in i for i in ruled.ignored)
     w.put(w.record(gpu={"kind": "cpu", "verified": False}, expect=cuda), signer=w.hosted)  # a CPU-kind pass, CUDA image
     ruled = judge(w.read(), Ask(spec=SPEC, verified=True))  # (what promote asks)
-    assert not ruled.admitted and "it passed without a GPU only (not GPU-verified; verify it on a GPU host)" in ruled.why
+    assert not ruled.admitted and \
+        "it passed without a GPU only (not GPU-verified; verify it on a GPU host)" in ruled.why
     assert judge(w.read(), Ask(spec=SPEC, verified=True, build=False, passed=True)).why == ruled.why
 
 
