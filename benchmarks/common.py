@@ -107,7 +107,7 @@ def matrix_copy(matrix: Path, name: str, edit: Callable[[dict[str, Any]], None])
         out.unlink(missing_ok=True)
 
 
-def remove_rules(root: Path, mutants: list[tuple[str, str, str, str, str]]) -> None:
+def remove_rules(root: Path, mutants: list[tuple[str, str, str, str, str]], width: int = 24) -> None:
     """Each rule removed in turn ((name, file, the rule's text, the text without it, the test that must fail)): the
     file edited, the test run, the file restored; prints CAUGHT or MISSED per rule."""
     for name, path, old, new, test in mutants:
@@ -118,6 +118,6 @@ def remove_rules(root: Path, mutants: list[tuple[str, str, str, str, str]]) -> N
         try:
             r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=root,
                                capture_output=True, text=True)
-            print(f"{name:24} {'CAUGHT' if r.returncode != 0 else 'MISSED'}  ({test.split('::')[-1]})", flush=True)
+            print(f"{name:{width}} {'CAUGHT' if r.returncode != 0 else 'MISSED'}  ({test.split('::')[-1]})", flush=True)
         finally:
             p.write_text(text)

@@ -2,7 +2,6 @@
 fail: `python benchmarks/rule_mutants_i42.py` from the project root (the venv's Python); prints CAUGHT or MISSED per
 rule and restores every file. Results: benchmarks/results/rule_mutants_i42.txt."""
 import pathlib
-import subprocess
 import sys
 
 R = pathlib.Path(__file__).resolve().parent.parent
@@ -87,14 +86,8 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      '        if False:  # removed',
      'tests/unit/test_torch_stack.py::test_stage_fails_the_layer_that_changes_the_torch_stack'),
 ]
-for name, path, old, new, test in M:
-    p = R / path
-    text = p.read_text()
-    assert old in text, (name, old)
-    p.write_text(text.replace(old, new, 1))
-    try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=R,
-                           capture_output=True, text=True)
-        print(f"{name:22} {'CAUGHT' if r.returncode != 0 else 'MISSED'}  ({test.split('::')[-1]})", flush=True)
-    finally:
-        p.write_text(text)
+if __name__ == "__main__":
+    sys.path.insert(0, str(R / "benchmarks"))
+    from common import remove_rules
+
+    remove_rules(R, M, width=22)
