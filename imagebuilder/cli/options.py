@@ -125,8 +125,8 @@ matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_typ
                              show_default=True, help="The matrix file.")
 strict_option = click.option("--strict", is_flag=True, help="Treat warnings (e.g. an exclude that matches "
                              "nothing) as errors.")
-only_option = click.option("--only", metavar="GLOB", help="Only nodes whose id matches (plus their parents), "
-                           "e.g. '2.6.0-cu124-*/task'.")
+only_option = click.option("--only", metavar="GLOB[,GLOB...]", help="Only nodes whose id matches a glob (plus "
+                           "their parents), e.g. '2.6.0-cu124-*/task'; several globs are separated by commas.")
 registry_option = click.option("--registry", help="Override the registry (host[:port][/namespace]).")
 report_option = click.option("--report", "report_dir", type=click.Path(path_type=Path), callback=writable_folder,
                              default=Path("imagebuilder-report"), show_default=True,

@@ -26,6 +26,7 @@ class Formatting:
     gpu_runner: str  # runs-on labels, comma-separated
     cpu_runner: str
     wave: int | None = None  # github-matrix: only this stage wave's entries
+    verify_on: str | None = None  # github-matrix: only the entries verified on GPU (or CPU) runners
     part: int | None = None  # an engine's format: only its Nth document
     tool_image: str | None = None
     kueue_queue: str | None = None
@@ -54,7 +55,7 @@ def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registr
         return _emitted(plan, fmt, how, labels, registries)
     if fmt == "github-matrix":
         return json.dumps(waves_mod.github_matrix(plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
-                                                  wave=how.wave)) + "\n"
+                                                  wave=how.wave, verify_on=how.verify_on)) + "\n"
     return None
 
 

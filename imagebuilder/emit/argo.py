@@ -29,16 +29,18 @@ def template_name(kind: str, runner: Runner) -> str:
 def template(kind: str, runner: Runner, image: str, common: list[str]) -> dict[str, Any]:
     """A container template: `imagebuilder <kind command> <common> <node>` on the runner's nodes."""
     params = [{"name": "node"}] + ([{"name": "digest"}] if kind == VERIFY else [])
+    if kind not in (STAGE, VERIFY):
+        params = [{"name": "only", "value": "*"}]  # (an entry's publish: its leaves; the whole matrix's: every node)
     args = {STAGE: ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"],
             VERIFY: ["node", "verify", *common, "--digest", "{{inputs.parameters.digest}}",
-                     "{{inputs.parameters.node}}"]}.get(kind, ["publish", *common])
+                     "{{inputs.parameters.node}}"]}.get(kind, ["publish", *common, "--only",
+                                                               "{{inputs.parameters.only}}"])
     env, volumes, mounts = roles.pod(Job(kind, kind, None, (), runner=runner))  # (this template's role's key)
     container: dict[str, Any] = {"image": image, "command": ["imagebuilder"], "args": args, "env": env,
                                  "volumeMounts": [{"name": "engine", "mountPath": SOCKET}, *mounts]}
     out: dict[str, Any] = {"name": template_name(kind, runner), "container": container,
                            "volumes": [{"name": "engine", "hostPath": {"path": SOCKET, "type": "Socket"}}, *volumes]}
-    if kind != "publish":
-        out["inputs"] = {"parameters": params}
+    out["inputs"] = {"parameters": params}
     if runner.gpu is not None:
         container["resources"] = {"limits": {GPU_RESOURCE: str(runner.gpus)}}
         out["nodeSelector"] = {GPU_PRODUCT: runner.gpu} if runner.gpu != "any" else {QUEUE_LABEL: runner.queue}
@@ -60,8 +62,13 @@ def common_args(job: Job) -> list[str]:
 
 def task(job: Job) -> dict[str, Any]:
     out: dict[str, Any] = {"name": job.id, "template": template_name(job.kind, job.runner)}
-    if job.needs:
+    if job.needs and job.after_failures:  # (whatever they ended)
+        out["depends"] = " && ".join(f"({n}.Succeeded || {n}.Failed || {n}.Errored || {n}.Skipped || {n}.Omitted)"
+                                     for n in job.needs)
+    elif job.needs:
         out["dependencies"] = list(job.needs)
+    if job.node is None and "--only" in job.argv:
+        out["arguments"] = {"parameters": [{"name": "only", "value": job.argv[job.argv.index("--only") + 1]}]}
     if job.node is not None:
         params = [{"name": "node", "value": job.node}]
         if job.kind == VERIFY:

@@ -41,6 +41,8 @@ def step(job: Job) -> dict[str, Any]:
                            "agents": {"queue": job.runner.label}}
     if job.needs:
         out["depends_on"] = list(job.needs)
+        if job.after_failures:
+            out["allow_dependency_failure"] = True
     if job.runner.gpu is not None:
         out["env"] = {"IMAGEBUILDER_GPUS": str(job.runner.gpus)}
     out["env"] = {**out.get("env", {}), **roles.trust()}  # (the public halves, each with its roles)

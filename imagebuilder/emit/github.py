@@ -2,30 +2,64 @@
 
 Each shard is a workflow file of at most MAX_JOBS jobs, in dependency order: its node jobs, then a `next` job
 that dispatches the next shard once this one is done (`gh workflow run`; a dispatch by the job's token starts
-a run, other events do not). Every node job calls one reusable workflow (`imagebuilder-node.yml`) with the
-node command's arguments as JSON, which it runs without a shell (a node id is never shell text). A verify job
-is handed its stage job's digest (the reusable workflow's output) when both are in one shard; across shards
-the key tag is read again. Each job is given only the private key of its role, by name (`roles.key_of`: never
-`secrets: inherit`), and names the public halves with their roles. Limits:
+a run, other events do not). The shards are one run in effect: the first shard hands on the commit it ran and the
+graph's fingerprint, every later shard's jobs check out that commit and refuse to run a graph other than the one
+the first shard started (a workflow regenerated on the branch meanwhile). Every node job calls one reusable
+workflow (`imagebuilder-node.yml`) with the node command's arguments as JSON, which it runs without a shell (a
+node id is never shell text); a value GitHub would evaluate (`${{`) is refused before anything is written. A
+verify job is handed its stage job's digest (the reusable workflow's output) when both are in one shard; across
+shards the key tag is read again. An entry's publish job follows its verifies (in its shard, or in a later one,
+which starts after them); the whole matrix's publish runs last, whatever they ended. Each job is given only the
+private key of its role, by name (`roles.key_of`: never `secrets: inherit`), and names the public halves with
+their roles (committed under `keys/`, or the repository variables). The runner installs imagebuilder from the
+checkout without a marketplace action, once per commit on a self-hosted runner (its tool cache). Limits:
 https://docs.github.com/en/actions/reference/limits (256 jobs per run, 500 KB per workflow file; 20 unique
 reusable workflows, 4 levels: this uses 1 and 1). Pure."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from ..errors import InputError
 from . import roles
 from .graph import VERIFY, Graph, Job
 
 MAX_JOBS = 256  # jobs per workflow run
 MAX_BYTES = 500 * 1024  # a workflow file larger than this starts no runs
 NODE_WORKFLOW = "imagebuilder-node.yml"
-SETUP = [
-    {"uses": "actions/checkout@v4"},
-    {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
-    {"run": "python -m pip install ."},
-]
+HOSTED = ("ubuntu-24.04",)  # a GitHub-hosted runner's one label: it carries no queue label
+EXPRESSION = "${{"  # what GitHub evaluates wherever it stands in a workflow's values
+# imagebuilder from the checkout, without a marketplace action: into the runner's tool cache, keyed by the commit's
+# tree, once per commit on a self-hosted runner (jobs side by side wait on a lock); a fresh venv on a hosted one.
+INSTALL = {"name": "install imagebuilder (this commit's)", "run": """\
+tree="$(git rev-parse 'HEAD^{tree}')"
+tool="${RUNNER_TOOL_CACHE:-$RUNNER_TEMP}/imagebuilder/$tree"
+mkdir -p "$(dirname "$tool")"
+exec 9>"$tool.lock"
+flock 9
+if [ ! -e "$tool/.complete" ]; then
+  rm -rf "$tool"
+  python3 -m venv "$tool" && "$tool/bin/python" -m pip install -q . && touch "$tool/.complete" \
+    || { rm -rf "$tool"; echo "::error::imagebuilder could not be installed from this commit"; exit 1; }
+fi
+echo "$tool/bin" >> "$GITHUB_PATH"
+"""}
+# The commit the first shard ran (a later shard is dispatched on the branch, which may have moved since).
+PIN = {"name": "the commit the first shard ran", "if": "inputs.sha != ''",
+       "env": {"SHA": "${{ inputs.sha }}"},
+       "run": """\
+if [ "$(git rev-parse HEAD)" != "$SHA" ]; then
+  git cat-file -e "$SHA^{commit}" 2>/dev/null || git fetch -q --no-tags --depth=1 origin "$SHA"
+  git checkout -q --detach "$SHA"
+fi
+"""}
+SETUP = [{"uses": "actions/checkout@v4"}, PIN, INSTALL]
+# Reports are uploaded as artifacts, but not under nektos/act, which runs these workflows in the tests offline and
+# cannot fetch a marketplace action (docs/guide/engines/github-actions.md).
+ARTIFACTS = "always() && !env.ACT"
 
 
 def shard_name(index: int) -> str:
@@ -40,6 +74,21 @@ def node_workflow() -> dict[str, Any]:
              "run": 'printf \'%s\' "$REGISTRY_PASSWORD" | docker login "$REGISTRY" -u "$REGISTRY_USER" '
                     '--password-stdin'}
     trusted = roles.trust()
+    graph = {"name": "the graph the first shard started", "if": "inputs.expect_graph != ''",
+             "env": {"EXPECT": "${{ inputs.expect_graph }}", "GRAPH": "${{ inputs.graph }}"},
+             "run": 'if [ "$EXPECT" != "$GRAPH" ]; then echo "::error::this shard is of graph $GRAPH, the first shard '
+                    'ran graph $EXPECT: the workflows were regenerated on the branch since; start again from the '
+                    'first shard"; exit 1; fi'}
+    pass_keys = " ".join(k.public for k in (roles.GPU, roles.HOSTED))
+    check = (f'missing=""\n'
+             f'[ -n "$TRUST" ] || for f in {pass_keys}; do [ -r "$f" ] || missing="$missing $f"; done\n'
+             f'[ -n "$TRUST_BUILD" ] || [ -r {roles.BUILD.public} ] || missing="$missing {roles.BUILD.public}"\n'
+             'if [ -n "$missing" ]; then echo "::error::not in the repository:$missing: commit the public halves '
+             'of the keys (imagebuilder keys new; docs/concepts/trust.md) or name them in '
+             'vars.IMAGEBUILDER_TRUST_KEY and vars.IMAGEBUILDER_TRUST_BUILD_KEY"; exit 1; fi')
+    keys = {"name": "the public keys the jobs trust", "run": check,
+            "env": {"TRUST": "${{ vars.IMAGEBUILDER_TRUST_KEY }}",
+                    "TRUST_BUILD": "${{ vars.IMAGEBUILDER_TRUST_BUILD_KEY }}"}}
     run = {"id": "node", "name": "imagebuilder node command",
            "env": {"ARGV": "${{ inputs.argv }}", "DIGEST": "${{ inputs.digest }}",
                    roles.TRUST_ENV: f"${{{{ vars.IMAGEBUILDER_TRUST_KEY || '{trusted[roles.TRUST_ENV]}' }}}}",
@@ -60,7 +109,8 @@ def node_workflow() -> dict[str, Any]:
                   'echo "$KEY_ENV=$RUNNER_TEMP/signing.pem" >> "$GITHUB_ENV"'}
     inputs = {name: {"type": "string", "required": required, **({} if required else {"default": ""})}
               for name, required in (("id", True), ("argv", True), ("runs_on", True), ("kind", True), ("digest", False),
-                                     ("digest_file", False), ("key_env", False))}
+                                     ("digest_file", False), ("key_env", False), ("sha", False), ("graph", False),
+                                     ("expect_graph", False))}
     return {
         "name": "imagebuilder node",
         "on": {"workflow_call": {"inputs": inputs, "outputs": {"digest": {"value": "${{ jobs.node.outputs.digest }}"}},
@@ -70,19 +120,21 @@ def node_workflow() -> dict[str, Any]:
         "permissions": {"contents": "read"},
         "jobs": {"node": {"runs-on": "${{ fromJSON(inputs.runs_on) }}", "timeout-minutes": 120,
                           "outputs": {"digest": "${{ steps.digest.outputs.digest }}"},
-                          "steps": [*SETUP, login, key, run, out,
-                                    {"uses": "actions/upload-artifact@v4", "if": "always()",
+                          "steps": [*SETUP, graph, keys, login, key, run, out,
+                                    {"uses": "actions/upload-artifact@v4", "if": ARTIFACTS,
                                      "with": {"name": "report-${{ inputs.id }}",
                                               "path": "reports/", "if-no-files-found": "ignore"}}]}},
     }
 
 
 def runs_on(job: Job, cpu: tuple[str, ...], gpu: tuple[str, ...]) -> list[str]:
-    """A job's runner labels: the CPU or GPU runners' labels, plus the queue (when not the default), the GPU model
-    (when one is asked) and `gpus-<count>`."""
+    """A job's runner labels: the CPU or GPU runners' labels, plus the queue (when not the default, and the CPU
+    runners are self-hosted: a GitHub-hosted runner has its image's label only), the GPU model (when one is
+    asked) and `gpus-<count>`."""
     runner = job.runner
     if runner.gpu is None:
-        return [*cpu, *([runner.queue] if runner.queue != "cpu" else [])]
+        queue = runner.queue != "cpu" and "self-hosted" in cpu
+        return [*cpu, *([runner.queue] if queue else [])]
     return [*gpu, *([runner.gpu] if runner.gpu != "any" else []), f"gpus-{runner.gpus}"]
 
 
@@ -96,10 +148,29 @@ def shards(graph: Graph, size: int = MAX_JOBS) -> list[list[Job]]:
     return out
 
 
+def fingerprint(graph: Graph) -> str:
+    """The graph's content, in 16 hex digits: what every shard of one run must share."""
+    return hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def unevaluated(values: Iterable[str], what: str) -> None:
+    """Refuse a value GitHub would evaluate as an expression where it is written (`${{`)."""
+    for value in values:
+        if EXPRESSION in value:
+            raise InputError(f"{what} {value!r} holds {EXPRESSION!r}, which GitHub evaluates where the workflow "
+                             "names it", hint="a matrix path, --registry, --only and runner labels are written into "
+                                              "the workflows as they are")
+
+
 def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size: int = MAX_JOBS
               ) -> list[tuple[str, dict[str, Any]]]:
     """(file name under .github/workflows/, document): the node workflow, then one workflow per shard."""
+    unevaluated(cpu, "--cpu-runner label")
+    unevaluated(gpu, "--gpu-runner label")
+    for job in graph.jobs:
+        unevaluated(job.argv, "the command's argument")
     parts = shards(graph, size)
+    mark = fingerprint(graph)
     out = [(NODE_WORKFLOW, node_workflow())]
     for index, jobs in enumerate(parts):
         here = {j.id for j in jobs}
@@ -110,13 +181,16 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
                 digest = f"${{{{ needs.{job.digest_from}.outputs.digest }}}}"
             digest_file = job.argv[job.argv.index("--digest-file") + 1] if "--digest-file" in job.argv else ""
             key = roles.key_of(job)
+            needs = [n for n in job.needs if n in here]
             doc_jobs[job.id] = {
-                "name": f"{job.kind} {job.node or 'the matrix'}",
-                **({"needs": [n for n in job.needs if n in here]} if any(n in here for n in job.needs) else {}),
+                "name": f"{job.kind} {job.node or job.entry or 'the matrix'}",
+                **({"needs": needs} if needs else {}),
+                **({"if": "${{ !cancelled() }}"} if job.after_failures and needs else {}),
                 "uses": f"./.github/workflows/{NODE_WORKFLOW}",
                 "with": {"id": job.id, "argv": json.dumps(list(job.argv)), "kind": job.kind,
                          "runs_on": json.dumps(runs_on(job, cpu, gpu)), "digest": digest, "digest_file": digest_file,
-                         "key_env": key.env},
+                         "key_env": key.env, "sha": "${{ inputs.sha || github.sha }}", "graph": mark,
+                         "expect_graph": "${{ inputs.graph }}"},
                 "secrets": {"REGISTRY_USER": "${{ secrets.REGISTRY_USER }}",  # (named: never `inherit`)
                             "REGISTRY_PASSWORD": "${{ secrets.REGISTRY_PASSWORD }}",
                             "IMAGEBUILDER_KEY": f"${{{{ secrets.{key.secret} }}}}"},
@@ -124,11 +198,17 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
         if index + 1 < len(parts):
             doc_jobs["next"] = {
                 "name": f"dispatch {shard_name(index + 1)}", "needs": [j.id for j in jobs],
-                "if": "${{ !cancelled() }}", "runs-on": "ubuntu-24.04", "permissions": {"actions": "write"},
-                "env": {"GH_TOKEN": "${{ github.token }}", "NEXT": shard_name(index + 1)},
-                "steps": [{"run": 'gh workflow run "$NEXT" --repo "$GITHUB_REPOSITORY" --ref "$GITHUB_REF_NAME"'}],
+                "if": "${{ !cancelled() }}", "runs-on": list(HOSTED), "permissions": {"actions": "write"},
+                "env": {"GH_TOKEN": "${{ github.token }}", "NEXT": shard_name(index + 1),
+                        "SHA": "${{ inputs.sha || github.sha }}", "GRAPH": mark},
+                "steps": [{"run": 'gh workflow run "$NEXT" --repo "$GITHUB_REPOSITORY" --ref "$GITHUB_REF_NAME" '
+                                  '-f sha="$SHA" -f graph="$GRAPH"'}],
             }
-        trigger: dict[str, Any] = {"workflow_dispatch": {}}
+        trigger: dict[str, Any] = {"workflow_dispatch": {"inputs": {
+            "sha": {"description": "the commit the first shard ran (set by the shard before)", "type": "string",
+                    "required": False, "default": ""},
+            "graph": {"description": "the graph the first shard ran (set by the shard before)", "type": "string",
+                      "required": False, "default": ""}}}}
         if index == 0:
             trigger["schedule"] = [{"cron": "17 2 * * *"}]
         out.append((shard_name(index), {

@@ -1,10 +1,12 @@
 """The plan as a graph of engine jobs: one `stage` job per distinct image (a node several entries share is
-staged once), one `verify` job per leaf on the runner its entry names, and one `publish` job for the whole
-matrix. Every engine's document (`emit.github`, `emit.buildkite`, `emit.argo`, `emit.kubejobs`) and the local
-executor (`emit.local`) translate this one graph: the scheduling is theirs, every decision is the node
-commands' (`imagebuilder node stage|verify`, `imagebuilder publish`), which are idempotent by key tag and
-trusted pass. Nodes hand off by registry digest: a verify job is given the digest its stage job found under
-the key tag. Pure."""
+staged once), one `verify` job per leaf on the runner its entry names, a `publish` job per entry that needs
+only that entry's verifies (one failed leaf holds only its own entry), and one `publish` job for the whole
+matrix after them, whatever they ended (it moves the aliases, which cover several entries, and reports the
+whole matrix; with one entry it is the only publish job). Every engine's document (`emit.github`,
+`emit.buildkite`, `emit.argo`, `emit.kubejobs`) and the local executor (`emit.local`) translate this one
+graph: the scheduling is theirs, every decision is the node commands' (`imagebuilder node stage|verify`,
+`imagebuilder publish`), which are idempotent by key tag and trusted pass. Nodes hand off by registry digest:
+a verify job is given the digest its stage job found under the key tag. Pure."""
 
 from __future__ import annotations
 
@@ -50,10 +52,13 @@ class Job:
     needs: tuple[str, ...] = ()
     runner: Runner = field(default_factory=Runner)
     digest_from: str | None = None  # verify: the stage job whose key tag digest it is handed
+    entry: str | None = None  # an entry's publish job: the entry it publishes
+    after_failures: bool = False  # runs once its needs ended, whatever they ended (the whole matrix's publish)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "node": self.node, "argv": list(self.argv),
-                "needs": list(self.needs), "runner": self.runner.to_json(), "digest_from": self.digest_from}
+                "needs": list(self.needs), "runner": self.runner.to_json(), "digest_from": self.digest_from,
+                "entry": self.entry, "after_failures": self.after_failures}
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,8 @@ class Graph:
         jobs = tuple(Job(id=str(j["id"]), kind=str(j["kind"]), node=j.get("node"), argv=tuple(j["argv"]),
                          needs=tuple(j.get("needs") or ()), runner=Runner(**{k: v for k, v in j["runner"].items()
                                                                            if k != "label"}),
-                         digest_from=j.get("digest_from")) for j in doc["jobs"])
+                         digest_from=j.get("digest_from"), entry=j.get("entry"),
+                         after_failures=bool(j.get("after_failures"))) for j in doc["jobs"])
         return Graph(jobs, str(doc["matrix"]))
 
 
@@ -98,12 +104,16 @@ def runner_of(node: Node, kind: str) -> Runner:
 
 def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | None = None) -> Graph:
     """The plan's jobs (see the module's text). `registry`: the --registry every command is given; `only`: the
-    --only the plan was made with (publish publishes that part of the matrix)."""
+    --only the plan was made with (publish publishes that part of the matrix; an entry's publish its leaves)."""
     common = ("--matrix", matrix, *(("--registry", registry) if registry else ()))
     first = keys.first_of(keys.identities(plan))
+    entries = [e.id for e in plan.entries()]
+    last_of = {n.entry.id: n.id for n in plan.nodes}  # each entry's last node: its publish job follows it
     stage_of: dict[str, str] = {}
     jobs: list[Job] = []
-    verifies = []
+    verifies: dict[str, list[str]] = {e: [] for e in entries}
+    leaves: dict[str, list[str]] = {e: [] for e in entries}
+    publishes = []
     for node in plan.nodes:  # each leaf's verify right after its stage: shards keep the two together
         if first[node.id] == node.id:
             jid = job_id(STAGE, node.id)
@@ -116,11 +126,21 @@ def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | N
             stage_of[node.id] = stage_of[first[node.id]]
         if node.leaf:
             jid = job_id(VERIFY, node.id)
-            verifies.append(jid)
+            verifies[node.entry.id].append(jid)
+            leaves[node.entry.id].append(node.id)
             jobs.append(Job(jid, VERIFY, node.id, ("node", "verify", *common, "--report", f"reports/{jid}",
                                                    node.id),
                             (stage_of[node.id],), runner_of(node, VERIFY), digest_from=stage_of[node.id]))
+        entry = node.entry.id
+        if len(entries) > 1 and last_of[entry] == node.id:  # (one entry: the whole matrix's publish is its own)
+            jid = job_id(PUBLISH, entry)
+            publishes.append(jid)
+            jobs.append(Job(jid, PUBLISH, None, ("publish", *common, "--only", ",".join(leaves[entry]), "--report",
+                                                 f"reports/{jid}"), tuple(verifies[entry]),
+                            Runner(node.entry.runners.build), entry=entry))
+    every = publishes or [j for e in entries for j in verifies[e]]
     jobs.append(Job(PUBLISH, PUBLISH, None, ("publish", *common, *(("--only", only) if only else ()), "--report",
-                                             "reports/publish"), tuple(verifies),
-                    Runner(plan.nodes[0].entry.runners.build if plan.nodes else "cpu")))
+                                             "reports/publish"), tuple(every),
+                    Runner(plan.nodes[0].entry.runners.build if plan.nodes else "cpu"),
+                    after_failures=bool(publishes)))
     return Graph(tuple(jobs), matrix)

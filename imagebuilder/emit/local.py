@@ -1,6 +1,7 @@
 """The local executor: an engine of its own for the graph (`emit.graph`), on this machine, for tests and small
 teams. It runs each job's node command in dependency order, one at a time, hands each verify job its stage job's
-digest (`--digest`, read from the stage job's digest file), and skips a job whose needs failed. It keeps no state:
+digest (`--digest`, read from the stage job's digest file), and skips a job whose needs failed (but for one that
+runs after failures: the whole matrix's publish). It keeps no state:
 a second run runs every command again, and each command finds what is done (key tag, trusted pass, published
 tags) and says "nothing to do". Each job's start and end are written as JSON lines to `events`, for whoever
 counts what ran."""
@@ -52,7 +53,7 @@ class Executor:
     def run(self) -> dict[str, str]:
         """Every job, in the graph's order; the outcome of each."""
         for job in self.graph.jobs:
-            failed = [n for n in job.needs if self.outcome.get(n) not in (DONE, NOTHING)]
+            failed = [] if job.after_failures else [n for n in job.needs if self.outcome.get(n) not in (DONE, NOTHING)]
             argv = None if failed else self.argv(job)
             if argv is None:
                 self.outcome[job.id] = BLOCKED

@@ -122,13 +122,19 @@ class Plan:
         return list(seen.values())
 
     def only(self, pattern: str | None) -> Plan:
-        """Nodes whose id matches the glob, plus the ancestors they build on."""
+        """Nodes whose id matches the glob (or one of the comma-separated globs: a node id has no comma), plus
+        the ancestors they build on."""
         if not pattern:
             return self
-        chosen = {n.id for n in self.nodes if fnmatch.fnmatchcase(n.id, pattern)}
-        if not chosen:
-            sample = ", ".join(n.id for n in self.nodes[:3])
-            raise InputError(f"--only {pattern!r} selects no node", hint=f"node ids look like: {sample}")
+        chosen: set[str] = set()
+        for part in (p.strip() for p in pattern.split(",")):
+            matched = {n.id for n in self.nodes if part and fnmatch.fnmatchcase(n.id, part)}
+            if not matched:
+                sample = ", ".join(n.id for n in self.nodes[:3])
+                raise InputError(f"--only {pattern!r} selects no node" + (f" with {part!r}" if part != pattern
+                                                                          else ""),
+                                 hint=f"node ids look like: {sample}")
+            chosen |= matched
         for n in list(self.nodes):
             if n.id in chosen:
                 chosen.update(a.id for a in self.ancestors(n))

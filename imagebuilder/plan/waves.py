@@ -3,10 +3,14 @@ wave, so the shared node is staged once) and a GitHub Actions strategy matrix wi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from ..errors import InputError
 from . import keys
 from .plan import Plan, State
+
+MAX_JOBS = 256  # jobs one strategy matrix may make (docs.github.com/en/actions/reference/limits)
 
 
 def waves(plan: Plan) -> dict[str, int]:
@@ -27,14 +31,18 @@ def waves(plan: Plan) -> dict[str, int]:
 
 
 def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[str, ...],
-                  wave: int | None = None) -> dict[str, Any]:
+                  wave: int | None = None, verify_on: str | None = None, max_jobs: int = MAX_JOBS) -> dict[str, Any]:
     """A GitHub Actions `strategy.matrix` with one job per entry (`--only '<entry>/*'` stages or verifies it):
     each entry's `wave` (shared nodes are staged by the first wave that has them: `waves`), `gpu`, and the
-    runners its verify job runs on (CUDA entries on GPU runners). `wave`: only the entries of that wave."""
+    runners its verify job runs on (CUDA entries on GPU runners). `wave`: only the entries of that wave;
+    `verify_on` (`gpu` or `cpu`): only the entries verified on those runners. Past `max_jobs` entries, entries
+    are packed into at most `max_jobs` jobs (`--only 'a/*,b/*'`), never mixing runners: `pack`."""
     include = []
     entry_waves = waves(plan)
     for entry in plan.entries():
         if wave is not None and entry_waves[entry.id] != wave:
+            continue
+        if verify_on is not None and (entry.cuda is not None) != (verify_on == "gpu"):
             continue
         nodes = [n for n in plan.nodes if n.entry.id == entry.id]
         include.append({
@@ -51,4 +59,27 @@ def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[
             "to_build": sum(n.status != State.CACHED for n in nodes),
             "wave": entry_waves[entry.id],
         })
-    return {"include": include}
+    return {"include": pack(include, max_jobs)}
+
+
+def pack(include: list[dict[str, Any]], max_jobs: int) -> list[dict[str, Any]]:
+    """At most `max_jobs` jobs for the entries: as they are when they fit, else consecutive entries of one kind
+    (GPU or CPU, runners, wave) in one job, each kind given jobs in proportion to its entries (one at least)."""
+    if len(include) <= max_jobs:
+        return include
+    kinds: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for one in include:
+        kinds.setdefault((one["gpu"], tuple(one["runs_on"]), one["wave"]), []).append(one)
+    share = {kind: max(1, math.floor(max_jobs * len(entries) / len(include))) for kind, entries in kinds.items()}
+    if sum(share.values()) > max_jobs:
+        raise InputError(f"{len(kinds)} kinds of entries (runners and waves) cannot share {max_jobs} jobs of one "
+                         "strategy matrix", hint="pick fewer with --wave or --verify-on")
+    out = []
+    for kind, entries in kinds.items():
+        size = math.ceil(len(entries) / share[kind])
+        for start in range(0, len(entries), size):
+            group = entries[start:start + size]
+            out.append({**group[0], "id": f"{group[0]['id']}+{len(group) - 1}" if len(group) > 1 else group[0]["id"],
+                        "only": ",".join(e["only"] for e in group), "entries": [e["id"] for e in group],
+                        "nodes": sum(e["nodes"] for e in group), "to_build": sum(e["to_build"] for e in group)})
+    return out

@@ -163,7 +163,7 @@ def test_github_actions_of_600_nodes(big: Graph) -> None:
 def test_buildkite_of_600_nodes(big: Graph) -> None:
     schema = vendored("buildkite")
     parts = buildkite.uploads(big, ("--matrix", "big.yaml"))
-    assert len(parts) == 2
+    assert len(parts) == -(-len(big.jobs) // (buildkite.MAX_STEPS - 1)) >= 2  # (a step of each part uploads the next)
     keys: list[str] = []
     for part in parts:
         schema.validate(part)
