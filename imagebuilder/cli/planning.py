@@ -19,6 +19,7 @@ from ..input import schema as schema_mod
 from ..plan import cache as cache_mod
 from ..plan import keys
 from ..plan import view as plan_view
+from ..plan.waves import MAX_JOBS
 from .context import Context, decide, load_plan
 from .options import (
     PLAN_OPTIONS,
@@ -54,6 +55,9 @@ from .root import cli
               callback=checked(lambda wave: "a wave is 0 or more" if wave < 0 else None),
               help="With github-matrix: only the entries of this stage wave (entries that share a node with an "
                    "earlier one wait for its wave; past the last wave: none).")
+@click.option("--max-jobs", type=click.IntRange(2, MAX_JOBS), default=MAX_JOBS, show_default=True,
+              help="With github-matrix: jobs per strategy matrix (entries past it share jobs); with github-actions: "
+                   "jobs per workflow run (a longer graph is chained over several runs).")
 @click.option("--verify-on", type=click.Choice(["gpu", "cpu"]), default=None,
               help="With github-matrix: only the entries verified on GPU runners (CUDA entries) or on CPU runners.")
 @click.option("--explain", is_flag=True, help="Also say how each entry was resolved and what `exclude:` removed.")
@@ -62,7 +66,7 @@ from .root import cli
 def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
          as_json: bool, fmt: str, gpu_runner: str, cpu_runner: str, wave: int | None, explain: bool,
          no_cache: bool, part: int | None, tool_image: str | None, kueue_queue: str | None,
-         verify_on: str | None) -> int:
+         verify_on: str | None, max_jobs: int) -> int:
     """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
     (and why). Without a reachable engine, keys and statuses are unknown."""
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
@@ -77,7 +81,7 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if explain:
         explain_plan(ctx.err if fmt in ("json", "github-matrix") else ctx.out, matrix, ctx.table())
     how = plan_cmd.Formatting(matrix_file, registry, only, gpu_runner, cpu_runner, wave=wave, part=part,
-                              verify_on=verify_on, tool_image=tool_image, kueue_queue=kueue_queue)
+                              verify_on=verify_on, max_jobs=max_jobs, tool_image=tool_image, kueue_queue=kueue_queue)
     text = plan_cmd.document(the_plan, fmt, how, registries)
     if text is not None:
         click.echo(text, nl=False)

@@ -27,6 +27,7 @@ class Formatting:
     cpu_runner: str
     wave: int | None = None  # github-matrix: only this stage wave's entries
     verify_on: str | None = None  # github-matrix: only the entries verified on GPU (or CPU) runners
+    max_jobs: int = waves_mod.MAX_JOBS  # github-matrix: jobs per strategy matrix; github-actions: jobs per workflow run
     part: int | None = None  # an engine's format: only its Nth document
     tool_image: str | None = None
     kueue_queue: str | None = None
@@ -55,7 +56,8 @@ def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registr
         return _emitted(plan, fmt, how, labels, registries)
     if fmt == "github-matrix":
         return json.dumps(waves_mod.github_matrix(plan, gpu_runner=labels["gpu"], cpu_runner=labels["cpu"],
-                                                  wave=how.wave, verify_on=how.verify_on)) + "\n"
+                                                  wave=how.wave, verify_on=how.verify_on,
+                                                  max_jobs=how.max_jobs)) + "\n"
     return None
 
 
@@ -70,6 +72,7 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
     args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
             *(("--only", how.only) if how.only else ()))
     settings = formats.Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
+                                max_jobs=how.max_jobs,
                                 tool_image=how.tool_image, kueue_queue=how.kueue_queue,
                                 digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries
                                 else {})

@@ -24,6 +24,7 @@ class Settings:
 
     cpu_runner: tuple[str, ...] = ("ubuntu-24.04",)
     gpu_runner: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
+    max_jobs: int = github.MAX_JOBS  # GitHub: jobs per workflow run (at most that)
     plan_args: tuple[str, ...] = ()  # the `plan` arguments that made the graph (Buildkite's next part reruns them)
     tool_image: str | None = None  # the image with imagebuilder that pods run (Argo, Jobs): pinned by digest
     kueue_queue: str | None = None
@@ -43,7 +44,8 @@ def documents(fmt: str, graph: Graph, settings: Settings) -> list[tuple[str | No
         return [(None, graph.to_json())]
     if fmt == "github-actions":
         return [(f".github/workflows/{name}", doc) for name, doc in
-                github.workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner)]
+                github.workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner,
+                                                  size=settings.max_jobs)]
     if fmt == "buildkite":
         return [(None, doc) for doc in buildkite.uploads(graph, settings.plan_args)]
     if fmt == "argo":

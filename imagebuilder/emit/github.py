@@ -24,10 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import InputError
+from ..plan import waves
 from . import roles
 from .graph import VERIFY, Graph, Job
 
-MAX_JOBS = 256  # jobs per workflow run
+MAX_JOBS = waves.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
 MAX_BYTES = 500 * 1024  # a workflow file larger than this starts no runs
 NODE_WORKFLOW = "imagebuilder-node.yml"
 HOSTED = ("ubuntu-24.04",)  # a GitHub-hosted runner's one label: it carries no queue label

