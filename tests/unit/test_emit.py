@@ -293,3 +293,132 @@ def test_a_shard_of_a_moved_branch_runs_the_first_shards_commit(tmp_path: Path) 
     subprocess.run(["bash", "-e", "-c", github.PIN["run"]], cwd=tmp_path, env={**os.environ, "SHA": first},
                    check=True)
     assert git("rev-parse", "HEAD") == first and (tmp_path / "f").read_text() == "first\n"
+
+
+def test_an_entrys_publish_waits_for_its_own_verifies_and_the_whole_matrix_publishes_after_all(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One failed leaf holds only its own entry: each entry's publish needs that entry's verifies only (and says
+    them with --only); the whole matrix's publish needs every entry's publish and runs whatever they ended, on
+    every engine (GitHub `!cancelled()`, Buildkite `allow_dependency_failure`, Argo `depends` on any end)."""
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    verify = {j.node: j.id for j in graph.jobs if j.kind == VERIFY}
+    per_entry = [j for j in graph.jobs if j.kind == PUBLISH and j.entry]
+    assert sorted(j.entry for j in per_entry) == sorted({str(n).split("/")[0] for n in verify})
+    for job in per_entry:
+        mine = [jid for node, jid in verify.items() if str(node).startswith(f"{job.entry}/")]
+        assert list(job.needs) == mine and not job.after_failures
+        assert job.argv[job.argv.index("--only") + 1] == ",".join(n for n in verify if n.startswith(f"{job.entry}/"))
+    whole = graph.jobs[-1]
+    assert whole.id == PUBLISH and whole.after_failures and set(whole.needs) == {j.id for j in per_entry}
+    order = [j.id for j in graph.jobs]
+    assert all(order.index(n) < order.index(j.id) for j in per_entry for n in j.needs)
+    shard = dict(github.workflows(graph, cpu=("ubuntu-24.04",), gpu=("self-hosted", "gpu")))["imagebuilder-1.yml"]
+    assert shard["jobs"][PUBLISH]["if"] == "${{ !cancelled() }}"
+    assert all("if" not in shard["jobs"][j.id] for j in per_entry)
+    steps = {s["key"]: s for s in buildkite.uploads(graph, ())[0]["steps"]}
+    assert steps[PUBLISH]["allow_dependency_failure"] is True
+    assert not any(steps[j.id].get("allow_dependency_failure") for j in per_entry)
+    tasks = {t["name"]: t for t in argo.workflow(graph, image=TOOL)["spec"]["templates"][0]["dag"]["tasks"]}
+    assert "dependencies" not in tasks[PUBLISH]
+    assert all(f"{j.id}.Failed" in tasks[PUBLISH]["depends"] for j in per_entry)
+    assert [p["value"] for p in tasks[per_entry[0].id]["arguments"]["parameters"]] == [
+        per_entry[0].argv[per_entry[0].argv.index("--only") + 1]]
+
+
+def test_the_local_executor_holds_only_the_failed_leafs_entry(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A verify that fails blocks its entry's publish only; the other entry's publish and the whole matrix's run
+    (seen failing: with `after_failures` ignored, the whole matrix's publish is blocked)."""
+    import sys
+
+    from imagebuilder.emit import local
+
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    failing = next(j for j in graph.jobs if j.kind == VERIFY)
+    fake = tmp_path / "fake.py"  # a node command: writes the digest file a stage job names; fails the one verify
+    fake.write_text("import pathlib, sys\na = sys.argv[1:]\n"
+                    "if '--digest-file' in a:\n    p = pathlib.Path(a[a.index('--digest-file') + 1])\n"
+                    "    p.parent.mkdir(parents=True, exist_ok=True); p.write_text('sha256:' + '0' * 64)\n"
+                    f"sys.exit(1 if {failing.node!r} in a and a[:2] == ['node', 'verify'] else 0)\n")
+    monkeypatch.chdir(tmp_path)
+    outcome = local.Executor(graph, [sys.executable, str(fake)], {}, lambda _: None, logs=tmp_path / "r").run()
+    theirs = next(j for j in graph.jobs if j.kind == PUBLISH and j.entry and failing.id in j.needs)
+    others = [j for j in graph.jobs if j.kind == PUBLISH and j.entry and j is not theirs]
+    assert outcome[failing.id] == local.FAILED and outcome[theirs.id] == local.BLOCKED
+    assert others and all(outcome[j.id] == local.DONE for j in others)
+    assert outcome[PUBLISH] == local.DONE
+
+
+def test_github_values_that_github_would_evaluate_are_refused(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """D-G4: `${{` in a command-line value (a runner label, the matrix path) is refused before anything is
+    written (seen failing: it was written into `with:`, where GitHub evaluates it)."""
+    import shutil
+
+    monkeypatch.chdir(ROOT)
+    odd = tmp_path / "m-${{ github.token }}.yaml"
+    shutil.copy(ROOT / SMALL, odd)
+    for matrix, extra in ((SMALL, ("--cpu-runner", "ubuntu-24.04,${{ secrets.REGISTRY_PASSWORD }}")),
+                          (str(odd), ())):
+        code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", matrix, "--format",
+                     "github-actions", *extra])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == "" and "GitHub evaluates" in captured.err, captured.err
+
+
+def test_hosted_cpu_runners_get_no_queue_label(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """D-G5: a GitHub-hosted runner has its image's label only: the entry's CPU queue is added on self-hosted CPU
+    runners only (the small matrix's CPU entry builds on `cpu-large`)."""
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    stage = next(j for j in graph.jobs if j.kind == STAGE and j.runner.queue == "cpu-large")
+    assert github.runs_on(stage, ("ubuntu-24.04",), ("gpu",)) == ["ubuntu-24.04"]
+    assert github.runs_on(stage, ("self-hosted", "linux"), ("gpu",)) == ["self-hosted", "linux", "cpu-large"]
+
+
+def test_a_job_without_the_public_keys_stops_naming_them(tmp_path: Path) -> None:
+    """D-G2: the node workflow's key check, as the runner runs it: the committed public halves, or the variables,
+    or an error naming the missing files."""
+    import os
+    import subprocess
+
+    step = next(s for s in github.node_workflow()["jobs"]["node"]["steps"]
+                if s.get("name") == "the public keys the jobs trust")
+
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, "TRUST": "", "TRUST_BUILD": "", **env})
+
+    missing = run()
+    assert missing.returncode == 1 and "keys/signing.pub keys/hosted.pub keys/build.pub" in missing.stdout
+    assert run(TRUST="gpu=a.pub", TRUST_BUILD="b.pub").returncode == 0
+    (tmp_path / "keys").mkdir()
+    for name in ("signing", "hosted", "build"):
+        (tmp_path / "keys" / f"{name}.pub").write_text("x")
+    assert run().returncode == 0
+
+
+def test_the_nightly_installs_imagebuilder_as_the_emitted_workflows_do() -> None:
+    """One install step: the nightly's is the emitter's (no setup-python, the tool cache keyed by the tree)."""
+    nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8"))
+    for name, job in nightly["jobs"].items():
+        runs = [s.get("run") for s in job["steps"]]
+        assert github.INSTALL["run"] in runs, name
+        assert not any("setup-python" in str(s.get("uses")) for s in job["steps"]), name
+
+
+def test_a_strategy_matrix_past_its_limit_packs_entries_never_mixing_runners() -> None:
+    """600 entries of two kinds in at most 256 jobs: each entry in exactly one job, a job of one kind only."""
+    from imagebuilder.plan import waves
+
+    include = [{"id": f"e{i}", "only": f"e{i}/*", "gpu": i % 3 == 0, "runs_on": ["gpu"] if i % 3 == 0 else ["cpu"],
+                "wave": 0, "nodes": 2, "to_build": 1} for i in range(600)]
+    jobs = waves.pack(include, 256)
+    assert len(jobs) <= 256
+    packed = [e for j in jobs for e in j.get("entries", [j["id"]])]
+    assert sorted(packed) == sorted(e["id"] for e in include)
+    by_id = {e["id"]: e for e in include}
+    for job in jobs:
+        assert {by_id[e]["gpu"] for e in job["entries"]} == {job["gpu"]}
+        assert job["only"] == ",".join(f"{e}/*" for e in job["entries"])
+    assert waves.pack(include[:10], 256) == include[:10]
