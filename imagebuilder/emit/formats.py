@@ -43,9 +43,9 @@ def documents(fmt: str, graph: Graph, settings: Settings) -> list[tuple[str | No
     if fmt == "graph":
         return [(None, graph.to_json())]
     if fmt == "github-actions":
-        return [(f".github/workflows/{name}", doc) for name, doc in
-                github.workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner,
-                                                  size=settings.max_jobs)]
+        return [*((f".github/workflows/{name}", doc) for name, doc in
+                  github.workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner, size=settings.max_jobs)),
+                (github.REPORTS_ACTION, github.reports_action())]
     if fmt == "buildkite":
         return [(None, doc) for doc in buildkite.uploads(graph, settings.plan_args)]
     if fmt == "argo":

@@ -58,9 +58,29 @@ if [ "$(git rev-parse HEAD)" != "$SHA" ]; then
 fi
 """}
 SETUP = [{"uses": "actions/checkout@v4"}, PIN, INSTALL]
-# Reports are uploaded as artifacts, but not under nektos/act, which runs these workflows in the tests offline and
-# cannot fetch a marketplace action (docs/guide/engines/github-actions.md).
+# Reports are uploaded as artifacts through a local action of the repository's (REPORTS_ACTION), but not under
+# nektos/act, which runs these workflows in the tests offline: act fetches every marketplace action a job names
+# before the job starts, and cannot offline; a local action's own are fetched only if its step runs
+# (docs/guide/engines/github-actions.md).
 ARTIFACTS = "always() && !env.ACT"
+REPORTS_ACTION = ".github/actions/imagebuilder-reports/action.yml"
+
+
+def reports_action() -> dict[str, Any]:
+    """The local composite action that uploads a job's reports (`name`, `path`) or downloads every report
+    (`pattern`, `path`) as artifacts: the only place the workflows name `actions/*-artifact`."""
+    return {
+        "name": "imagebuilder reports",
+        "description": "Uploads a job's reports as an artifact, or downloads the reports of every job of the run.",
+        "inputs": {"name": {"description": "the artifact to upload", "required": False, "default": ""},
+                   "pattern": {"description": "the artifacts to download", "required": False, "default": ""},
+                   "path": {"description": "the folder", "required": True}},
+        "runs": {"using": "composite", "steps": [
+            {"if": "inputs.name != ''", "uses": "actions/upload-artifact@v4",
+             "with": {"name": "${{ inputs.name }}", "path": "${{ inputs.path }}", "if-no-files-found": "ignore"}},
+            {"if": "inputs.pattern != ''", "uses": "actions/download-artifact@v4",
+             "with": {"pattern": "${{ inputs.pattern }}", "path": "${{ inputs.path }}"}}]},
+    }
 
 
 def shard_name(index: int) -> str:
@@ -122,9 +142,9 @@ def node_workflow() -> dict[str, Any]:
         "jobs": {"node": {"runs-on": "${{ fromJSON(inputs.runs_on) }}", "timeout-minutes": 120,
                           "outputs": {"digest": "${{ steps.digest.outputs.digest }}"},
                           "steps": [*SETUP, graph, keys, login, key, run, out,
-                                    {"uses": "actions/upload-artifact@v4", "if": ARTIFACTS,
-                                     "with": {"name": "report-${{ inputs.id }}",
-                                              "path": "reports/", "if-no-files-found": "ignore"}}]}},
+                                    {"name": "the reports as artifacts", "if": ARTIFACTS,
+                                     "uses": "./" + REPORTS_ACTION.rsplit("/", 1)[0],
+                                     "with": {"name": "report-${{ inputs.id }}", "path": "reports/"}}]}},
     }
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from imagebuilder.emit import github
 from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
@@ -38,7 +39,8 @@ from .conftest import ROOT, SESSION, Chain, registry_tags, run_cli, wait_until
 from .test_engines import Events
 
 COPY = "itest/debian-copy:bookworm"  # the base image under a second name: a second entry sharing every node
-PROJECT = ("pyproject.toml", "README.md", "imagebuilder", "templates", "layers", ".github/workflows/nightly.yml")
+PROJECT = ("pyproject.toml", "README.md", "imagebuilder", "templates", "layers", ".github/workflows/nightly.yml",
+           github.REPORTS_ACTION)
 KEYS = {"build": "IMAGEBUILDER_BUILD_KEY", "signing": "IMAGEBUILDER_SIGNING_KEY", "hosted": "IMAGEBUILDER_HOSTED_KEY"}
 LABELS = ("ubuntu-24.04", "self-hosted", "linux", "x64", "gpu")  # every label a job here asks for: this machine
 
@@ -216,8 +218,8 @@ def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
         name = part.splitlines()[0].removeprefix("# ")
         docs[name] = yaml.safe_load(part)
         (repo.path / name).write_text(part, encoding="utf-8")
-    assert sorted(docs) == [f".github/workflows/{n}" for n in ("imagebuilder-1.yml", "imagebuilder-2.yml",
-                                                              "imagebuilder-node.yml")], sorted(docs)
+    assert sorted(docs) == sorted([github.REPORTS_ACTION, *(f".github/workflows/{n}" for n in (
+        "imagebuilder-1.yml", "imagebuilder-2.yml", "imagebuilder-node.yml"))]), sorted(docs)
     git(repo.path, "add", "-A")
     git(repo.path, "commit", "-qm", "the emitted workflows")
     sha = git(repo.path, "rev-parse", "HEAD")

@@ -422,3 +422,13 @@ def test_a_strategy_matrix_past_its_limit_packs_entries_never_mixing_runners() -
         assert {by_id[e]["gpu"] for e in job["entries"]} == {job["gpu"]}
         assert job["only"] == ",".join(f"{e}/*" for e in job["entries"])
     assert waves.pack(include[:10], 256) == include[:10]
+
+
+def test_the_committed_reports_action_is_the_emitted_one() -> None:
+    """The nightly uses the action the emitter writes (the one place the workflows name actions/*-artifact); the
+    nightly names no marketplace action but checkout, which act copies offline."""
+    path = ROOT / github.REPORTS_ACTION
+    assert path.read_text(encoding="utf-8") == formats.text("github-actions", [(github.REPORTS_ACTION,
+                                                                                 github.reports_action())])
+    nightly = (ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8")
+    assert set(re.findall(r"uses: (\S+)", nightly)) == {"actions/checkout@v4", "./.github/actions/imagebuilder-reports"}
