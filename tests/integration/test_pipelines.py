@@ -108,8 +108,9 @@ class Repo:
 
 
 class Act:
-    """`act` on the repository, as GitHub would start a workflow: the keys as secrets, the labels on this machine,
-    `gh` a stand-in that records what it is asked to dispatch."""
+    """`act` on the repository, as GitHub would start a workflow: the keys as secrets (from a file: a secret is not
+    in a job's environment, where the same names are imagebuilder's key paths), the labels on this machine, `gh`
+    a stand-in that records what it is asked to dispatch (and has no token to give act)."""
 
     def __init__(self, repo: Repo, folder: Path) -> None:
         self.repo = repo
@@ -118,19 +119,25 @@ class Act:
         self.bin.mkdir()
         self.calls = folder / "gh-calls.jsonl"
         gh = self.bin / "gh"
-        gh.write_text(f"#!{sys.executable}\nimport json, sys\nwith open({str(self.calls)!r}, 'a') as f:\n"
-                      "    f.write(json.dumps(sys.argv[1:]) + '\\n')\n", encoding="utf-8")
+        gh.write_text(f"#!{sys.executable}\nimport json, sys\nif sys.argv[1:2] == ['auth']:\n    sys.exit(1)\n"
+                      f"with open({str(self.calls)!r}, 'a') as f:\n    f.write(json.dumps(sys.argv[1:]) + '\\n')\n",
+                      encoding="utf-8")
         gh.chmod(0o755)
+        self.secrets = folder / "secrets.env"
+        self.secrets.write_text("".join(f'{name}="' + value.replace("\n", "\\n") + '"\n'
+                                        for name, value in repo.secrets().items()), encoding="utf-8")
+        self.secrets.chmod(0o600)
         self.cache = folder / "cache"  # one self-hosted machine: its jobs share its cache folder
 
     def start(self, workflow: str, log: Path, inputs: dict[str, str] | None = None) -> subprocess.Popen[str]:
         argv = [act_binary(), "workflow_dispatch", "-W", f".github/workflows/{workflow}",
                 *(a for label in LABELS for a in ("-P", f"{label}=-self-hosted")),
-                *(a for secret in KEYS.values() for a in ("-s", secret)),
-                "--var", f"IMAGEBUILDER_MATRIX={self.repo.matrix}",
+                "--secret-file", str(self.secrets), "--var", f"IMAGEBUILDER_MATRIX={self.repo.matrix}",
                 *(a for k, v in (inputs or {}).items() for a in ("--input", f"{k}={v}"))]
-        env = {**os.environ, **self.repo.secrets(), "PATH": f"{self.bin}:{os.environ['PATH']}", "NO_COLOR": "1",
-               "COLUMNS": "200", "IMAGEBUILDER_CACHE_DIR": str(self.cache)}
+        mine = {k: v for k, v in os.environ.items()  # (a runner's own: none of imagebuilder's but the labels)
+                if not k.startswith("IMAGEBUILDER_") or k == "IMAGEBUILDER_CONTAINER_LABELS"}
+        env = {**mine, "PATH": f"{self.bin}:{os.environ['PATH']}", "NO_COLOR": "1", "COLUMNS": "200",
+               "IMAGEBUILDER_CACHE_DIR": str(self.cache)}
         out = log.open("w", encoding="utf-8")
         return subprocess.Popen(argv, cwd=self.repo.path, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
