@@ -56,6 +56,11 @@ def test_only_keeps_ancestors(write_matrix: MatrixWriter, table: CompatTable) ->
     assert [n.leaf for n in plan.nodes] == [False, False, True]
     with pytest.raises(InputError, match="--only 'nothing\\*' selects no node"):
         make(write_matrix(TREE), table).only("nothing*")
+    # several globs, separated by commas (an entry's publish job, a packed strategy-matrix job): their union
+    both = make(write_matrix(TREE), table).only("2.7.1-*/eval,2.6.0-*/task")
+    assert [n.id for n in both.nodes if n.leaf] == ["2.6.0-cpu-py3.11-runtime/task", "2.7.1-cpu-py3.11-runtime/eval"]
+    with pytest.raises(InputError, match="selects no node with 'nothing'"):
+        make(write_matrix(TREE), table).only("2.7.1-*/eval,nothing")
 
 
 @pytest.mark.parametrize(("template", "message"), [
