@@ -432,3 +432,23 @@ def test_the_committed_reports_action_is_the_emitted_one() -> None:
                                                                                  github.reports_action())])
     nightly = (ROOT / ".github" / "workflows" / "nightly.yml").read_text(encoding="utf-8")
     assert set(re.findall(r"uses: (\S+)", nightly)) == {"actions/checkout@v4", "./.github/actions/imagebuilder-reports"}
+
+
+def test_a_later_shard_of_another_graph_refuses_to_run() -> None:
+    """The graph check of every node job, as the runner runs it: a shard whose graph is not the one the first
+    shard ran stops, naming both; the same graph, or the first shard (nothing expected), goes on."""
+    import os
+    import subprocess
+
+    step = next(s for s in github.node_workflow()["jobs"]["node"]["steps"]
+                if s.get("name") == "the graph the first shard started")
+
+    def run(expect: str, graph: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", step["run"]], capture_output=True, text=True,
+                              env={**os.environ, "EXPECT": expect, "GRAPH": graph})
+
+    other = run("a" * 16, "b" * 16)
+    assert other.returncode == 1 and f"this shard is of graph {'b' * 16}, the first shard ran graph {'a' * 16}" \
+        in other.stdout
+    assert run("a" * 16, "a" * 16).returncode == 0
+    assert step["if"] == "inputs.expect_graph != ''"
