@@ -12,7 +12,10 @@ def main() -> int:
     interrupts = Interrupts.install()
     try:
         from .cli import main as cli_main
-    except KeyboardInterrupt:
+    except BaseException:  # a signal's exception, however the import machinery wrapped it
+        if interrupts.code is None:  # (no signal came: a real error of the import, shown as it is)
+            raise
+        # A signal while a class body runs can come out of `__set_name__` wrapped in a RuntimeError (Python 3.11).
         sys.stderr.write("interrupted\n")
         return interrupts.finish(130)
     return cli_main(interrupts=interrupts)

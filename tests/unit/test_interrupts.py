@@ -150,3 +150,26 @@ def test_once_closed_no_clone_of_an_engine_starts_a_container() -> None:
         with pytest.raises(EngineError, match="stopping"), worker.container("img", ["true"]):
             pass
     assert api.created == [running]
+
+
+def test_a_signal_that_the_import_machinery_wrapped_still_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGINT while a class body of `imagebuilder.cli`'s imports runs comes out of `__set_name__` as a
+    RuntimeError on Python 3.11 (seen: a traceback and exit 1 under load); once a signal came, whatever the
+    import raised ends the run as an interrupt. Without a signal, an import error is shown as it is."""
+    import types
+
+    import imagebuilder.__main__ as entry
+
+    def signalled() -> Interrupts:
+        got = Interrupts()
+        got.received.append(signal.SIGINT)
+        return got
+
+    broken = types.ModuleType("imagebuilder.cli")  # (no `main`: the import fails as an interrupted one would)
+    monkeypatch.setitem(sys.modules, "imagebuilder.cli", broken)
+    monkeypatch.setattr(entry.Interrupts, "install", staticmethod(signalled))
+    assert entry.main() == 130 and "interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(entry.Interrupts, "install", staticmethod(Interrupts))
+    with pytest.raises(ImportError):
+        entry.main()
