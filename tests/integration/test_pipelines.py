@@ -143,8 +143,8 @@ class Act:
         env = {**mine, "PATH": f"{self.bin}:{os.environ['PATH']}", "NO_COLOR": "1", "COLUMNS": "200",
                "IMAGEBUILDER_CACHE_DIR": str(self.cache)}
         out = log.open("w", encoding="utf-8")
-        return subprocess.Popen(argv, cwd=self.repo.path, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
-                                start_new_session=True)
+        return subprocess.Popen(argv, cwd=self.repo.path, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
 
     def run(self, workflow: str, log: Path, inputs: dict[str, str] | None = None) -> str:
         proc = self.start(workflow, log, inputs)
