@@ -53,6 +53,12 @@ def _windowed(fn: Any, work: float, warmup: int = 5) -> float:
     torch.cuda.synchronize()
     per_call = max((time.perf_counter() - t0) / 3, 1e-6)
     k = max(1, int(WINDOW_S / per_call))
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # every rank makes the same number of calls (collectives)
+        agreed = torch.tensor([k], device="cuda")
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        k = int(agreed.item())
     rates = []
     for _ in range(WINDOWS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -146,7 +152,18 @@ def one() -> dict[str, Any]:
     procs = [ctx.Process(target=_train, args=(r, world, port, queue)) for r in range(world)]
     for p in procs:
         p.start()
-    got = dict(queue.get(timeout=600) for _ in procs)
+    got: dict[int, dict[str, float]] = {}
+    deadline = time.monotonic() + 600
+    while len(got) < world:
+        try:
+            rank, values = queue.get(timeout=5)
+            got[rank] = values
+        except Exception:  # noqa: BLE001 - queue.Empty: see whether a rank died
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"a training rank ended with {dead} (or timed out)") from None
     for p in procs:
         p.join(timeout=60)
     result["metrics"].update(got[0])
