@@ -37,7 +37,8 @@ def meta_key(job_id: str) -> str:
 
 
 def step(job: Job) -> dict[str, Any]:
-    out: dict[str, Any] = {"key": job.id, "label": f"{job.kind} {job.node or 'the matrix'}", "command": command(job),
+    label = f"{job.kind} {job.node or job.entry or 'the matrix'}"
+    out: dict[str, Any] = {"key": job.id, "label": label, "command": command(job),
                            "agents": {"queue": job.runner.label}}
     if job.needs:
         out["depends_on"] = list(job.needs)

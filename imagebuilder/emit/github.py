@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,7 +32,8 @@ from .graph import VERIFY, Graph, Job
 MAX_JOBS = waves.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
 MAX_BYTES = 500 * 1024  # a workflow file larger than this starts no runs
 NODE_WORKFLOW = "imagebuilder-node.yml"
-HOSTED = ("ubuntu-24.04",)  # a GitHub-hosted runner's one label: it carries no queue label
+HOSTED = ("ubuntu-24.04",)  # the runner of the `next` jobs
+HOSTED_IMAGE = re.compile(r"(ubuntu|windows|macos)-[a-z0-9.-]+", re.IGNORECASE)  # a GitHub-hosted image label
 EXPRESSION = "${{"  # what GitHub evaluates wherever it stands in a workflow's values
 # imagebuilder from the checkout, without a marketplace action: into the runner's tool cache, keyed by the commit's
 # tree, once per commit on a self-hosted runner (jobs side by side wait on a lock); a fresh venv on a hosted one.
@@ -41,7 +43,7 @@ tool="${RUNNER_TOOL_CACHE:-$RUNNER_TEMP}/imagebuilder/$tree"
 mkdir -p "$(dirname "$tool")"
 exec 9>"$tool.lock"
 flock 9
-if [ ! -e "$tool/.complete" ]; then
+if [ ! -e "$tool/.complete" ] || ! "$tool/bin/python" -c 'import imagebuilder.cli' 2>/dev/null; then
   rm -rf "$tool"
   python3 -m venv "$tool" && "$tool/bin/python" -m pip install -q . && touch "$tool/.complete" \
     || { rm -rf "$tool"; echo "::error::imagebuilder could not be installed from this commit"; exit 1; }
@@ -150,13 +152,19 @@ def node_workflow() -> dict[str, Any]:
 
 def runs_on(job: Job, cpu: tuple[str, ...], gpu: tuple[str, ...]) -> list[str]:
     """A job's runner labels: the CPU or GPU runners' labels, plus the queue (when not the default, and the CPU
-    runners are self-hosted: a GitHub-hosted runner has its image's label only), the GPU model (when one is
-    asked) and `gpus-<count>`."""
+    runners are not GitHub-hosted: a hosted runner has its image's label only), the GPU model (when one is asked)
+    and `gpus-<count>`."""
     runner = job.runner
     if runner.gpu is None:
-        queue = runner.queue != "cpu" and "self-hosted" in cpu
+        queue = runner.queue != "cpu" and not hosted(cpu)
         return [*cpu, *([runner.queue] if queue else [])]
     return [*gpu, *([runner.gpu] if runner.gpu != "any" else []), f"gpus-{runner.gpus}"]
+
+
+def hosted(labels: tuple[str, ...]) -> bool:
+    """A GitHub-hosted runner's labels: one image label (`ubuntu-24.04`, `windows-latest`, `macos-14`, ...), which
+    carries no other label; any other set is a self-hosted pool's, which may carry the queue's."""
+    return len(labels) == 1 and bool(HOSTED_IMAGE.fullmatch(labels[0]))
 
 
 def shards(graph: Graph, size: int = MAX_JOBS) -> list[list[Job]]:
@@ -169,9 +177,11 @@ def shards(graph: Graph, size: int = MAX_JOBS) -> list[list[Job]]:
     return out
 
 
-def fingerprint(graph: Graph) -> str:
-    """The graph's content, in 16 hex digits: what every shard of one run must share."""
-    return hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+def fingerprint(graph: Graph, size: int, cpu: tuple[str, ...], gpu: tuple[str, ...]) -> str:
+    """The graph and how it is cut and placed (the shards' size, the runner labels), in 16 hex digits: what every
+    shard of one run must share."""
+    doc = {"graph": graph.to_json(), "size": size, "cpu": list(cpu), "gpu": list(gpu)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def unevaluated(values: Iterable[str], what: str) -> None:
@@ -191,7 +201,7 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
     for job in graph.jobs:
         unevaluated(job.argv, "the command's argument")
     parts = shards(graph, size)
-    mark = fingerprint(graph)
+    mark = fingerprint(graph, size, cpu, gpu)
     out = [(NODE_WORKFLOW, node_workflow())]
     for index, jobs in enumerate(parts):
         here = {j.id for j in jobs}
@@ -217,11 +227,12 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
                             "IMAGEBUILDER_KEY": f"${{{{ secrets.{key.secret} }}}}"},
             }
         if index + 1 < len(parts):
-            doc_jobs["next"] = {
+            doc_jobs["next"] = {  # (on the first shard's graph only: a regenerated shard dispatches no other)
                 "name": f"dispatch {shard_name(index + 1)}", "needs": [j.id for j in jobs],
-                "if": "${{ !cancelled() }}", "runs-on": list(HOSTED), "permissions": {"actions": "write"},
+                "if": f"${{{{ !cancelled() && (inputs.graph == '' || inputs.graph == '{mark}') }}}}",
+                "runs-on": list(HOSTED), "permissions": {"actions": "write"},
                 "env": {"GH_TOKEN": "${{ github.token }}", "NEXT": shard_name(index + 1),
-                        "SHA": "${{ inputs.sha || github.sha }}", "GRAPH": mark},
+                        "SHA": "${{ inputs.sha || github.sha }}", "GRAPH": f"${{{{ inputs.graph || '{mark}' }}}}"},
                 "steps": [{"run": 'gh workflow run "$NEXT" --repo "$GITHUB_REPOSITORY" --ref "$GITHUB_REF_NAME" '
                                   '-f sha="$SHA" -f graph="$GRAPH"'}],
             }

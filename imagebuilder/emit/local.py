@@ -62,7 +62,7 @@ class Executor:
                 self.say(f"✗ {job.id}: blocked ({why})")
                 continue
             self.event(job, "start")
-            self.say(f"▶ {job.kind} {job.node or 'the matrix'} ({job.id})")
+            self.say(f"▶ {job.kind} {job.node or job.entry or 'the matrix'} ({job.id})")
             log = self.logs / job.id / "executor.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("w", encoding="utf-8") as out:

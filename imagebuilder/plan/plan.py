@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import fnmatch
 import functools
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -122,12 +123,12 @@ class Plan:
         return list(seen.values())
 
     def only(self, pattern: str | None) -> Plan:
-        """Nodes whose id matches the glob (or one of the comma-separated globs: a node id has no comma), plus
-        the ancestors they build on."""
+        """Nodes whose id matches the glob (or one of the comma-separated globs: a node id has no comma; a comma
+        inside `[...]` is the glob's own), plus the ancestors they build on."""
         if not pattern:
             return self
         chosen: set[str] = set()
-        for part in (p.strip() for p in pattern.split(",")):
+        for part in (p.strip() for p in re.split(r",(?![^\[]*\])", pattern)):  # (not a comma inside [...])
             matched = {n.id for n in self.nodes if part and fnmatch.fnmatchcase(n.id, part)}
             if not matched:
                 sample = ", ".join(n.id for n in self.nodes[:3])

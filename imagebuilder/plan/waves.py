@@ -3,6 +3,7 @@ wave, so the shared node is staged once) and a GitHub Actions strategy matrix wi
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -59,24 +60,32 @@ def github_matrix(plan: Plan, *, gpu_runner: tuple[str, ...], cpu_runner: tuple[
             "to_build": sum(n.status != State.CACHED for n in nodes),
             "wave": entry_waves[entry.id],
         })
-    return {"include": pack(include, max_jobs)}
+    return {"include": pack(include, max_jobs, by=("gpu", "runs_on") if verify_on else ("gpu", "runs_on", "wave"))}
 
 
-def pack(include: list[dict[str, Any]], max_jobs: int) -> list[dict[str, Any]]:
+def pack(include: list[dict[str, Any]], max_jobs: int, by: tuple[str, ...] = ("gpu", "runs_on", "wave")
+         ) -> list[dict[str, Any]]:
     """At most `max_jobs` jobs for the entries: as they are when they fit, else consecutive entries of one kind
-    (GPU or CPU, runners, wave) in one job, each kind given jobs in proportion to its entries (one at least)."""
+    (the same values of `by`: GPU or CPU, runners, wave) in one job. Each kind gets one job, and the jobs left are
+    shared in proportion to the kinds' entries (largest remainders first)."""
     if len(include) <= max_jobs:
         return include
     kinds: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for one in include:
-        kinds.setdefault((one["gpu"], tuple(one["runs_on"]), one["wave"]), []).append(one)
-    share = {kind: max(1, math.floor(max_jobs * len(entries) / len(include))) for kind, entries in kinds.items()}
-    if sum(share.values()) > max_jobs:
+        kinds.setdefault(tuple(json.dumps(one[k]) for k in by), []).append(one)
+    if len(kinds) > max_jobs:
         raise InputError(f"{len(kinds)} kinds of entries (runners and waves) cannot share {max_jobs} jobs of one "
                          "strategy matrix", hint="pick fewer with --wave or --verify-on")
+    spare = max_jobs - len(kinds)
+    ideal = {kind: spare * (len(entries) - 1) / (len(include) - len(kinds)) for kind, entries in kinds.items()}
+    share = {kind: 1 + math.floor(x) for kind, x in ideal.items()}
+    for kind in sorted(ideal, key=lambda k: ideal[k] - math.floor(ideal[k]), reverse=True)[:max_jobs - sum(
+            share.values())]:
+        share[kind] += 1
     out = []
     for kind, entries in kinds.items():
-        size = math.ceil(len(entries) / share[kind])
+        jobs = min(share[kind], len(entries))
+        size = math.ceil(len(entries) / jobs)
         for start in range(0, len(entries), size):
             group = entries[start:start + size]
             out.append({**group[0], "id": f"{group[0]['id']}+{len(group) - 1}" if len(group) > 1 else group[0]["id"],

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -63,9 +64,10 @@ def git(repo: Path, *args: str) -> str:
 
 
 class Repo:
-    """A commit of the project with the test's matrix and public keys: what a user's repository holds."""
+    """A commit of the project with the test's matrices, the emitted workflows and the public keys: what a user's
+    repository holds. One commit: one tree, so a runner installs imagebuilder once for both pipelines."""
 
-    def __init__(self, folder: Path, chain: Chain, repository: str) -> None:
+    def __init__(self, folder: Path, chain: Chain, nightly: str, emitted: str) -> None:
         self.path = folder / "repo"
         self.keys = folder / "private"
         self.path.mkdir(parents=True)
@@ -83,21 +85,32 @@ class Repo:
             assert made.code == 0, made.text
             shutil.copy2(self.keys / name / "signing.pub", self.path / "keys" / f"{name}.pub")
         (self.path / ".gitignore").write_text("reports/\n", encoding="utf-8")
-        self.matrix = "itest/matrix.yaml"
-        self.write_matrix(chain, repository)
+        self.matrix = "itest/nightly.yaml"  # the nightly's (vars.IMAGEBUILDER_MATRIX)
+        self.write_matrix(chain, nightly, self.matrix)
+        self.write_matrix(chain, emitted, "itest/emitted.yaml")
+        made = run_cli("plan", "--matrix", "itest/emitted.yaml", "--format", "github-actions", "--max-jobs", "5",
+                       cwd=self.path)
+        assert made.code == 0, made.text[-3000:]
+        self.docs: dict[str, Any] = {}
+        for part in made.out.split("---\n"):  # (each document headed by its file's name)
+            name = part.splitlines()[0].removeprefix("# ")
+            self.docs[name] = yaml.safe_load(part)
+            (self.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.path / name).write_text(part, encoding="utf-8")
         git(self.path, "init", "-q", "-b", "main")
         git(self.path, "add", "-A")
-        git(self.path, "commit", "-qm", "the project, a matrix and the public keys")
+        git(self.path, "commit", "-qm", "the project, two matrices, the emitted workflows and the public keys")
+        self.sha = git(self.path, "rev-parse", "HEAD")
 
-    def write_matrix(self, chain: Chain, repository: str) -> None:
+    def write_matrix(self, chain: Chain, repository: str, path: str) -> None:
         """The chain's matrix (its layers, so its keys) pushing to `repository`, with a second entry on the base
         image's second name whose leaf is `business`: it shares `base` and `business` with the first."""
         text = chain.matrix.read_text(encoding="utf-8").replace(f"repository: {chain.repository}",
                                                                 f"repository: {repository}")
         text = text.replace('  python: ["3.11"]\n', f'  python: ["3.11"]\n  base_image: [debian:bookworm, "{COPY}"]\n')
         text += (f'smoke: {{cpu_gflops_floor: 10}}\ninclude:\n  - {{base_image: "{COPY}", layers: [base, business]}}\n')
-        (self.path / self.matrix).parent.mkdir(parents=True, exist_ok=True)
-        (self.path / self.matrix).write_text(text, encoding="utf-8")
+        (self.path / path).parent.mkdir(parents=True, exist_ok=True)
+        (self.path / path).write_text(text, encoding="utf-8")
 
     def secrets(self) -> dict[str, str]:
         return {secret: (self.keys / name / "signing.pem").read_text(encoding="utf-8") for name, secret in KEYS.items()}
@@ -141,7 +154,10 @@ class Act:
         mine = {k: v for k, v in os.environ.items()  # (a runner's own: none of imagebuilder's but the labels)
                 if not k.startswith("IMAGEBUILDER_") or k == "IMAGEBUILDER_CONTAINER_LABELS"}
         env = {**mine, "PATH": f"{self.bin}:{os.environ['PATH']}", "NO_COLOR": "1", "COLUMNS": "200",
-               "IMAGEBUILDER_CACHE_DIR": str(self.cache)}
+               "IMAGEBUILDER_CACHE_DIR": str(self.cache),
+               # act's folders (its runs, the runner's tool cache) in this test's; pip's cache stays this machine's
+               "XDG_CACHE_HOME": str(self.folder / "xdg"),
+               "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")}
         out = log.open("w", encoding="utf-8")
         return subprocess.Popen(argv, cwd=self.repo.path, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
@@ -211,7 +227,7 @@ def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
         engine: DockerEngine, registry: str, chain_images: Chain, tmp_path: Path) -> None:
     events = Events(engine)
     nightly_repo, emitted_repo = (f"itest-act-{uuid.uuid4().hex[:8]}" for _ in range(2))
-    repo = Repo(tmp_path, chain_images, nightly_repo)
+    repo = Repo(tmp_path, chain_images, nightly_repo, emitted_repo)
     act = Act(repo, tmp_path)
 
     # 1. The shipped nightly, as committed: plan, stage waves, verify-cpu, publish.
@@ -221,19 +237,10 @@ def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
     assert len(events.pushed(nightly_repo)) == 3, events.pushed(nightly_repo)  # base, business, task: each once
 
     # 2. The emitted documents, in two runs, for another repository: the same images, evidence of their own.
-    repo.write_matrix(chain_images, emitted_repo)
-    made = run_cli("plan", "--matrix", repo.matrix, "--format", "github-actions", "--max-jobs", "5", cwd=repo.path)
-    assert made.code == 0, made.text[-3000:]
-    docs = {}
-    for part in made.out.split("---\n"):
-        name = part.splitlines()[0].removeprefix("# ")
-        docs[name] = yaml.safe_load(part)
-        (repo.path / name).write_text(part, encoding="utf-8")
-    assert sorted(docs) == sorted([github.REPORTS_ACTION, *(f".github/workflows/{n}" for n in (
-        "imagebuilder-1.yml", "imagebuilder-2.yml", "imagebuilder-node.yml"))]), sorted(docs)
-    git(repo.path, "add", "-A")
-    git(repo.path, "commit", "-qm", "the emitted workflows")
-    sha = git(repo.path, "rev-parse", "HEAD")
+    assert sorted(repo.docs) == sorted([github.REPORTS_ACTION, *(f".github/workflows/{n}" for n in (
+        "imagebuilder-1.yml", "imagebuilder-2.yml", "imagebuilder-node.yml"))]), sorted(repo.docs)
+    first = repo.docs[".github/workflows/imagebuilder-1.yml"]["jobs"]
+    mark = next(j["with"]["graph"] for j in first.values() if "with" in j)
 
     # The first run, killed as its first verify job starts (every stage job done, the dispatch not made); then
     # started again. (One self-hosted machine: its cache folder holds the nightly's passes, signed by the hosted
@@ -251,7 +258,7 @@ def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
     (call,) = act.dispatches()
     assert call[:3] == ["workflow", "run", "imagebuilder-2.yml"], call
     inputs = dict(a.split("=", 1) for a in call[call.index("-f") + 1::2])
-    assert inputs == {"sha": sha, "graph": docs[".github/workflows/imagebuilder-1.yml"]["jobs"]["next"]["env"]["GRAPH"]}
+    assert inputs == {"sha": repo.sha, "graph": mark}
     act.run("imagebuilder-2.yml", tmp_path / "shard2.log", inputs)
     emitted = check_published(repo, registry, emitted_repo)
     pushes = events.pushed(emitted_repo)
@@ -261,7 +268,11 @@ def test_the_nightly_and_the_emitted_workflows_run_on_act_from_plan_to_publish(
     # A later shard refuses a graph other than the one the first started (the branch's workflows regenerated).
     refused_log = tmp_path / "shard2-other-graph.log"
     proc = act.start("imagebuilder-2.yml", refused_log, {**inputs, "graph": "0" * 16})
-    assert proc.wait(timeout=600) != 0
+    try:
+        assert proc.wait(timeout=600) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     assert "the first shard ran graph 0000000000000000" in refused_log.read_text(encoding="utf-8")
     events.stream.close()
     print(f"\nact: nightly {sorted(nightly)}; emitted the same; run 1 killed at its first verify job")

@@ -272,27 +272,31 @@ def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_thei
 
 def test_a_shard_of_a_moved_branch_runs_the_first_shards_commit(tmp_path: Path) -> None:
     """D-G3: the pin step of every node job, as the runner runs it: a dispatched shard whose branch moved since
-    the first shard ran checks out the commit the first shard ran (seen failing: without the step, HEAD is the
-    branch's tip)."""
+    the first shard ran checks out the commit the first shard ran, fetching it into the shallow checkout
+    `actions/checkout` makes (depth 1: the branch's tip only). Seen failing: without the step, HEAD is the tip."""
     import os
     import subprocess
 
-    def git(*args: str) -> str:
+    def git(where: Path, *args: str) -> str:
         env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True,
                               env=env).stdout.strip()
 
-    git("init", "-q", "-b", "main")
-    (tmp_path / "f").write_text("first\n")
-    git("add", "-A")
-    git("commit", "-qm", "first")
-    first = git("rev-parse", "HEAD")
-    (tmp_path / "f").write_text("moved\n")
-    git("commit", "-qam", "moved")
-    subprocess.run(["bash", "-e", "-c", github.PIN["run"]], cwd=tmp_path, env={**os.environ, "SHA": first},
+    origin, checkout = tmp_path / "origin", tmp_path / "checkout"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    (origin / "f").write_text("first\n")
+    git(origin, "add", "-A")
+    git(origin, "commit", "-qm", "first")
+    first = git(origin, "rev-parse", "HEAD")
+    (origin / "f").write_text("moved\n")
+    git(origin, "commit", "-qam", "moved")
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{origin}", str(checkout))
+    assert subprocess.run(["git", "cat-file", "-e", f"{first}^{{commit}}"], cwd=checkout).returncode != 0
+    subprocess.run(["bash", "-e", "-c", github.PIN["run"]], cwd=checkout, env={**os.environ, "SHA": first},
                    check=True)
-    assert git("rev-parse", "HEAD") == first and (tmp_path / "f").read_text() == "first\n"
+    assert git(checkout, "rev-parse", "HEAD") == first and (checkout / "f").read_text() == "first\n"
 
 
 def test_an_entrys_publish_waits_for_its_own_verifies_and_the_whole_matrix_publishes_after_all(
@@ -373,7 +377,9 @@ def test_hosted_cpu_runners_get_no_queue_label(capsys: pytest.CaptureFixture[str
     graph = the_graph(capsys, monkeypatch, SMALL)
     stage = next(j for j in graph.jobs if j.kind == STAGE and j.runner.queue == "cpu-large")
     assert github.runs_on(stage, ("ubuntu-24.04",), ("gpu",)) == ["ubuntu-24.04"]
+    assert github.runs_on(stage, ("Windows-Latest",), ("gpu",)) == ["Windows-Latest"]
     assert github.runs_on(stage, ("self-hosted", "linux"), ("gpu",)) == ["self-hosted", "linux", "cpu-large"]
+    assert github.runs_on(stage, ("build-pool",), ("gpu",)) == ["build-pool", "cpu-large"]  # a custom label alone
 
 
 def test_a_job_without_the_public_keys_stops_naming_them(tmp_path: Path) -> None:
@@ -411,6 +417,14 @@ def test_a_strategy_matrix_past_its_limit_packs_entries_never_mixing_runners() -
     """600 entries of two kinds in at most 256 jobs: each entry in exactly one job, a job of one kind only."""
     from imagebuilder.plan import waves
 
+    # kinds of 600, 1 and 1 entries fit (each kind a job, the rest shared): seen refused before
+    few = [{"id": f"x{i}", "only": f"x{i}/*", "gpu": False, "runs_on": [f"r{i}"], "wave": 0, "nodes": 1,
+            "to_build": 1} for i in range(2)]
+    many = [{"id": f"e{i}", "only": f"e{i}/*", "gpu": True, "runs_on": ["gpu"], "wave": 0, "nodes": 1, "to_build": 1}
+            for i in range(600)]
+    mixed = waves.pack(many + few, 256)
+    assert len(mixed) <= 256 and sorted(e for j in mixed for e in j.get("entries", [j["id"]])) == sorted(
+        e["id"] for e in many + few)
     include = [{"id": f"e{i}", "only": f"e{i}/*", "gpu": i % 3 == 0, "runs_on": ["gpu"] if i % 3 == 0 else ["cpu"],
                 "wave": 0, "nodes": 2, "to_build": 1} for i in range(600)]
     jobs = waves.pack(include, 256)
@@ -452,3 +466,17 @@ def test_a_later_shard_of_another_graph_refuses_to_run() -> None:
         in other.stdout
     assert run("a" * 16, "a" * 16).returncode == 0
     assert step["if"] == "inputs.expect_graph != ''"
+
+
+def test_a_shard_hands_on_the_first_shards_graph_and_a_regenerated_one_dispatches_nothing(
+        big: Graph) -> None:
+    """The `next` job dispatches the graph the first shard ran (its own only on the first shard), and only when
+    this shard is of that graph: a regenerated shard 2 cannot start a shard 3 that would pass its check. The
+    fingerprint covers how the graph is cut and placed: another --max-jobs or other labels is another graph."""
+    docs = dict(github.workflows(big, cpu=("ubuntu-24.04",), gpu=("self-hosted", "gpu")))
+    mark = github.fingerprint(big, github.MAX_JOBS, ("ubuntu-24.04",), ("self-hosted", "gpu"))
+    nxt = docs[github.shard_name(1)]["jobs"]["next"]
+    assert nxt["env"]["GRAPH"] == f"${{{{ inputs.graph || '{mark}' }}}}"
+    assert nxt["if"] == f"${{{{ !cancelled() && (inputs.graph == '' || inputs.graph == '{mark}') }}}}"
+    assert github.fingerprint(big, 200, ("ubuntu-24.04",), ("self-hosted", "gpu")) != mark
+    assert github.fingerprint(big, github.MAX_JOBS, ("ubuntu-22.04",), ("self-hosted", "gpu")) != mark

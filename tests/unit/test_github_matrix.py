@@ -47,7 +47,7 @@ def test_the_nightly_workflow_reads_only_keys_the_matrix_has(capsys: pytest.Capt
     workflow = yaml.safe_load(NIGHTLY.read_text())
     jobs = workflow["jobs"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
-    assert "--format github-matrix" in plan_step["run"] and "--wave 0" in plan_step["run"]
+    assert "--format github-matrix" in plan_step["run"] and "for wave in 0 1 2" in plan_step["run"]
     # plan -> stage (waves, CPU runners) -> verify (the entry's runners: GPU for CUDA) -> publish (one job)
     assert jobs["stage-wave0"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.wave0) }}"
     assert jobs["stage-wave1"]["needs"] == ["plan", "stage-wave0"]

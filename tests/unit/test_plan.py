@@ -61,6 +61,8 @@ def test_only_keeps_ancestors(write_matrix: MatrixWriter, table: CompatTable) ->
     assert [n.id for n in both.nodes if n.leaf] == ["2.6.0-cpu-py3.11-runtime/task", "2.7.1-cpu-py3.11-runtime/eval"]
     with pytest.raises(InputError, match="selects no node with 'nothing'"):
         make(write_matrix(TREE), table).only("2.7.1-*/eval,nothing")
+    bracket = make(write_matrix(TREE), table).only("2.[67].1-*/eval,2.6.0-*/[t,x]ask")  # a comma of a [...] set
+    assert [n.id for n in bracket.nodes if n.leaf] == ["2.6.0-cpu-py3.11-runtime/task", "2.7.1-cpu-py3.11-runtime/eval"]
 
 
 @pytest.mark.parametrize(("template", "message"), [
