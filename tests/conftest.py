@@ -41,7 +41,6 @@ WORK_UNITS = (("tests/integration/test_cuda_image.py", "no-chain"),
               ("tests/integration/test_dev_images.py", "no-chain"),
               ("tests/integration/test_registry_faults.py", "no-chain"),
               ("tests/integration/test_steps.py", "no-chain"),
-              ("tests/integration/test_gate.py", "no-chain"),  # (its own staged chain: the two units' times even)
               ("tests/integration/", "integration"))
 
 
