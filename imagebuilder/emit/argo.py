@@ -28,9 +28,8 @@ def template_name(kind: str, runner: Runner) -> str:
 
 def template(kind: str, runner: Runner, image: str, common: list[str]) -> dict[str, Any]:
     """A container template: `imagebuilder <kind command> <common> <node>` on the runner's nodes."""
-    params = [{"name": "node"}] + ([{"name": "digest"}] if kind == VERIFY else [])
-    if kind not in (STAGE, VERIFY):
-        params = [{"name": "only", "value": "*"}]  # (an entry's publish: its leaves; the whole matrix's: every node)
+    params = {STAGE: [{"name": "node"}], VERIFY: [{"name": "node"}, {"name": "digest"}]}.get(
+        kind, [{"name": "only", "value": "*"}])  # (publish: an entry's leaves, or every node)
     args = {STAGE: ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"],
             VERIFY: ["node", "verify", *common, "--digest", "{{inputs.parameters.digest}}",
                      "{{inputs.parameters.node}}"]}.get(kind, ["publish", *common, "--only",

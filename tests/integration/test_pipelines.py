@@ -41,7 +41,7 @@ from imagebuilder.ports.engine import DockerEngine
 from imagebuilder.ports.registry import Registry
 
 from .conftest import ROOT, SESSION, Chain, registry_tags, run_cli, wait_until
-from .test_engines import Events
+from .test_engines import Events, pass_records
 
 COPY = "itest/debian-copy:bookworm"  # the base image under a second name: a second entry sharing every node
 PROJECT = ("pyproject.toml", "README.md", "imagebuilder", "templates", "layers", ".github/workflows/nightly.yml",
@@ -190,20 +190,13 @@ def published(registry: str, repository: str) -> dict[str, str]:
     return out
 
 
-def evidence(registry: str, repository: str, digest: str) -> list[str]:
-    """The evidence tags beside a digest (pass records, build records, SBOMs ...)."""
-    head = digest.replace(":", "-") + "."
-    return [t for t in registry_tags(registry, f"itest/{repository}", cache=True) if t.startswith(head)]
-
-
 def check_published(repo: Repo, registry: str, repository: str) -> dict[str, str]:
     """Every public tag names a digest with a pass record and a build record beside it, and `check` admits it with
     the repository's public keys (each for its role), and refuses it with the roles swapped."""
     tags = published(registry, repository)
     assert tags, f"nothing published to {repository}"
     for tag, digest in tags.items():
-        beside = evidence(registry, repository, digest)
-        assert any(".pass-" in t for t in beside), (tag, beside)
+        assert pass_records(registry, repository, digest), tag
     ref = f"{registry}/itest/{repository}"
     for digest in sorted(set(tags.values())):
         admitted = run_cli("check", *repo.trust_args(), "--policy", "build", "--policy", "pass", f"{ref}@{digest}")
