@@ -60,3 +60,17 @@ def test_workflows_match_githubs_schema() -> None:
     proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *workflows],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_reports_action_matches_githubs_schema(tmp_path: Path) -> None:
+    """The local action the workflows call (.github/actions/imagebuilder-reports) against GitHub's action schema;
+    one without `runs` is refused (the check seen failing)."""
+    action = ROOT / ".github" / "actions" / "imagebuilder-reports" / "action.yml"
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(action)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = tmp_path / "action.yml"
+    broken.write_text("name: x\ndescription: y\n", encoding="utf-8")
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(broken)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
