@@ -22,6 +22,7 @@ from ..plan import cache as cache_mod
 from ..plan import keys
 from ..plan import plan as plan_mod
 from ..plan.render import Renderer
+from ..ports import Engine
 from ..ports.engine import DockerEngine
 from ..ports.registry import Registries, Registry
 from ..ports.tls import RegistryTrust
@@ -48,6 +49,7 @@ class Context:
     max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
     registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
     registry_hosts: tuple[str, ...] = ()  # the matrix's registry host: where the env's credentials go by default
+    base_ids: tuple[tuple[str, str], ...] = ()  # base image -> its image ID, as a machine with an engine resolved it
     _engine: DockerEngine | None = None
     _table: compat_mod.CompatTable | None = None
 
@@ -61,6 +63,14 @@ class Context:
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"compatibility table {path or 'data/compat.json'} is unreadable: {exc}") from None
         return self._table
+
+    def global_args(self) -> tuple[str, ...]:
+        """The global options that change what a plan is (the compatibility table, whether indexes are asked, the
+        entry bound, base image IDs), as a later command of the same plan is given them."""
+        return (*(("--offline",) if not self.check_index else ()),
+                *(("--compat", str(self.compat_file)) if self.compat_file else ()),
+                *(("--max-entries", str(self.max_entries)) if self.max_entries != matrix_mod.MAX_ENTRIES else ()),
+                *(arg for image, image_id in self.base_ids for arg in ("--base-image-id", f"{image}={image_id}")))
 
     def keys(self) -> Keys:
         """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
@@ -115,16 +125,17 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     return matrix, plan
 
 
-def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False,
-           builds: bool = True) -> tuple[plan_mod.Plan, Registries]:
-    """Keys for every node (base images resolved on the engine), then what each node needs: the cache
-    is looked up locally and in the registry. A key tag's image counts only when a trusted build key vouches for
-    it (`provenance`): a run that `builds` builds on it, else builds the node again; verify and publish take each
-    node as its vouched key tag names it, whatever this engine holds (they test, or publish, exactly that digest).
+def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, builds: bool = True,
+           engine: Engine | None = None) -> tuple[plan_mod.Plan, Registries]:
+    """Keys for every node (base images resolved on the engine, else as `--base-image-id` names them), then what
+    each node needs: the cache is looked up locally and in the registry. A key tag's image counts only when a
+    trusted build key vouches for it (`provenance`): a run that `builds` builds on it, else builds the node again;
+    verify and publish take each node as its vouched key tag names it, whatever this engine holds (they test, or
+    publish, exactly that digest).
     A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
     naming the key and what to trust (building it anew could never be published: its tags name that image)."""
-    engine = ctx.engine()
-    plan = keys.assign(plan, cache_mod.base_ids(plan, engine))
+    engine = engine or ctx.engine()
+    plan = keys.assign(plan, {**dict(ctx.base_ids), **cache_mod.base_ids(plan, engine)})
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)

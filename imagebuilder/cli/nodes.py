@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from ..errors import InputError, RunFailed
 from ..ledger import VerifyStatus
+from ..ports.engine import NoEngine
 from ..run.cosign import Cosign
 from ..smoke.runner import GpuHost
 from ..steps.stage import KeyTags, Stage, Staged
@@ -26,8 +27,11 @@ from .options import (
     accept_regression_option,
     checked,
     expect_option,
+    matrix_option,
     options,
     parse_expect,
+    registry_option,
+    strict_option,
     writable_file,
 )
 from .root import cli
@@ -71,26 +75,65 @@ def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: A
 @click.option("--digest", callback=checked(lambda d: None if re.fullmatch(r"sha256:[0-9a-f]{64}", d) else
                                            "not a sha256:<64 hex> digest"),
               help="The digest the stage job handed over: the leaf's key tag must still name it.")
+@click.option("--suite-ran-in", "folder", type=click.Path(file_okay=False, path_type=Path),
+              help="A verify pod's judge: the suite ran in the pod's leaf container, which left its report in this "
+                   "folder (`node prepare-suite` wrote what it ran); judge, sign and record it here, with no "
+                   "container engine.")
+@click.option("--requested-gpus", type=click.IntRange(0), default=0, show_default=True,
+              help="With --suite-ran-in: the GPUs the pod requested for the suite (this container requests the "
+                   "same; what it sees must be that many).")
+@click.option("--requested-model", metavar="PRODUCT",
+              help="With --suite-ran-in: the GPU model the pod's node selector names (nvidia.com/gpu.product).")
 @click.argument("leaf", metavar="LEAF")
 @click.pass_obj
 def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[str, ...], accept_regression: bool,
-                **common: Any) -> int:
+                folder: Path | None, requested_gpus: int, requested_model: str | None, **common: Any) -> int:
     """Verify LEAF (ENTRY/LAYER) on this runner: its staged digest's suite, unless a trusted pass of this suite on
-    this runner's GPU model is beside it already (nothing to do)."""
+    this runner's GPU model is beside it already (nothing to do). In a verify pod (--suite-ran-in), the suite ran
+    in the pod's own container of the leaf image, and this command judges what it left."""
     from ..run.handoff import Handoff, selector
+    from ..smoke.pod import Requested
 
     if "/" not in leaf:
         raise InputError(f"{leaf!r} is not a node id", hint="node verify takes one leaf, ENTRY/LAYER")
+    if folder is None and (requested_gpus or requested_model):
+        raise InputError("--requested-gpus and --requested-model describe a verify pod: they need --suite-ran-in")
+    if folder is not None and digest is None:
+        raise InputError("--suite-ran-in needs --digest: the digest the pod's leaf container was pinned to")
+    pod = Requested(str(folder), requested_gpus, requested_model) if folder is not None else None
     handoff, staged = Handoff(leaf), Staged("node verify")
     steps = (staged, Verify(same_gpu_model=True, record=True, host=GpuHost.probe(),
-                            accept_regression=accept_regression))
+                            accept_regression=accept_regression, pod=pod, resmoke=pod is not None))
     records = run_steps(ctx, Common(only=selector(leaf), jobs=1, **common), steps, expect=parse_expect(expect),
                         require=staged, meta={"signing": Cosign.from_env(True, os.environ).meta()},
-                        before=lambda plan, registries: handoff.handed(plan, registries, digest))
+                        before=lambda plan, registries: handoff.handed(plan, registries, digest),
+                        engine=NoEngine("this is a verify pod's judge (--suite-ran-in)") if pod else None)
     failed(records)
     if all(r.verify == VerifyStatus.FOUND for r in records if r.node == leaf):
         ctx.out.print(f"nothing to do: {escape(leaf)} ({handoff.digests.get(leaf)}) has a trusted pass of this suite "
                       "on this runner; no suite ran", highlight=False, soft_wrap=True)
+    return 0
+
+
+@node_group.command("prepare-suite")
+@options(matrix_option, strict_option, registry_option)
+@click.option("--into", "folder", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The folder the pod's containers share: the suite, what it is told and its environment go here.")
+@click.argument("leaf", metavar="LEAF")
+@click.pass_obj
+def node_prepare_suite(ctx: Context, /, leaf: str, folder: Path, matrix_file: Path, strict: bool,
+                       registry: str | None) -> int:
+    """A verify pod's first step, from the tool image: write LEAF's suite, what it is told (its expectations and
+    layer checks) and its environment into FOLDER, for the pod's container of the leaf image to run
+    (`plan --format argo|k8s-jobs`). Needs no engine and no registry."""
+    from ..commands.pod_suite import prepare
+    from ..run.handoff import selector
+    from .context import load_plan
+
+    _, plan = load_plan(ctx, matrix_file, registry, strict, selector(leaf))
+    written = prepare(plan, leaf, folder, os.environ)
+    ctx.out.print(f"{escape(leaf)}: {len(written)} file(s) in {escape(str(folder))} ({', '.join(written)})",
+                  highlight=False, soft_wrap=True)
     return 0
 
 

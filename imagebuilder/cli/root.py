@@ -54,11 +54,16 @@ from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
               help="CA certificates (PEM) a registry's TLS certificate may chain to, besides the system's and "
                    "/etc/docker/certs.d/HOST/*.crt (which the engine reads too); repeatable, or space-separated in "
                    "IMAGEBUILDER_REGISTRY_CA (spaces or ':').")
+@click.option("--base-image-id", "base_ids", multiple=True, metavar="IMAGE=sha256:ID",
+              envvar="IMAGEBUILDER_BASE_IMAGE_IDS",
+              help="A base image's ID as a machine with an engine resolved it, for a machine without one (a verify "
+                   "pod's judge): the roots' keys start from it. The engine's own image, where it has one, counts "
+                   "first. Repeatable, or space-separated in IMAGEBUILDER_BASE_IMAGE_IDS.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
         cache_dir: Path | None, trust_keys: tuple[str, ...], trust_build_keys: tuple[Path, ...],
         container_labels: tuple[str, ...],
-        max_entries: int, registry_cas: tuple[Path, ...]) -> None:
+        max_entries: int, registry_cas: tuple[Path, ...], base_ids: tuple[str, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     labels = []
@@ -68,8 +73,14 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
             raise InputError(f"--container-label {item!r}: expected KEY=VALUE (KEY of letters, digits, '.', '_', "
                              "'-')")
         labels.append((key, value))
+    given = []
+    for item in base_ids:
+        image, sep, image_id = item.rpartition("=")
+        if not sep or not image or not re.fullmatch(r"sha256:[0-9a-f]{64}", image_id):
+            raise InputError(f"--base-image-id {item!r}: expected IMAGE=sha256:<64 hex> (the base image's ID)")
+        given.append((image, image_id))
     click_ctx.obj = Context(out=Console(width=wide), err=Console(stderr=True), engine_url=engine_url,
                             compat_file=compat_file, check_index=not offline,
                             cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
                             trust_keys=trust_keys, trust_build_keys=trust_build_keys, max_entries=max_entries,
-                            registry_trust=RegistryTrust(cafiles=registry_cas))
+                            registry_trust=RegistryTrust(cafiles=registry_cas), base_ids=tuple(given))

@@ -18,6 +18,7 @@ from ..evidence import spec as spec_mod
 from ..evidence.sigstore import Layouts
 from ..ledger import NodeRecord, PublishStatus, VerifyStatus
 from ..plan import plan as plan_mod
+from ..ports import Engine
 from ..ports.registry import Registries
 from ..run import lock
 from ..run.context import Step
@@ -60,19 +61,21 @@ class Common:
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
               no_cache: bool = False, fail_fast: bool = False, logs: str = "stream",
               meta: dict[str, Any] | None = None, require: Staged | None = None,
-              before: Callable[[plan_mod.Plan, Registries], str | None] | None = None) -> list[NodeRecord]:
+              before: Callable[[plan_mod.Plan, Registries], str | None] | None = None,
+              engine: Engine | None = None) -> list[NodeRecord]:
     """Load the plan (every input error before anything builds), then, holding the build lock of every
     repository it pushes to, decide it (what a run before this one left is cached) and run the steps.
     `before`: a node command's check of the decided plan; what it returns is said ("nothing to do: ...") and
-    nothing runs (no records)."""
+    nothing runs (no records). `engine`: instead of the invocation's (a pod's judge: `NoEngine`)."""
     matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
-    engine = ctx.engine()
+    engine = engine or ctx.engine()
     targets = [e.target.name for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
-        check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
-        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None)
+        check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False),
+                    known=dict(ctx.base_ids))
+        the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None, engine=engine)
         if require is not None:
             require.require(the_plan, registries)
         said = before(the_plan, registries) if before is not None else None

@@ -31,6 +31,7 @@ class Formatting:
     part: int | None = None  # an engine's format: only its Nth document
     tool_image: str | None = None
     kueue_queue: str | None = None
+    global_args: tuple[str, ...] = ()  # the global options the plan was made with (a later part is made with them)
 
     def labels(self) -> dict[str, tuple[str, ...]]:
         return {name: tuple(x.strip() for x in value.split(",") if x.strip())
@@ -61,6 +62,13 @@ def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registr
     return None
 
 
+def base_ids(plan: plan_mod.Plan) -> tuple[str, ...]:
+    """`IMAGE=ID` of each base image the decided plan resolved (its roots' parent input): what a verify pod's
+    judge, which has no engine, is given (`--base-image-id`); none for an undecided plan."""
+    found = {n.base_image: dict(n.inputs).get("parent", "") for n in plan.nodes if n.parent is None and n.base_image}
+    return tuple(f"{image}={image_id}" for image, image_id in sorted(found.items()) if image_id.startswith("sha256:"))
+
+
 def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, tuple[str, ...]],
              registries: Registries | None) -> str:
     from ..emit import formats
@@ -72,7 +80,8 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
     args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
             *(("--only", how.only) if how.only else ()))
     settings = formats.Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
-                                max_jobs=how.max_jobs,
+                                global_args=how.global_args,
+                                max_jobs=how.max_jobs, base_ids=base_ids(plan),
                                 tool_image=how.tool_image, kueue_queue=how.kueue_queue,
                                 digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries
                                 else {})

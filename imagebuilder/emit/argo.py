@@ -1,52 +1,67 @@
-"""The graph as one Argo Workflows `Workflow`: a DAG task per job, a container template per kind and runner.
-GPU templates limit `nvidia.com/gpu` to the runner's count and select nodes of its model
-(`nvidia.com/gpu.product`, as NVIDIA's GPU feature discovery labels them); a stage task's digest is its output
-parameter, which its verify task is given (`--digest`). Each template's pod holds its role's private key only
-(`roles.pod`: the Secret `imagebuilder-keys`) and names the public halves with their roles (the ConfigMap
-`imagebuilder-trust`). The tool image runs the node commands against the node's Docker engine (its socket
-mounted: the pod, and the image under test, are root on the node). Argument values are never shell text. The
-Workflow is one Kubernetes object: it must stay under MAX_BYTES (etcd's request limit). Pure."""
+"""The graph as one Argo Workflows `Workflow`: a DAG task per job, a template per kind and runner. A verify
+template is a verify pod (`pods.verify`: the leaf image itself runs the suite on the GPUs it requests, the tool
+image prepares and judges); stage and publish templates run the tool image against the platform's engine service
+(`pods.engine`). No template mounts a host path or a Docker socket. A stage task's digest is its output
+parameter, which its verify task is given (the leaf's image, `REPOSITORY@DIGEST`, and `--digest`). Each pod holds
+its role's private key only (`roles.pod`). The DAG does not fail fast: a failed suite is a verdict on its leaf, and
+blocks only what depends on it (an entry's publish waits for its own verifies; the matrix's publish for every
+entry's, whatever they ended). Template names follow Argo's validator (`NAME`, `MAX_NAME`), from any runner
+label. The Workflow is one Kubernetes object: past `MAX_BYTES` it is refused, naming its size. Argument values
+are never shell text. Pure."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
-from . import roles
+from ..errors import InputError
+from . import pods
 from .graph import STAGE, VERIFY, Graph, Job, Runner
 
 MAX_BYTES = 1024 * 1024  # under etcd's 1.5 MiB request limit, with room for the status Argo adds
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT = "nvidia.com/gpu.product"
-QUEUE_LABEL = "imagebuilder.dev/queue"
+NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9]*")  # Argo's template and task names (workflow/validate/validate.go)
+MAX_NAME = 128
 DIGEST_PATH = "/tmp/imagebuilder-digest"
-SOCKET = "/var/run/docker.sock"
+EXECUTOR_ACCOUNT = "imagebuilder-executor"  # Argo's executor's service account: no container of ours gets a token
 
 
 def template_name(kind: str, runner: Runner) -> str:
-    return f"{kind}-{runner.label}".lower()
+    """`<kind>-<runner label>`, lowercase; where the label holds what Argo refuses in a name (`.`, `_`: MIG
+    profiles, `cpu_large`), those become `-` and a hash of the label keeps it apart from others."""
+    raw = f"{kind}-{runner.label}".lower()
+    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")
+    if name != raw:
+        name = f"{name[:MAX_NAME - 9]}-{hashlib.sha256(runner.label.encode()).hexdigest()[:8]}"
+    return name
 
 
-def template(kind: str, runner: Runner, image: str, common: list[str]) -> dict[str, Any]:
-    """A container template: `imagebuilder <kind command> <common> <node>` on the runner's nodes."""
-    params = {STAGE: [{"name": "node"}], VERIFY: [{"name": "node"}, {"name": "digest"}]}.get(
-        kind, [{"name": "only", "value": "*"}])  # (publish: an entry's leaves, or every node)
-    args = {STAGE: ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"],
-            VERIFY: ["node", "verify", *common, "--digest", "{{inputs.parameters.digest}}",
-                     "{{inputs.parameters.node}}"]}.get(kind, ["publish", *common, "--only",
-                                                               "{{inputs.parameters.only}}"])
-    env, volumes, mounts = roles.pod(Job(kind, kind, None, (), runner=runner))  # (this template's role's key)
-    container: dict[str, Any] = {"image": image, "command": ["imagebuilder"], "args": args, "env": env,
-                                 "volumeMounts": [{"name": "engine", "mountPath": SOCKET}, *mounts]}
-    out: dict[str, Any] = {"name": template_name(kind, runner), "container": container,
-                           "volumes": [{"name": "engine", "hostPath": {"path": SOCKET, "type": "Socket"}}, *volumes]}
-    out["inputs"] = {"parameters": params}
-    if runner.gpu is not None:
-        container["resources"] = {"limits": {GPU_RESOURCE: str(runner.gpus)}}
-        out["nodeSelector"] = {GPU_PRODUCT: runner.gpu} if runner.gpu != "any" else {QUEUE_LABEL: runner.queue}
+def template(kind: str, runner: Runner, image: str, common: list[str], base_ids: Sequence[str],
+             global_args: Sequence[str] = ()) -> dict[str, Any]:
+    """The template of a kind on a runner: a verify pod, or the tool image's command against the engine service."""
+    out: dict[str, Any] = {"name": template_name(kind, runner)}
+    job = Job(kind, kind, None, (), runner=runner)
+    if kind == VERIFY:
+        out["inputs"] = {"parameters": [{"name": "node"}, {"name": "image"}, {"name": "digest"}]}
+        pod = pods.verify(job, tool=image, leaf="{{inputs.parameters.image}}", digest="{{inputs.parameters.digest}}",
+                          node="{{inputs.parameters.node}}", common=common, base_ids=base_ids,
+                          global_args=global_args)
+        pod.pop("enableServiceLinks")  # (not a template's field)
+        out.update(initContainers=pod.pop("initContainers"), container=pod.pop("containers")[0], **pod)
     else:
-        out["nodeSelector"] = {QUEUE_LABEL: runner.queue}
-    if kind == STAGE:
-        out["outputs"] = {"parameters": [{"name": "digest", "valueFrom": {"path": DIGEST_PATH}}]}
+        if kind == STAGE:
+            args = ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"]
+            out["inputs"] = {"parameters": [{"name": "node"}]}
+            out["outputs"] = {"parameters": [{"name": "digest", "valueFrom": {"path": DIGEST_PATH}}]}
+        else:  # publish: an entry's leaves, or every node
+            args = ["publish", *common, "--only", "{{inputs.parameters.only}}"]
+            out["inputs"] = {"parameters": [{"name": "only", "value": "*"}]}
+        pod = pods.engine(job, image=image, args=[*global_args, *args])
+        out.update(container=pod["containers"][0], volumes=pod["volumes"], automountServiceAccountToken=False)
+    out["nodeSelector"] = pods.selector(runner)
+    out["executor"] = {"serviceAccountName": EXECUTOR_ACCOUNT}  # (its token is for Argo's own wait container)
     return out
 
 
@@ -71,22 +86,33 @@ def task(job: Job) -> dict[str, Any]:
     if job.node is not None:
         params = [{"name": "node", "value": job.node}]
         if job.kind == VERIFY:
-            params.append({"name": "digest", "value": f"{{{{tasks.{job.digest_from}.outputs.parameters.digest}}}}"})
+            digest = f"{{{{tasks.{job.digest_from}.outputs.parameters.digest}}}}"
+            params += [{"name": "image", "value": f"{job.repository}@{digest}"}, {"name": "digest", "value": digest}]
         out["arguments"] = {"parameters": params}
     return out
 
 
-def workflow(graph: Graph, *, image: str) -> dict[str, Any]:
+def workflow(graph: Graph, *, image: str, base_ids: Sequence[str] = (), global_args: Sequence[str] = ()
+             ) -> dict[str, Any]:
+    """The Workflow; `base_ids`: `IMAGE=ID` of each base image as the plan resolved it (the verify pods' judges
+    have no engine). An input error when it would be larger than `MAX_BYTES`."""
     common = common_args(graph.jobs[-1]) if graph.jobs else []
     templates: dict[str, dict[str, Any]] = {}
     for job in graph.jobs:
         name = template_name(job.kind, job.runner)
         if name not in templates:
-            templates[name] = template(job.kind, job.runner, image, common)
-    return {
+            templates[name] = template(job.kind, job.runner, image, common, base_ids, global_args)
+    doc = {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
         "metadata": {"generateName": "imagebuilder-"},
         "spec": {"entrypoint": "plan",
-                 "templates": [{"name": "plan", "dag": {"tasks": [task(j) for j in graph.jobs]}},
+                 "templates": [{"name": "plan", "dag": {"failFast": False, "tasks": [task(j) for j in graph.jobs]}},
                                *templates.values()]},
     }
+    size = len(json.dumps(doc, separators=(",", ":")).encode())
+    if size > MAX_BYTES:
+        raise InputError(f"the Argo Workflow of this plan would be {size} bytes ({len(graph.jobs)} tasks): one "
+                         f"Kubernetes object, it must stay under {MAX_BYTES} (etcd refuses requests past 1.5 MiB, "
+                         "and Argo adds its status)",
+                         hint="submit the matrix in parts: `plan --only 'GLOB'` per part, one Workflow each")
+    return doc

@@ -1,9 +1,12 @@
 """The graph as Buildkite pipeline uploads: a step per job, on the agent queue its runner names, `depends_on`
 its needs. Buildkite takes at most MAX_STEPS steps per upload, so the graph is cut into parts in dependency
 order; each part but the last ends with a step that uploads the next (`imagebuilder plan ... --part N |
-buildkite-agent pipeline upload`): steps of one build may depend on steps of an earlier upload. A stage step
-hands its digest on in the build's meta-data (`digest:<job id>`); its verify step reads it back. Commands are
-shell-quoted (a node id is never shell text). Pure."""
+buildkite-agent pipeline upload`, under `pipefail`: a plan that fails fails the step), with the global options the
+first part was made with (every command of the pipeline gets them: one plan, one graph): steps of one build may
+depend on steps of an earlier upload. A stage step hands its digest on in the build's meta-data (`digest:<job
+id>`); its verify step reads it back. A GPU step runs on the agent queue its runner names (queue, model, count):
+the agents of that queue are the machines with those GPUs. Each step uploads its report folder as artifacts.
+Commands are shell-quoted (a node id is never shell text). Pure."""
 
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ MAX_STEPS = 500  # steps per pipeline upload
 PROGRAM = "imagebuilder"
 
 
-def command(job: Job) -> str:
+def command(job: Job, global_args: Sequence[str] = ()) -> str:
     """The step's shell command: the node command, quoted; a verify is given its stage step's digest, a stage
     step hands its digest on."""
-    argv = [PROGRAM, *job.argv]
+    argv = [PROGRAM, *global_args, *job.argv]
     if job.kind == VERIFY and job.digest_from:
         digest = f'"$(buildkite-agent meta-data get {meta_key(job.digest_from)})"'
         return f"{shlex.join(argv[:-1])} --digest {digest} {shlex.quote(argv[-1])}"
@@ -36,23 +39,30 @@ def meta_key(job_id: str) -> str:
     return f"digest:{job_id}"
 
 
-def step(job: Job) -> dict[str, Any]:
+def reports(job: Job) -> str | None:
+    """The job's report folder (`--report`), which the step uploads as artifacts."""
+    return job.argv[job.argv.index("--report") + 1] if "--report" in job.argv else None
+
+
+def step(job: Job, global_args: Sequence[str] = ()) -> dict[str, Any]:
     label = f"{job.kind} {job.node or job.entry or 'the matrix'}"
-    out: dict[str, Any] = {"key": job.id, "label": label, "command": command(job),
+    out: dict[str, Any] = {"key": job.id, "label": label, "command": command(job, global_args),
                            "agents": {"queue": job.runner.label}}
     if job.needs:
         out["depends_on"] = list(job.needs)
         if job.after_failures:
             out["allow_dependency_failure"] = True
-    if job.runner.gpu is not None:
-        out["env"] = {"IMAGEBUILDER_GPUS": str(job.runner.gpus)}
-    out["env"] = {**out.get("env", {}), **roles.trust()}  # (the public halves, each with its roles)
+    folder = reports(job)
+    if folder:
+        out["artifact_paths"] = [f"{folder}/**/*"]
+    out["env"] = roles.trust()  # (the public halves, each with its roles)
     return out
 
 
-def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS) -> list[dict[str, Any]]:
-    """One pipeline document per upload. `plan_args`: the `imagebuilder plan` arguments that made this graph
-    (the next part's upload step runs them again with `--part`)."""
+def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS,
+            global_args: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One pipeline document per upload. `plan_args`: the `imagebuilder plan` arguments that made this graph,
+    `global_args` the global options before them (the next part's upload step runs both again with `--part`)."""
     parts: list[list[Job]] = [[]]
     for job in graph.jobs:
         if len(parts[-1]) >= size - 1:
@@ -60,11 +70,12 @@ def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS) -> li
         parts[-1].append(job)
     out = []
     for index, jobs in enumerate(parts):
-        steps = [step(j) for j in jobs]
+        steps = [step(j, global_args) for j in jobs]
         if index + 1 < len(parts):
-            again = shlex.join([PROGRAM, "plan", *plan_args, "--format", "buildkite", "--part", str(index + 2)])
+            again = shlex.join([PROGRAM, *global_args, "plan", *plan_args, "--format", "buildkite", "--part",
+                                str(index + 2)])
             steps.append({"key": f"upload-part-{index + 2}", "label": f"upload part {index + 2} of {len(parts)}",
-                          "command": f"{again} | buildkite-agent pipeline upload",
+                          "command": f"set -o pipefail; {again} | buildkite-agent pipeline upload",
                           "agents": {"queue": graph.jobs[0].runner.label if graph.jobs else "cpu"}})
         out.append({"steps": steps})
     return out

@@ -26,9 +26,11 @@ class Settings:
     gpu_runner: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
     max_jobs: int = github.MAX_JOBS  # GitHub: jobs per workflow run (at most that)
     plan_args: tuple[str, ...] = ()  # the `plan` arguments that made the graph (Buildkite's next part reruns them)
+    global_args: tuple[str, ...] = ()  # the global options it was made with: every command of the documents gets them
     tool_image: str | None = None  # the image with imagebuilder that pods run (Argo, Jobs): pinned by digest
     kueue_queue: str | None = None
     digests: Mapping[str, str] = field(default_factory=dict)  # leaf -> staged digest (Jobs)
+    base_ids: tuple[str, ...] = ()  # IMAGE=ID of each base image, as the plan resolved them (the verify pods' judges)
 
 
 def pinned(image: str | None, fmt: str) -> str:
@@ -47,14 +49,23 @@ def documents(fmt: str, graph: Graph, settings: Settings) -> list[tuple[str | No
                   github.workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner, size=settings.max_jobs)),
                 (github.REPORTS_ACTION, github.reports_action())]
     if fmt == "buildkite":
-        return [(None, doc) for doc in buildkite.uploads(graph, settings.plan_args)]
+        return [(None, doc) for doc in buildkite.uploads(graph, settings.plan_args, global_args=settings.global_args)]
     if fmt == "argo":
-        return [(None, argo.workflow(graph, image=pinned(settings.tool_image, fmt)))]
+        return [(None, argo.workflow(graph, image=pinned(settings.tool_image, fmt), base_ids=settings.base_ids,
+                                     global_args=settings.global_args))]
     if fmt == "k8s-jobs":
         image = pinned(settings.tool_image, fmt)
         return [(None, doc) for doc in kubejobs.jobs(graph, settings.digests, image=image,
-                                                      queue=settings.kueue_queue)]
+                                                      queue=settings.kueue_queue, base_ids=settings.base_ids,
+                                                      global_args=settings.global_args)]
     raise ValueError(fmt)
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML without anchors and aliases (a value used twice is written twice: some engines' parsers refuse them)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def text(fmt: str, docs: Sequence[tuple[str | None, Any]]) -> str:
@@ -63,5 +74,5 @@ def text(fmt: str, docs: Sequence[tuple[str | None, Any]]) -> str:
     out = []
     for name, doc in docs:
         head = f"# {name}\n" if name else ""
-        out.append(head + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True))
+        out.append(head + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True))
     return "---\n".join(out)

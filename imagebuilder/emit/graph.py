@@ -54,11 +54,12 @@ class Job:
     digest_from: str | None = None  # verify: the stage job whose key tag digest it is handed
     entry: str | None = None  # an entry's publish job: the entry it publishes
     after_failures: bool = False  # runs once its needs ended, whatever they ended (the whole matrix's publish)
+    repository: str | None = None  # verify: the leaf's repository (its staged image is REPOSITORY@DIGEST)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "node": self.node, "argv": list(self.argv),
                 "needs": list(self.needs), "runner": self.runner.to_json(), "digest_from": self.digest_from,
-                "entry": self.entry, "after_failures": self.after_failures}
+                "entry": self.entry, "after_failures": self.after_failures, "repository": self.repository}
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Graph:
                          needs=tuple(j.get("needs") or ()), runner=Runner(**{k: v for k, v in j["runner"].items()
                                                                            if k != "label"}),
                          digest_from=j.get("digest_from"), entry=j.get("entry"),
-                         after_failures=bool(j.get("after_failures"))) for j in doc["jobs"])
+                         after_failures=bool(j.get("after_failures")), repository=j.get("repository"))
+                     for j in doc["jobs"])
         return Graph(jobs, str(doc["matrix"]))
 
 
@@ -130,7 +132,8 @@ def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | N
             leaves[node.entry.id].append(node.id)
             jobs.append(Job(jid, VERIFY, node.id, ("node", "verify", *common, "--report", f"reports/{jid}",
                                                    node.id),
-                            (stage_of[node.id],), runner_of(node, VERIFY), digest_from=stage_of[node.id]))
+                            (stage_of[node.id],), runner_of(node, VERIFY), digest_from=stage_of[node.id],
+                            repository=node.entry.target.name))
         entry = node.entry.id
         if len(entries) > 1 and last_of[entry] == node.id:  # (one entry: the whole matrix's publish is its own)
             jid = job_id(PUBLISH, entry)

@@ -37,7 +37,7 @@ GPU = Key("gpu", "gpu", "IMAGEBUILDER_SIGNING_KEY", SIGNING_ENV, "keys/signing.p
 HOSTED = Key("hosted", "cpu,publish", "IMAGEBUILDER_HOSTED_KEY", SIGNING_ENV, "keys/hosted.pub")
 KEYS = (BUILD, GPU, HOSTED)
 SECRET, TRUST_CONFIG = "imagebuilder-keys", "imagebuilder-trust"  # Kubernetes: the private PEMs; the public halves
-KEY_DIR, TRUST_DIR = "/var/run/imagebuilder/key", "/var/run/imagebuilder/trust"  # where a pod mounts them
+TRUST_DIR = "/var/run/imagebuilder/trust"  # where a pod mounts the public halves
 TRUST_KEYS = " ".join(f"{k.roles}={k.public}" for k in (GPU, HOSTED))  # the pass keys, each with its roles
 TRUST_BUILD_KEYS = BUILD.public
 
@@ -52,17 +52,16 @@ def key_of(job: Job) -> Key:
     return HOSTED
 
 
-def pod(job: Job) -> tuple[list[dict[str, str]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """A Kubernetes container's env, volumes and mounts for a job's keys: its role's private key only (the Secret
-    `SECRET`, key `<name>.pem`, mode 0400), and the public halves (the ConfigMap `TRUST_CONFIG`, `<name>.pub`)."""
+def pod(job: Job) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A Kubernetes container's env, volumes and mounts for a job's keys: its role's private key only, as the
+    PEM itself in its variable (a `secretKeyRef` to the Secret `SECRET`, key `<name>.pem`: no file whose owner
+    or mode is the kubelet's), and the public halves (the ConfigMap `TRUST_CONFIG`, `<name>.pub`)."""
     key = key_of(job)
-    env = [{"name": key.env, "value": f"{KEY_DIR}/{key.name}.pem"},
-           *({"name": name, "value": value} for name, value in trust(TRUST_DIR).items())]
-    volumes = [{"name": "key", "secret": {"secretName": SECRET, "defaultMode": 0o400,
-                                          "items": [{"key": f"{key.name}.pem", "path": f"{key.name}.pem"}]}},
-               {"name": "trust", "configMap": {"name": TRUST_CONFIG}}]
-    mounts = [{"name": "key", "mountPath": KEY_DIR, "readOnly": True},
-              {"name": "trust", "mountPath": TRUST_DIR, "readOnly": True}]
+    env: list[dict[str, Any]] = [
+        {"name": key.env, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": f"{key.name}.pem"}}},
+        *({"name": name, "value": value} for name, value in trust(TRUST_DIR).items())]
+    volumes = [{"name": "trust", "configMap": {"name": TRUST_CONFIG}}]
+    mounts = [{"name": "trust", "mountPath": TRUST_DIR, "readOnly": True}]
     return env, volumes, mounts
 
 

@@ -17,7 +17,7 @@ what it says (`Rejected` when the key lacks it), so a CPU fleet's key never vouc
 
 Who signs: the step that ran the suite signs pass records and verdicts (and publish its SBOMs, VSAs and untested
 records) with `IMAGEBUILDER_SIGNING_KEY`; the step that built an image signs its build provenance with
-`IMAGEBUILDER_BUILD_KEY`.
+`IMAGEBUILDER_BUILD_KEY` (each a PEM file's path, or the PEM itself, as a Kubernetes Secret hands it to a pod).
 Who is trusted: exactly the keys the user names, with the roles they are named with. With `--trust-key`
 (IMAGEBUILDER_TRUST_KEYS) or `--trust-build-key` (IMAGEBUILDER_TRUST_BUILD_KEYS), those keys and the run's own
 explicit signing keys count (a signing key named nowhere counts for the pass roles, one named counts as named), and
@@ -206,6 +206,20 @@ class Signer:
         return cls(key, str(path))
 
     @classmethod
+    def of_env(cls, name: str, value: str) -> Signer:
+        """The key a variable names: a PEM private key file (`load`), or the PEM itself, as a Kubernetes
+        `secretKeyRef` hands a pod its key (no file whose owner or mode could let others sign)."""
+        if not value.lstrip().startswith("-----BEGIN"):
+            return cls.load(Path(value))
+        try:
+            key = serialization.load_pem_private_key(value.strip().encode() + b"\n", password=None)
+        except (ValueError, TypeError):
+            raise InputError(f"${name}: holds PEM text that is not an unencrypted PEM private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise InputError(f"${name}: not an Ed25519 key")
+        return cls(key, f"${name}")
+
+    @classmethod
     def local(cls, folder: Path) -> Signer:
         """This machine's own key under `folder` (the cache folder's keys/), made on first use, readable only
         by its owner."""
@@ -356,8 +370,8 @@ class Keys:
         keyring = Trust(()).plus(Trust(tuple(PublicKey.load(path).with_roles(roles) for roles, path in given)))
         pass_named = any(roles & PASS_ROLES for roles, _ in given)
         build_named = any(BUILD in roles for roles, _ in given)
-        signer = Signer.load(Path(env[SIGNING_KEY_ENV])) if env.get(SIGNING_KEY_ENV) else None
-        builder = Signer.load(Path(env[BUILD_KEY_ENV])) if env.get(BUILD_KEY_ENV) else None
+        signer = Signer.of_env(SIGNING_KEY_ENV, env[SIGNING_KEY_ENV]) if env.get(SIGNING_KEY_ENV) else None
+        builder = Signer.of_env(BUILD_KEY_ENV, env[BUILD_KEY_ENV]) if env.get(BUILD_KEY_ENV) else None
         if signer is None and not pass_named:
             signer = Signer.local(folder)
         own: list[PublicKey] = []  # the run's own keys, with the roles they count for where nothing names them

@@ -527,3 +527,73 @@ class _ChunkReader(io.RawIOBase):
         buffer[:n] = self.rest[:n]
         self.rest = self.rest[n:]
         return n
+
+
+class NoEngine:
+    """No container engine: a Kubernetes pod's judge, which reads a suite another container ran. Nothing is on it
+    (no image, no GPU runtime); whatever would need an engine is refused, naming what asked."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why  # said in every refusal
+        self.run_labels: dict[str, str] = {}
+
+    def refuse(self, what: str) -> EngineError:
+        return EngineError(f"{what} needs a container engine; {self.why}")
+
+    def clone(self) -> NoEngine:
+        return self
+
+    def image_id(self, ref: str) -> str | None:
+        return None
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        raise self.refuse(f"inspecting {ref}")
+
+    def images_with_label(self, label: str, *, every: bool = False) -> list[dict[str, Any]]:
+        return []
+
+    def history(self, image: str) -> list[dict[str, Any]]:
+        raise self.refuse(f"the history of {image}")
+
+    def layer_files(self, image: str, top: int) -> Iterator[tuple[str, int, BinaryIO]]:
+        raise self.refuse(f"reading the layers of {image}")
+
+    def layer_folders(self, image: str) -> list[str] | None:
+        return None
+
+    def insecure_registries(self) -> tuple[str, ...]:
+        return ()
+
+    def storage(self) -> tuple[str, int | None]:
+        return "none", None
+
+    def has_nvidia_runtime(self) -> bool:
+        return False
+
+    def build(self, context: bytes, *, network: str, sink: LineSink, nocache: bool = False,
+              buildargs: Mapping[str, str] | None = None) -> str:
+        raise self.refuse("a build")
+
+    def pull(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
+        raise self.refuse(f"pulling {ref}")
+
+    def push(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
+        raise self.refuse(f"pushing {ref}")
+
+    def tag(self, image: str, ref: str) -> None:
+        raise self.refuse(f"tagging {image}")
+
+    def remove_image(self, ref: str) -> None:
+        raise self.refuse(f"removing {ref}")
+
+    def run(self, image: str, command: list[str], *, files: Mapping[str, bytes] | None = None,
+            fetch: tuple[str, ...] = (), timeout: float = 600, env: Mapping[str, str] | None = None,
+            host_config: Mapping[str, Any] | None = None, user: str | None = None,
+            sink: LineSink | None = None) -> RunResult:
+        raise self.refuse(f"a container of {image}")
+
+    def close_containers(self) -> int:
+        return 0
+
+    def remove_containers(self, label: str) -> int:
+        return 0

@@ -253,20 +253,29 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     result = engine.run(image, command, files={SUITE_PATH: suite_source()}, fetch=(REPORT_PATH,),
                         timeout=timeout, host_config=host_config,
                         env=container_env(os.environ, env or {}, gpu_env), sink=sink)
-    tail = "\n".join(result.logs.strip().splitlines()[-30:])
     if result.exit_code is None:
+        tail = "\n".join(result.logs.strip().splitlines()[-30:])
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason":
                                     f"timed out after {timeout:.0f} s; the container was killed"},),
                            result.duration, None, log_tail=tail, gpu_mode=mode, visible=visible)
-    raw = _report(result.files.get(REPORT_PATH, b""), result.logs)
+    return report_of(result.files.get(REPORT_PATH, b""), result.logs, result.exit_code, result.duration, mode,
+                     visible)
+
+
+def report_of(file_text: bytes, logs: str, exit_code: int, duration: float, mode: str,
+              visible: tuple[str, ...]) -> SmokeReport:
+    """The report of a suite that ended with `exit_code`: the file it wrote (else the JSON it printed last), as
+    the container said it; a report whose checks or GPU count are malformed is the suite's failure."""
+    tail = "\n".join(logs.strip().splitlines()[-30:])
+    raw = _report(file_text, logs)
     checks_ok = isinstance(raw.get("checks"), list) and raw["checks"] and \
         all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in raw["checks"])
     if not checks_ok or not isinstance(raw.get("gpus", 0), int):
-        reason = f"the suite exited {result.exit_code} without a report" if not raw.get("checks") else \
+        reason = f"the suite exited {exit_code} without a report" if not raw.get("checks") else \
             "the report is not the suite's (its checks or its GPU count are malformed)"
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason": reason},),
-                           result.duration, result.exit_code, log_tail=tail, gpu_mode=mode, visible=visible)
+                           duration, exit_code, log_tail=tail, gpu_mode=mode, visible=visible)
     checks = tuple(raw["checks"])
-    passed = bool(raw.get("passed")) and result.exit_code == 0
-    return SmokeReport(passed, checks, result.duration, result.exit_code, raw, tail,
+    passed = bool(raw.get("passed")) and exit_code == 0
+    return SmokeReport(passed, checks, duration, exit_code, raw, tail,
                        gpu_verified=bool(raw.get("gpu_verified")), gpu_mode=mode, visible=visible)

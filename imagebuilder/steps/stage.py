@@ -11,7 +11,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,10 @@ def labels(node: Node, parent_id: str, checks: list[dict[str, str]] | None = Non
     return out
 
 
-def check_bases(plan: Plan, engine: Engine, say: LineSink) -> None:
-    """Every base image must be there (or pullable) before anything builds."""
-    for base in sorted({n.base_image for n in plan.nodes if n.base_image}):
+def check_bases(plan: Plan, engine: Engine, say: LineSink, known: Mapping[str, str] | None = None) -> None:
+    """Every base image must be there (or pullable) before anything builds, but for those whose image ID is
+    `known` (`--base-image-id`: a machine with no engine, which builds nothing)."""
+    for base in sorted({n.base_image for n in plan.nodes if n.base_image} - set(known or {})):
         if engine.image_id(base) is not None:
             continue
         say(f"[dim]pulling base image {escape(base)}[/]")

@@ -22,12 +22,15 @@ from ..evidence.passes import PassRecord, Signed
 from ..ledger import VerifyStatus
 from ..plan.keys import cache_ref
 from ..plan.plan import Node
+from ..ports import LineSink
 from ..run.ancestors import via
 from ..run.context import RunContext
 from ..run.schedule import Task
 from ..smoke.judge import judge
 from ..smoke.metrics import metrics_of
-from ..smoke.runner import GpuHost, gpu_mode, run_smoke
+from ..smoke.pod import Requested
+from ..smoke.pod import read as read_pod
+from ..smoke.runner import GpuHost, SmokeReport, gpu_mode, run_smoke
 
 
 def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Collection[str],
@@ -67,6 +70,7 @@ class Verify:
     host: GpuHost = field(default_factory=GpuHost)  # the CLI passes `GpuHost.probe()`: no GPU unless it does
     accept_regression: bool = False  # a performance regression is recorded as accepted, and the image passes
     thresholds: regression.Thresholds = field(default_factory=regression.Thresholds.measured)
+    pod: Requested | None = None  # the suite ran in this pod's leaf container: judge what it left (`smoke.pod`)
 
     def start(self, run: RunContext) -> None:
         """With `record`: whether this run may write each leaf's pass record is asked before anything runs (once
@@ -206,6 +210,8 @@ class Verify:
         """Whether the suite would reach GPUs on this host for this node (its `smoke.gpus` setting)."""
         if not node.entry.cuda:
             return False
+        if self.pod is not None:
+            return self.pod.gpus > 0
         return gpu_mode(node.entry.smoke.gpus, has_toolkit=run.images.worker().has_nvidia_runtime(),
                         devices=list(self.host.devices)) != "none"
 
@@ -226,11 +232,7 @@ class Verify:
             with open(log, "a", encoding="utf-8") as out:
                 out.write("---- smoke ----\n")
                 try:
-                    image = run.images.local(node)
-                    report = run_smoke(run.images.worker(), image, spec["expect"], timeout=node.entry.smoke.timeout,
-                                       shm_size=spec["shm_size"], gpus=spec["gpus"], driver_dir=spec["driver_dir"],
-                                       env=spec["env"], commands=spec["commands"], devices=self.host.devices,
-                                       sink=run.logs.sink(step, node.id, out, shown=False))
+                    image, report = self.ran(run, node, spec, run.logs.sink(step, node.id, out, shown=False))
                 except ImageBuilderError as exc:
                     run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=f"smoke: {exc.message}")
                     run.logs.show(node.id, log)
@@ -276,6 +278,29 @@ class Verify:
                           performance=performance.report_json() if performance is not None else None,
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
+
+    def ran(self, run: RunContext, node: Node, spec: Mapping[str, Any], sink: LineSink) -> tuple[str, SmokeReport]:
+        """The image tested and the suite's report: run here in a container of the node's image, or, in a verify
+        pod (`pod`), what the pod's leaf container left, the image being the one its key tag's digest names (the
+        pod's container is pinned to that digest)."""
+        if self.pod is None:
+            image = run.images.local(node)
+            return image, run_smoke(run.images.worker(), image, spec["expect"], timeout=node.entry.smoke.timeout,
+                                    shm_size=spec["shm_size"], gpus=spec["gpus"], driver_dir=spec["driver_dir"],
+                                    env=spec["env"], commands=spec["commands"], devices=self.host.devices, sink=sink)
+        host, repo, _ = run.key_tag(node)
+        digest = run.ledger[node.id].digest or run.registries.digest(cache_ref(node))
+        config = run.passes(host).config_digest(repo, digest) if digest else None
+        if digest is None or config is None:
+            raise EngineError(f"{cache_ref(node)} is not in the registry: the image the pod tested is unknown")
+        run.ledger.update(node.id, image=config, digest=digest)
+        unlike = self.pod.unlike(self.host)
+        if unlike is not None:
+            raise Refused(unlike)
+        report = read_pod(self.pod.folder, gpu_mode=self.pod.mode)
+        for said in report.log_tail.splitlines():
+            sink(said)
+        return config, report
 
     def gpu_facts(self, report: Mapping[str, Any], cuda: bool) -> dict[str, Any]:
         """What a pass record says of where its suite ran: a GPU-verified run's runner is this host's, as the

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from imagebuilder.cli import main
-from imagebuilder.emit import argo, buildkite, formats, github, kubejobs
+from imagebuilder.emit import argo, buildkite, formats, github, kubejobs, pods, roles
 from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, Graph
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,8 +204,13 @@ def test_kubernetes_jobs_of_600_nodes(big: Graph) -> None:
     for doc in docs:
         model = client._ApiClient__deserialize(doc, "V1Job")  # type: ignore[attr-defined]
         assert client.sanitize_for_serialization(model) == doc  # every key is the model's
-        assert re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", doc["metadata"]["name"])
-        assert "@sha256:" in doc["spec"]["template"]["spec"]["containers"][0]["image"]
+        prefix = doc["metadata"]["generateName"]  # (the API server adds five characters)
+        assert re.fullmatch(r"[a-z0-9][a-z0-9-]*-", prefix) and len(prefix) + 5 <= 63
+        pod = doc["spec"]["template"]["spec"]
+        node = big.job(next(j.id for j in big.jobs if j.node == doc["metadata"]["annotations"][kubejobs.NODE_ANNOTATION]
+                            and j.kind == VERIFY))
+        assert [c["image"] for c in pod["initContainers"]] == [TOOL, f"{node.repository}@{DIGEST}"]
+        assert [c["image"] for c in pod["containers"]] == [TOOL]
 
 
 def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -228,6 +233,19 @@ def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, cap
                      "graph"])
         err = capsys.readouterr().err
         assert code == 2 and f"{key}" in err and "m.yaml" in err and "Traceback" not in err, err
+
+
+def held_keys(pod: dict[str, Any]) -> list[str]:
+    """The Secret keys a pod (or an Argo template) hands its containers, by `secretKeyRef` or as a volume, but the
+    registry's optional credentials; none may reach a container of the leaf image (`suite`)."""
+    containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [pod.get("container")])]
+    refs = [e["valueFrom"]["secretKeyRef"] for c in containers for e in c.get("env") or []
+            if "secretKeyRef" in (e.get("valueFrom") or {})]
+    suite = [c for c in containers if c["name"] == "suite"]
+    assert all(not c.get("env") and all(m["name"] in ("suite", "shm", "tmp") for m in c["volumeMounts"])
+               for c in suite), suite
+    assert not [v for v in pod.get("volumes") or [] if "secret" in v and v["secret"]["secretName"] == roles.SECRET]
+    return [r["key"] for r in refs if r["name"] == roles.SECRET]
 
 
 def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_their_roles(
@@ -257,17 +275,15 @@ def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_thei
     assert "'keys/build.pub'" in trust["IMAGEBUILDER_TRUST_BUILD_KEYS"]
     workflow = argo.workflow(graph, image="r/x@sha256:" + "a" * 64)
     for template in workflow["spec"]["templates"][1:]:
-        env = {e["name"]: e["value"] for e in template["container"]["env"]}
-        held = [v["secret"]["items"][0]["key"] for v in template["volumes"] if "secret" in v]
+        env = {e["name"]: e.get("value") for e in template["container"]["env"]}
         kind = template["name"].split("-", 1)[0]
         want = "build.pem" if kind == STAGE else "gpu.pem" if "nvidia" in template["name"] else "hosted.pem"
-        assert held == [want] and env["IMAGEBUILDER_TRUST_KEYS"] == (
+        assert held_keys(template) == [want] and env["IMAGEBUILDER_TRUST_KEYS"] == (
             "gpu=/var/run/imagebuilder/trust/gpu.pub cpu,publish=/var/run/imagebuilder/trust/hosted.pub"), template
     leaves = {str(j.node): "sha256:" + "b" * 64 for j in graph.jobs if j.kind == VERIFY}
     for one in kubejobs.jobs(graph, leaves, image="r/x@sha256:" + "a" * 64):
         pod = one["spec"]["template"]["spec"]
-        assert [v["secret"]["items"][0]["key"] for v in pod["volumes"] if "secret" in v] == \
-            ["gpu.pem" if "nvidia" in str(pod["nodeSelector"]).lower() else "hosted.pem"]
+        assert held_keys(pod) == ["gpu.pem" if "nvidia" in str(pod["nodeSelector"]).lower() else "hosted.pem"]
 
 
 def test_a_shard_of_a_moved_branch_runs_the_first_shards_commit(tmp_path: Path) -> None:
