@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import yaml
 from imagebuilder.cli import main
 from imagebuilder.emit import argo, buildkite, formats, github, kubejobs, pods, roles
 from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, Graph
+from imagebuilder.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = "tests/unit/data/engines.yaml"
@@ -496,3 +500,158 @@ def test_a_shard_hands_on_the_first_shards_graph_and_a_regenerated_one_dispatche
     assert nxt["if"] == f"${{{{ !cancelled() && (inputs.graph == '' || inputs.graph == '{mark}') }}}}"
     assert github.fingerprint(big, 200, ("ubuntu-24.04",), ("self-hosted", "gpu")) != mark
     assert github.fingerprint(big, github.MAX_JOBS, ("ubuntu-22.04",), ("self-hosted", "gpu")) != mark
+
+
+def containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's (or an Argo template's) containers, init containers first."""
+    return [*(pod.get("initContainers") or []), *(pod.get("containers") or [pod["container"]])]
+
+
+def test_no_pod_mounts_the_host_and_a_verify_pod_runs_the_leaf_image_itself(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: no hostPath, no Docker socket, no privilege in any Argo or Kubernetes document; a verify pod's
+    suite container is the leaf image pinned by digest, requesting the runner's GPUs, and the judge (the tool
+    image) requests the same and is told what the pod asked for; no container gets a service account token."""
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    leaves = {str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY}
+    workflow = argo.workflow(graph, image=TOOL)
+    jobs = kubejobs.jobs(graph, leaves, image=TOOL)
+    for text in (json.dumps(workflow), json.dumps(jobs)):
+        assert "hostPath" not in text and "docker.sock" not in text and '"privileged"' not in text
+    templates = {t["name"]: t for t in workflow["spec"]["templates"][1:]}
+    pods_of = [*templates.values(), *(j["spec"]["template"]["spec"] for j in jobs)]
+    for pod in pods_of:
+        assert pod["automountServiceAccountToken"] is False
+        for container in containers(pod):
+            security = container["securityContext"]
+            assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+            assert container["image"] == TOOL or container["name"] == "suite"
+    for job in jobs:
+        pod = job["spec"]["template"]["spec"]
+        node = job["metadata"]["annotations"][kubejobs.NODE_ANNOTATION]
+        runner = next(j.runner for j in graph.jobs if j.node == node and j.kind == VERIFY)
+        prepare, suite, judge = containers(pod)
+        assert suite["image"] == f"registry.example/ml/pytorch@{DIGEST}" and suite["command"] == list(pods.pod.COMMAND)
+        want = {"nvidia.com/gpu": str(runner.gpus)} if runner.gpu else None
+        for container in (suite, judge):
+            assert (container.get("resources") or {}).get("limits") == want
+        args = judge["args"]
+        assert args[args.index("--requested-gpus") + 1] == str(runner.gpus if runner.gpu else 0)
+        assert ("--requested-model" in args) == bool(runner.gpu) and args[-1] == node
+        assert args[args.index("--digest") + 1] == DIGEST and prepare["args"][:2] == ["node", "prepare-suite"]
+        assert pod["nodeSelector"] == ({"nvidia.com/gpu.product": runner.gpu} if runner.gpu
+                                       else {"imagebuilder.dev/queue": runner.queue})
+    verify = templates["verify-gpu-nvidia-h100-80gb-hbm3-x2"]
+    assert verify["initContainers"][1]["image"] == "{{inputs.parameters.image}}"
+    task = next(t for t in workflow["spec"]["templates"][0]["dag"]["tasks"] if t["template"] == verify["name"])
+    params = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+    assert params["image"] == "registry.example/ml/pytorch@" + params["digest"]
+    assert params["digest"].startswith("{{tasks.stage-") and params["digest"].endswith(".outputs.parameters.digest}}")
+    for kind in ("stage", "publish"):
+        pod = templates[f"{kind}-cpu-large"]
+        env = {e["name"]: e.get("valueFrom") for e in pod["container"]["env"]}
+        assert env["DOCKER_HOST"] == {"configMapKeyRef": {"name": pods.ENGINE_CONFIG, "key": "DOCKER_HOST",
+                                                          "optional": False}}
+
+
+def test_the_kubernetes_documents_pass_kubernetes_validate_strict(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The Jobs, and each Argo template's pod (as a Pod), by Kubernetes' own schemas (kubernetes-validate
+    --strict, 1.30 and 1.37); a misspelt key in one of them fails it."""
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    docs = kubejobs.jobs(graph, {str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY}, image=TOOL)
+    for template in argo.workflow(graph, image=TOOL)["spec"]["templates"][1:]:
+        spec = {k: v for k, v in template.items() if k not in ("name", "inputs", "outputs", "executor", "container")}
+        spec["containers"] = [{**template["container"], "name": template["container"].get("name", "main")}]
+        spec = json.loads(re.sub(r"\{\{[^}]*\}\}", "x", json.dumps(spec)))  # (Argo's placeholders)
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": template["name"]}, "spec": spec})
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    mutant = json.loads(json.dumps(docs[0]))
+    mutant["spec"]["template"]["spec"]["initContainers"][1]["securityContex"] = {}
+    bad.write_text(yaml.safe_dump(mutant), encoding="utf-8")
+    tool = Path(sys.executable).parent / "kubernetes-validate"
+    for version in ("1.30.0", "1.37.0"):
+        ok = subprocess.run([str(tool), "--strict", "--quiet", "-k", version, str(good)], capture_output=True,
+                            text=True)
+        assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+        refused = subprocess.run([str(tool), "--strict", "--quiet", "-k", version, str(bad)], capture_output=True,
+                                 text=True)
+        assert refused.returncode != 0 and "securityContex" in refused.stdout + refused.stderr
+
+
+def test_argo_names_follow_argos_validator_whatever_the_runner_label(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """D-A2: labels with `.` and `_` (a MIG profile, `cpu_large`) make names Argo's validator accepts
+    (`workflow/validate/validate.go`: `[a-zA-Z0-9][-a-zA-Z0-9]*`, at most 128), kept apart from a label that
+    differs only there; the old rule's name is one the validator refuses."""
+    text = (ROOT / SMALL).read_text(encoding="utf-8").replace("runners: {build: cpu-large}",
+                                                              "runners: {build: cpu_large}")
+    text = text.replace("gpu: NVIDIA-H100-80GB-HBM3, gpus: 2", "gpu: NVIDIA-A100-SXM4-40GB-MIG-1g.5gb, gpus: 1")
+    path = tmp_path / "mig.yaml"
+    path.write_text(text, encoding="utf-8")
+    code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", str(path), "--format",
+                 "graph"])
+    graph = Graph.of_json(json.loads(capsys.readouterr().out))
+    assert code == 0
+    workflow = argo.workflow(graph, image=TOOL)
+    names = [t["name"] for t in workflow["spec"]["templates"]] + \
+        [t["name"] for t in workflow["spec"]["templates"][0]["dag"]["tasks"]]
+    assert all(argo.NAME.fullmatch(n) and len(n) <= argo.MAX_NAME for n in names), names
+    assert not argo.NAME.fullmatch("stage-cpu_large") and not argo.NAME.fullmatch("verify-gpu-x-mig-1g.5gb-x1")
+    from imagebuilder.emit.graph import Runner
+    assert argo.template_name("stage", Runner("cpu_large")) != argo.template_name("stage", Runner("cpu-large"))
+    assert workflow["spec"]["templates"][0]["dag"]["failFast"] is False  # D-A1: one failed leaf stops nothing else
+
+
+def test_an_argo_workflow_past_the_size_limit_is_refused_and_one_under_it_is_not(
+        big: Graph, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """D-A4: the 600-node Workflow is under MAX_BYTES and emitted; the same graph with the limit just under its
+    size is refused, naming the size, and `plan` exits 2 with nothing on stdout."""
+    doc = argo.workflow(big, image=TOOL)
+    size = len(json.dumps(doc, separators=(",", ":")).encode())
+    assert size <= argo.MAX_BYTES
+    monkeypatch.setattr(argo, "MAX_BYTES", size - 1)
+    with pytest.raises(InputError, match=f"would be {size} bytes"):
+        argo.workflow(big, image=TOOL)
+    monkeypatch.setattr(argo, "MAX_BYTES", 1000)
+    monkeypatch.chdir(ROOT)
+    code = main(["--offline", "--engine", "unix:///nonexistent.sock", "plan", "--matrix", SMALL, "--format", "argo",
+                 "--tool-image", TOOL])
+    captured = capsys.readouterr()
+    assert code == 2 and "must stay under 1000" in captured.err and captured.out == ""
+
+
+def test_buildkite_parts_carry_the_global_options_and_a_later_part_is_the_same_graphs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """D-B1/D-B2/D-B3/D-B5: every command of every part (the next part's upload too) gets the global options the
+    plan was made with; the upload fails when `plan` does (pipefail); no variable nothing reads; each step's reports
+    are artifacts. Running the upload step's `plan` gives exactly the part the first run made."""
+    path = big_matrix(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    head = ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "2000"]
+    assert main([*head, "plan", "--matrix", str(path), "--format", "buildkite"]) == 0
+    parts = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert len(parts) > 1
+    upload = parts[0]["steps"][-1]["command"]
+    assert upload.startswith("set -o pipefail; imagebuilder --offline --max-entries 2000 plan --matrix")
+    for step in [s for part in parts for s in part["steps"] if not s["key"].startswith("upload-part-")]:
+        assert step["command"].startswith("imagebuilder --offline --max-entries 2000 "), step["command"]
+        assert "IMAGEBUILDER_GPUS" not in step.get("env", {}) and step["artifact_paths"][0].startswith("reports/")
+    bin_dir = tmp_path / "bin"  # the agent's PATH: imagebuilder, and a buildkite-agent that keeps what it is given
+    bin_dir.mkdir()
+    (bin_dir / "imagebuilder").write_text(f'#!/bin/sh\nexec {sys.executable} -m imagebuilder --engine '
+                                          f'unix:///nonexistent.sock "$@"\n', encoding="utf-8")
+    (bin_dir / "buildkite-agent").write_text(f'#!/bin/sh\ncat > {tmp_path}/uploaded\n', encoding="utf-8")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    ran = subprocess.run(["bash", "-e", "-c", upload], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert list(yaml.safe_load_all((tmp_path / "uploaded").read_text(encoding="utf-8"))) == [parts[1]]
+    path.unlink()  # the next part's plan fails: so does the step, though the upload was fed an empty stream
+    ran = subprocess.run(["bash", "-e", "-c", upload], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert ran.returncode == 2 and "big.yaml" in ran.stderr, ran.stderr[-2000:]
+    ran = subprocess.run(["bash", "-e", "-c", upload.removeprefix("set -o pipefail; ")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)
+    assert ran.returncode == 0  # (what the step did before: the failure went unseen)

@@ -1,0 +1,108 @@
+"""The suite in a verify pod (`smoke.pod`): what the init step writes, the leaf container's command run by a real
+shell, what the judge reads back of a folder the image under test wrote (never through a link, never too much),
+whether the pod's GPUs are the ones it asked for, and a signing key handed over as the PEM itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.errors import InputError
+from imagebuilder.evidence.signing import Signer
+from imagebuilder.smoke import pod
+from imagebuilder.smoke.runner import GpuHost
+
+SPEC = {"expect": {"torch": "2.13.0", "accelerator": "cpu"}, "commands": [{"name": "layer.task.0", "run": "true"}],
+        "env": {"HOSTILE": "$(touch pwned); `touch pwned2` 'x'"}}
+
+
+def prepared(folder: Path, suite: str) -> Path:
+    """The folder as the init step leaves it, with a stand-in suite (`suite`: its Python source)."""
+    for name, data in pod.files(SPEC, {"NCCL_DEBUG": "WARN", "HOME": "/root"}).items():
+        (folder / name).write_bytes(data)
+    (folder / pod.SUITE).write_text(suite, encoding="utf-8")
+    return folder
+
+
+def run_leaf(folder: Path) -> subprocess.CompletedProcess[str]:
+    """`pod.COMMAND` as the leaf container runs it, with the folder at its place."""
+    script = pod.SCRIPT.replace(pod.FOLDER, str(folder))
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+
+
+def test_the_leaf_command_runs_the_suite_with_its_env_quoted_and_always_exits_0(tmp_path: Path) -> None:
+    folder = prepared(tmp_path, "import json, os, sys\n"
+                                "args = sys.argv[1:]\n"
+                                "json.dump({'argv': args, 'env': {k: os.environ.get(k) for k in "
+                                "('HOSTILE', 'NCCL_DEBUG', 'NCCL_SOCKET_IFNAME', 'HOME')}}, "
+                                "open(args[args.index('--report') + 1], 'w'))\n"
+                                "print('said by the suite'); sys.exit(3)\n")
+    ran = run_leaf(folder)
+    assert ran.returncode == 0 and "said by the suite" in ran.stdout  # (the pod's log)
+    assert (folder / pod.EXIT).read_text().strip() == "3" and "said by the suite" in (folder / pod.LOG).read_text()
+    told = json.loads((folder / pod.REPORT).read_text())
+    argv = told["argv"]
+    assert json.loads(argv[argv.index("--expect") + 1]) == SPEC["expect"]
+    assert json.loads(argv[argv.index("--commands") + 1]) == SPEC["commands"]
+    assert told["env"] == {"HOSTILE": SPEC["env"]["HOSTILE"], "NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "lo",
+                           "HOME": None}  # the matrix's value as written; the host's NCCL settings; nothing else
+    assert not list(tmp_path.glob("pwned*")) and not list(Path.cwd().glob("pwned*"))
+
+
+def test_the_judge_reads_a_report_only_from_regular_files_and_a_missing_exit_code_is_an_unfinished_suite(
+        tmp_path: Path) -> None:
+    report = {"checks": [{"name": "versions.torch", "status": "pass"}], "passed": True, "gpus": 0}
+    (tmp_path / pod.REPORT).write_text(json.dumps(report))
+    (tmp_path / pod.LOG).write_text("a log\n")
+    unfinished = pod.read(str(tmp_path), gpu_mode="none")
+    assert not unfinished.passed and "did not finish" in unfinished.failures()[0] and unfinished.log_tail == "a log"
+    (tmp_path / pod.EXIT).write_text("0\n")
+    read = pod.read(str(tmp_path), gpu_mode="pod")
+    assert read.exit_code == 0 and read.checks == tuple(report["checks"]) and read.gpu_mode == "pod"
+    secret = tmp_path / "key.pem"  # the judge's key, as a link in the folder the image wrote would name it
+    secret.write_text("-----BEGIN PRIVATE KEY-----\nsecret\n")
+    for name in (pod.REPORT, pod.LOG):
+        (tmp_path / name).unlink()
+        (tmp_path / name).symlink_to(secret)
+    linked = pod.read(str(tmp_path), gpu_mode="none")
+    assert not linked.passed and "without a report" in linked.failures()[0] and "secret" not in linked.log_tail
+    (tmp_path / pod.REPORT).unlink()
+    with (tmp_path / pod.REPORT).open("wb") as big:
+        big.truncate(pod.MAX_REPORT + 1)
+    assert "without a report" in pod.read(str(tmp_path), gpu_mode="none").failures()[0]
+
+
+def test_the_judge_sees_the_gpus_the_pod_requested_or_says_what_it_sees() -> None:
+    h100 = ("NVIDIA H100 80GB HBM3",)
+    asked = pod.Requested(gpus=2, model="NVIDIA-H100-80GB-HBM3")
+    assert asked.unlike(GpuHost(models=h100, count=2)) is None
+    assert "sees 1" in str(asked.unlike(GpuHost(models=h100, count=1)))
+    assert "NVIDIA-A100" in str(asked.unlike(GpuHost(models=("NVIDIA A100-SXM4-80GB",), count=2)))
+    assert pod.Requested(gpus=1).unlike(GpuHost(models=h100, count=1)) is None  # (model: any)
+    assert "sees 1" in str(pod.Requested().unlike(GpuHost(models=h100, count=1)))  # a CPU pod given a GPU
+    assert (pod.Requested().mode, asked.mode) == ("none", "pod")
+    assert pod.product_label("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_a_signing_key_may_be_the_pem_itself_and_a_bad_one_names_its_variable() -> None:
+    key = Signer.generate()
+    pem = key.private_pem().decode()
+    assert Signer.of_env("IMAGEBUILDER_SIGNING_KEY", pem).public.keyid == key.public.keyid
+    with pytest.raises(InputError, match=r"\$IMAGEBUILDER_BUILD_KEY"):
+        Signer.of_env("IMAGEBUILDER_BUILD_KEY", "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+
+
+def test_the_pod_options_of_node_verify_go_together(capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder.cli import main
+
+    base = ["--offline", "--engine", "unix:///nonexistent.sock", "node", "verify"]
+    assert main([*base, "--requested-gpus", "2", "e/task"]) == 2
+    assert "need --suite-ran-in" in capsys.readouterr().err
+    assert main([*base, "--suite-ran-in", "/nonexistent", "e/task"]) == 2
+    assert "needs --digest" in capsys.readouterr().err
+    assert main(["--base-image-id", "debian:bookworm=latest", "plan"]) == 2
+    assert "IMAGE=sha256:" in capsys.readouterr().err
