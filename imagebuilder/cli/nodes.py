@@ -163,7 +163,8 @@ def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> 
     with contextlib.ExitStack() as stack:
         events = stack.enter_context(events_file.open("a", encoding="utf-8")) if events_file else None
         executor = local.Executor(graph, (sys.executable, "-m", "imagebuilder"), env,
-                                  lambda line: ctx.out.print(escape(line), highlight=False, soft_wrap=True), events)
+                                  lambda line: ctx.out.print(escape(line), highlight=False, soft_wrap=True), events,
+                                  state=ctx.cache_dir / "executor")
         outcome = executor.run()
     ctx.out.print(local.summary(outcome, graph), highlight=False)
     if any(v in (local.FAILED, local.BLOCKED) for v in outcome.values()):

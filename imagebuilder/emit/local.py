@@ -1,20 +1,28 @@
 """The local executor: an engine of its own for the graph (`emit.graph`), on this machine, for tests and small
 teams. It runs each job's node command in dependency order, one at a time, hands each verify job its stage job's
 digest (`--digest`, read from the stage job's digest file), and skips a job whose needs failed (but for one that
-runs after failures: the whole matrix's publish). It keeps no state:
-a second run runs every command again, and each command finds what is done (key tag, trusted pass, published
-tags) and says "nothing to do". Each job's start and end are written as JSON lines to `events`, for whoever
-counts what ran."""
+runs after failures: the whole matrix's publish). A second run runs every command again, and each command finds
+what is done (key tag, trusted pass, published tags) and says "nothing to do". Executors that run at once on one
+`state` folder (the cache folder's) take turns at each job (a lock per job of the graph); one that waited while the
+other's run of the job failed takes that failure instead of running the job again (a failing suite runs once, not
+once per executor; a job that succeeded is run again, and says "nothing to do", leaving its digest file in this
+executor's folder too). A run started after the failure runs the job again (it may have been fixed). Each
+job's start and end are written as JSON lines to `events`, for whoever counts what ran."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
+import hashlib
 import json
+import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .graph import STAGE, VERIFY, Graph, Job
 
@@ -31,6 +39,8 @@ class Executor:
     events: TextIO | None = None
     logs: Path = Path("reports")
     outcome: dict[str, str] = field(default_factory=dict)  # job id -> DONE, NOTHING, FAILED or BLOCKED
+    state: Path | None = None  # shared by executors on this machine: a lock and the last outcome of each job
+    started: float = field(default_factory=time.time)
 
     def event(self, job: Job, what: str, **more: object) -> None:
         if self.events is not None:
@@ -61,21 +71,56 @@ class Executor:
                 self.event(job, BLOCKED, why=why)
                 self.say(f"✗ {job.id}: blocked ({why})")
                 continue
-            self.event(job, "start")
-            self.say(f"▶ {job.kind} {job.node or job.entry or 'the matrix'} ({job.id})")
-            log = self.logs / job.id / "executor.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("w", encoding="utf-8") as out:
-                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env=dict(self.env), check=False)
-                out.write(proc.stdout)
-            said = [line for line in proc.stdout.splitlines() if line.startswith(NOTHING_TO_DO)]
-            outcome = FAILED if proc.returncode else NOTHING if said else DONE
-            self.outcome[job.id] = outcome
-            self.event(job, outcome, code=proc.returncode)
-            self.say(f"{'✗' if outcome == FAILED else '●'} {job.id}: {said[0] if said else outcome}"
-                     + (f" (exit {proc.returncode}; {log})" if outcome == FAILED else ""))
+            with self.turn(job) as record:
+                if record.get("outcome") == FAILED and float(record.get("ended") or 0) > self.started:
+                    self.outcome[job.id] = FAILED  # another executor ran it while this one waited
+                    self.event(job, FAILED, by=record.get("pid"))
+                    self.say(f"✗ {job.id}: failed in another executor (pid {record.get('pid')}) while this one "
+                             "waited; not run again")
+                    continue
+                outcome = self.one(job, argv)
+                record.update(outcome=outcome, ended=time.time(), pid=os.getpid())
         return self.outcome
+
+    def one(self, job: Job, argv: list[str]) -> str:
+        """Run one job's command; its outcome."""
+        self.event(job, "start")
+        self.say(f"▶ {job.kind} {job.node or job.entry or 'the matrix'} ({job.id})")
+        log = self.logs / job.id / "executor.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as out:
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=dict(self.env), check=False)
+            out.write(proc.stdout)
+        said = [line for line in proc.stdout.splitlines() if line.startswith(NOTHING_TO_DO)]
+        outcome = FAILED if proc.returncode else NOTHING if said else DONE
+        self.outcome[job.id] = outcome
+        self.event(job, outcome, code=proc.returncode)
+        self.say(f"{'✗' if outcome == FAILED else '●'} {job.id}: {said[0] if said else outcome}"
+                 + (f" (exit {proc.returncode}; {log})" if outcome == FAILED else ""))
+        return outcome
+
+    @contextlib.contextmanager
+    def turn(self, job: Job) -> Iterator[dict[str, Any]]:
+        """This executor's turn at a job: the job's lock in `state` held (other executors on the folder wait), and
+        the job's last recorded outcome, which the caller updates and which is written back on the way out."""
+        if self.state is None:
+            yield {}
+            return
+        graph = hashlib.sha256(json.dumps(self.graph.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+        folder = self.state / graph
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{job.id}.lock", "a+", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            path = folder / f"{job.id}.json"
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                record = {}
+            before = dict(record)
+            yield record
+            if record != before:
+                path.write_text(json.dumps(record), encoding="utf-8")
 
 
 def summary(outcome: Mapping[str, str], graph: Graph) -> str:

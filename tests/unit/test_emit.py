@@ -9,6 +9,7 @@ import importlib.resources
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -655,3 +656,51 @@ def test_buildkite_parts_carry_the_global_options_and_a_later_part_is_the_same_g
     ran = subprocess.run(["bash", "-e", "-c", upload.removeprefix("set -o pipefail; ")], cwd=tmp_path, env=env,
                          capture_output=True, text=True)
     assert ran.returncode == 0  # (what the step did before: the failure went unseen)
+
+
+def test_two_executors_at_once_run_a_failing_job_once_and_a_later_run_tries_it_again(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """D-L1: two executors on one state folder, started together: the failing verify runs once (the one that
+    waited takes the other's failure; seen failing: without a state folder it runs twice), and both report it
+    failed; a job that succeeded runs in each (it says "nothing to do" in the second, and leaves its digest file
+    there); an executor started afterwards runs the failed job again."""
+    import threading
+
+    from imagebuilder.emit import local
+
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    failing = next(j for j in graph.jobs if j.kind == VERIFY)
+    fake = tmp_path / "fake.py"  # as above, and each run of a job is counted in runs/
+    fake.write_text("import pathlib, sys, time, uuid\na = sys.argv[1:]\n"
+                    "pathlib.Path('runs').mkdir(exist_ok=True)\n"
+                    "name = '-'.join(a[:2]) + '-' + a[-1].replace('/', '_') + '-' + uuid.uuid4().hex\n"
+                    "(pathlib.Path('runs') / name).write_text('')\n"
+                    "if '--digest-file' in a:\n    p = pathlib.Path(a[a.index('--digest-file') + 1])\n"
+                    "    p.parent.mkdir(parents=True, exist_ok=True); p.write_text('sha256:' + '0' * 64)\n"
+                    "time.sleep(0.1)\n"
+                    f"sys.exit(1 if {failing.node!r} in a and a[:2] == ['node', 'verify'] else 0)\n")
+    monkeypatch.chdir(tmp_path)
+
+    def together(state: Path | None) -> list[dict[str, str]]:
+        executors = [local.Executor(graph, [sys.executable, str(fake)], {}, lambda _: None, logs=tmp_path / "r",
+                                    state=state) for _ in range(2)]
+        threads = [threading.Thread(target=e.run) for e in executors]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return [e.outcome for e in executors]
+
+    def runs(kind: str, node: str) -> int:
+        return len(list((tmp_path / "runs").glob(f"node-{kind}-{node.replace('/', '_')}-*")))
+
+    outcomes = together(tmp_path / "state")
+    assert all(o[failing.id] == local.FAILED for o in outcomes)
+    assert runs("verify", str(failing.node)) == 1
+    assert all(runs("stage", str(j.node)) == 2 for j in graph.jobs if j.kind == STAGE)  # (each says "nothing")
+    later = local.Executor(graph, [sys.executable, str(fake)], {}, lambda _: None, logs=tmp_path / "r",
+                           state=tmp_path / "state").run()
+    assert later[failing.id] == local.FAILED and runs("verify", str(failing.node)) == 2
+    shutil.rmtree(tmp_path / "runs")
+    together(None)
+    assert runs("verify", str(failing.node)) == 2  # (no shared state: each executor runs it)
