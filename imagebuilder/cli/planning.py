@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from ..commands import plan as plan_cmd
 from ..emit.formats import FORMATS as EMIT_FORMATS
+from ..emit.settings import CPU_RUNNER, GPU_RUNNER
 from ..errors import EngineUnavailable
 from ..input import compat as compat_mod
 from ..input import matrix as matrix_mod
@@ -47,9 +48,9 @@ from .root import cli
 @click.option("--tool-image", metavar="IMAGE@DIGEST", help="With argo and k8s-jobs: the image with imagebuilder, "
               "this matrix and its layers that pods run, pinned by digest.")
 @click.option("--kueue-queue", metavar="NAME", help="With k8s-jobs: the Kueue LocalQueue the Jobs are queued in.")
-@click.option("--gpu-runner", default="self-hosted,linux,x64,gpu", show_default=True, metavar="LABELS",
+@click.option("--gpu-runner", default=",".join(GPU_RUNNER), show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CUDA entries.")
-@click.option("--cpu-runner", default="ubuntu-24.04", show_default=True, metavar="LABELS",
+@click.option("--cpu-runner", default=",".join(CPU_RUNNER), show_default=True, metavar="LABELS",
               help="With github-matrix: runs-on labels (comma-separated) for CPU entries.")
 @click.option("--wave", type=int, default=None,
               callback=checked(lambda wave: "a wave is 0 or more" if wave < 0 else None),

@@ -73,18 +73,17 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
              registries: Registries | None) -> str:
     from ..emit import formats
     from ..emit.graph import graph
+    from ..emit.settings import Settings
     from ..run.handoff import staged_digests
 
     if fmt == "k8s-jobs" and registries is None:
         raise InputError("--format k8s-jobs pins each leaf's staged digest: it needs the engine and registry")
     args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
             *(("--only", how.only) if how.only else ()))
-    settings = formats.Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
-                                global_args=how.global_args,
-                                max_jobs=how.max_jobs, base_ids=base_ids(plan),
-                                tool_image=how.tool_image, kueue_queue=how.kueue_queue,
-                                digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries
-                                else {})
+    settings = Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
+                        global_args=how.global_args, max_jobs=how.max_jobs, base_ids=base_ids(plan),
+                        tool_image=how.tool_image, kueue_queue=how.kueue_queue,
+                        digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries else {})
     docs = formats.documents(fmt, graph(plan, str(how.matrix_file), registry=how.registry, only=how.only), settings)
     if how.part is not None and how.part > len(docs):
         raise InputError(f"--part {how.part}: --format {fmt} makes {len(docs)} document(s) for this plan")

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import InputError
 from . import pods
 from .graph import STAGE, VERIFY, Graph, Job, Runner
+from .settings import Document, Settings
 
 MAX_BYTES = 1024 * 1024  # under etcd's 1.5 MiB request limit, with room for the status Argo adds
 NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9]*")  # Argo's template and task names (workflow/validate/validate.go)
@@ -116,3 +117,9 @@ def workflow(graph: Graph, *, image: str, base_ids: Sequence[str] = (), global_a
                          "and Argo adds its status)",
                          hint="submit the matrix in parts: `plan --only 'GLOB'` per part, one Workflow each")
     return doc
+
+
+def documents(graph: Graph, settings: Settings) -> list[Document]:
+    """The Workflow (one document)."""
+    return [(None, workflow(graph, image=settings.pinned_tool("argo"), base_ids=settings.base_ids,
+                            global_args=settings.global_args))]

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import roles
-from .graph import STAGE, VERIFY, Graph, Job
+from .graph import STAGE, VERIFY, Graph, Job, Runner
+from .settings import Document, Settings
 
 MAX_STEPS = 500  # steps per pipeline upload
 PROGRAM = "imagebuilder"
@@ -76,6 +77,11 @@ def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS,
                                 str(index + 2)])
             steps.append({"key": f"upload-part-{index + 2}", "label": f"upload part {index + 2} of {len(parts)}",
                           "command": f"set -o pipefail; {again} | buildkite-agent pipeline upload",
-                          "agents": {"queue": graph.jobs[0].runner.label if graph.jobs else "cpu"}})
+                          "agents": {"queue": (graph.jobs[0].runner if graph.jobs else Runner()).label}})
         out.append({"steps": steps})
     return out
+
+
+def documents(graph: Graph, settings: Settings) -> list[Document]:
+    """The uploads, in order (each but the last uploads the next)."""
+    return [(None, doc) for doc in uploads(graph, settings.plan_args, global_args=settings.global_args)]

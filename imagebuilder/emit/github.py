@@ -27,7 +27,8 @@ from typing import Any
 from ..errors import InputError
 from ..plan import waves
 from . import roles
-from .graph import VERIFY, Graph, Job
+from .graph import VERIFY, Graph, Job, Runner
+from .settings import Document, Settings
 
 MAX_JOBS = waves.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
 MAX_BYTES = 500 * 1024  # a workflow file larger than this starts no runs
@@ -156,7 +157,7 @@ def runs_on(job: Job, cpu: tuple[str, ...], gpu: tuple[str, ...]) -> list[str]:
     and `gpus-<count>`."""
     runner = job.runner
     if runner.gpu is None:
-        queue = runner.queue != "cpu" and not hosted(cpu)
+        queue = runner.queue != Runner().queue and not hosted(cpu)  # (the schema's default queue: no label)
         return [*cpu, *([runner.queue] if queue else [])]
     return [*gpu, *([runner.gpu] if runner.gpu != "any" else []), f"gpus-{runner.gpus}"]
 
@@ -249,3 +250,10 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
             "concurrency": {"group": f"imagebuilder-{index + 1}", "cancel-in-progress": False},
             "jobs": doc_jobs}))
     return out
+
+
+def documents(graph: Graph, settings: Settings) -> list[Document]:
+    """The workflows (each under .github/workflows/) and the reports action they use."""
+    return [*((f".github/workflows/{name}", doc) for name, doc in
+              workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner, size=settings.max_jobs)),
+            (REPORTS_ACTION, reports_action())]

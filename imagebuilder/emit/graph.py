@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..input import schema
 from ..plan import keys
 from ..plan.plan import Node, Plan
 
@@ -26,7 +27,8 @@ ID_LENGTH = 63  # the tightest engine: Kubernetes names and label values (Argo t
 class Runner:
     """Where a job runs: a CPU queue, or GPUs of one model and count (`runners` in the matrix)."""
 
-    queue: str = "cpu"  # a CPU queue (build and CPU verify jobs), or the GPU runners' queue
+    queue: str = field(default_factory=lambda: str(schema.value("runners.build")))  # a CPU queue (build and CPU
+    # verify jobs), or the GPU runners' queue
     gpu: str | None = None  # the GPU model a verify job needs (None: a CPU job)
     gpus: int = 0  # how many of them
 
@@ -144,6 +146,6 @@ def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | N
     every = publishes or [j for e in entries for j in verifies[e]]
     jobs.append(Job(PUBLISH, PUBLISH, None, ("publish", *common, *(("--only", only) if only else ()), "--report",
                                              "reports/publish"), tuple(every),
-                    Runner(plan.nodes[0].entry.runners.build if plan.nodes else "cpu"),
+                    Runner(plan.nodes[0].entry.runners.build) if plan.nodes else Runner(),
                     after_failures=bool(publishes)))
     return Graph(tuple(jobs), matrix)

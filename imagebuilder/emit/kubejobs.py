@@ -20,6 +20,7 @@ from typing import Any
 from . import pods
 from .argo import common_args
 from .graph import VERIFY, Graph, Job
+from .settings import Document, Settings
 
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NODE_ANNOTATION = "imagebuilder.dev/node"
@@ -63,3 +64,10 @@ def jobs(graph: Graph, digests: Mapping[str, str], *, image: str, queue: str | N
                                      sort_keys=True).encode()).hexdigest()[:12]
     return [job(j, image=image, digest=digests[str(j.node)], queue=queue, plan=plan, base_ids=base_ids,
                 global_args=global_args) for j in verifies]
+
+
+def documents(graph: Graph, settings: Settings) -> list[Document]:
+    """One Job per leaf."""
+    return [(None, doc) for doc in jobs(graph, settings.digests, image=settings.pinned_tool("k8s-jobs"),
+                                        queue=settings.kueue_queue, base_ids=settings.base_ids,
+                                        global_args=settings.global_args)]

@@ -23,6 +23,7 @@ import yaml
 from imagebuilder.cli import main
 from imagebuilder.emit import argo, buildkite, formats, github, kubejobs, pods, roles
 from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, Graph
+from imagebuilder.emit.settings import Settings
 from imagebuilder.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +85,7 @@ def test_golden_k8s_jobs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest
                          update_golden: bool) -> None:
     graph = the_graph(capsys, monkeypatch, SMALL)
     leaves = {str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY}
-    docs = formats.documents("k8s-jobs", graph, formats.Settings(tool_image=TOOL, kueue_queue="gpu-team",
+    docs = formats.documents("k8s-jobs", graph, Settings(tool_image=TOOL, kueue_queue="gpu-team",
                                                                  digests=leaves))
     text = formats.text("k8s-jobs", docs)
     golden = GOLDEN / "k8s-jobs.yaml"
@@ -704,3 +705,19 @@ def test_two_executors_at_once_run_a_failing_job_once_and_a_later_run_tries_it_a
     shutil.rmtree(tmp_path / "runs")
     together(None)
     assert runs("verify", str(failing.node)) == 2  # (no shared state: each executor runs it)
+
+
+def test_one_table_of_engines_and_the_runner_defaults_are_the_schemas(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan --format` offers exactly the engines of `formats.ENGINES` (beside its own formats), each emits the
+    small plan, and the default runner queue is the schema's `runners.build`."""
+    from imagebuilder.cli.planning import plan
+    from imagebuilder.emit.graph import Runner
+    from imagebuilder.input import schema
+
+    choices = next(p for p in plan.params if p.name == "fmt").type.choices  # type: ignore[attr-defined]
+    assert set(formats.FORMATS) == set(formats.ENGINES) and set(formats.FORMATS) <= set(choices)
+    graph = the_graph(capsys, monkeypatch, SMALL)
+    settings = Settings(tool_image=TOOL, digests={str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY})
+    assert all(formats.documents(fmt, graph, settings) for fmt in formats.FORMATS)
+    assert Runner().queue == schema.default("runners.build") and Runner().label == schema.default("runners.build")
