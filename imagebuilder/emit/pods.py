@@ -10,9 +10,10 @@ socket, none is privileged, and none gets a service account token:
   (`engine`): the `DOCKER_HOST` of the ConfigMap `ENGINE_CONFIG`, with its TLS client certificates from the
   Secret `ENGINE_TLS` where it has some.
 
-Every container drops every capability and runs under the runtime's default seccomp profile; the tool image's
-containers run as a non-root user. That meets Pod Security "restricted" but for the leaf container's user, which
-is its image's (it meets "baseline" always, "restricted" when the image's USER is a non-root uid). Pure."""
+Every container drops every capability, may not gain privileges, runs under the runtime's default seccomp profile
+and as a non-root user: the tool image's as `TOOL_USER`, the leaf's as its image's numeric USER (every image
+imagebuilder builds ends with one; the kubelet refuses to start an image whose USER is root or a name). That is
+Pod Security "restricted". Pure."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def verify(job: Job, *, tool: str, leaf: str, digest: str, node: str, common: Se
                "args": [*global_args, "node", "prepare-suite", *common, "--into", pod.FOLDER, node],
                "env": tool_env(), "securityContext": TOOL_SECURITY, "volumeMounts": [suite, work]}
     test = {"name": "suite", "image": leaf, "command": list(pod.COMMAND), **gpus(runner),
-            "securityContext": DROPPED,
+            "securityContext": {**DROPPED, "runAsNonRoot": True},  # (its image's numeric USER: imagebuilder's are)
             "volumeMounts": [suite, {"name": "shm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]}
     model = ["--requested-model", runner.gpu] if runner.gpu not in (None, "any") else []
     judge = {"name": "judge", "image": tool, "command": ["imagebuilder"],

@@ -153,6 +153,9 @@ class Kubelet:
         image = container["image"]
         if self.engine.image_id(image) is None:
             self.engine.pull(image)
+        if security.get("runAsNonRoot") and user is None:  # (the kubelet's check of the image's USER)
+            own = str(self.engine.inspect(image)["Config"].get("User") or "0").split(":")[0]
+            assert own.isdigit() and int(own) != 0, f"{image} runs as {own!r}: the kubelet would not start it"
         api = self.engine.api
         host = api.create_host_config(binds=binds, tmpfs=tmpfs, network_mode="host",
                                       cap_drop=(security.get("capabilities") or {}).get("drop"),
