@@ -5,7 +5,8 @@ buildkite-agent pipeline upload`, under `pipefail`: a plan that fails fails the 
 first part was made with (every command of the pipeline gets them: one plan, one graph): steps of one build may
 depend on steps of an earlier upload. A stage step hands its digest on in the build's meta-data (`digest:<job
 id>`); its verify step reads it back. A GPU step runs on the agent queue its runner names (queue, model, count):
-the agents of that queue are the machines with those GPUs. Each step uploads its report folder as artifacts.
+the agents of that queue are the machines with those GPUs. Each step uploads its report folder as artifacts, and
+holds its role's private key only (`roles.key_of`), from Buildkite's secrets (`secrets:`, the PEM itself).
 Commands are shell-quoted (a node id is never shell text). Pure."""
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def step(job: Job, global_args: Sequence[str] = ()) -> dict[str, Any]:
     if folder:
         out["artifact_paths"] = [f"{folder}/**/*"]
     out["env"] = roles.trust()  # (the public halves, each with its roles)
+    key = roles.key_of(job)  # its role's private key only, the PEM itself, from Buildkite's secrets
+    out["secrets"] = {key.env: key.secret}
     return out
 
 

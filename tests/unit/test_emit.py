@@ -286,6 +286,10 @@ def test_each_job_holds_only_its_roles_key_and_names_the_public_halves_with_thei
         want = "build.pem" if kind == STAGE else "gpu.pem" if "nvidia" in template["name"] else "hosted.pem"
         assert held_keys(template) == [want] and env["IMAGEBUILDER_TRUST_KEYS"] == (
             "gpu=/var/run/imagebuilder/trust/gpu.pub cpu,publish=/var/run/imagebuilder/trust/hosted.pub"), template
+    for step in buildkite.uploads(graph, ())[0]["steps"]:
+        job = graph.job(step["key"])
+        assert step["secrets"] == {signing.BUILD_KEY_ENV if job.kind == STAGE else signing.SIGNING_KEY_ENV:
+                                   expected[(job.kind, job.runner.gpu is not None)]}, step
     leaves = {str(j.node): "sha256:" + "b" * 64 for j in graph.jobs if j.kind == VERIFY}
     for one in kubejobs.jobs(graph, leaves, image="r/x@sha256:" + "a" * 64):
         pod = one["spec"]["template"]["spec"]
