@@ -253,7 +253,9 @@ def workflows(graph: Graph, *, cpu: tuple[str, ...], gpu: tuple[str, ...], size:
 
 
 def documents(graph: Graph, settings: Settings) -> list[Document]:
-    """The workflows (each under .github/workflows/) and the reports action they use."""
-    return [*((f".github/workflows/{name}", doc) for name, doc in
-              workflows(graph, cpu=settings.cpu_runner, gpu=settings.gpu_runner, size=settings.max_jobs)),
+    """The workflows (each under .github/workflows/) and the reports action they use; every command with the
+    global options the plan was made with."""
+    made = workflows(graph.with_options(settings.global_args), cpu=settings.cpu_runner, gpu=settings.gpu_runner,
+                     size=settings.max_jobs)
+    return [*((f".github/workflows/{name}", doc) for name, doc in made),
             (REPORTS_ACTION, reports_action())]

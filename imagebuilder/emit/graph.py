@@ -10,6 +10,7 @@ a verify job is given the digest its stage job found under the key tag. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -70,6 +71,12 @@ class Graph:
 
     jobs: tuple[Job, ...]
     matrix: str  # the matrix file the commands name (relative to the repository's root, as the engines check out)
+
+    def with_options(self, options: tuple[str, ...]) -> Graph:
+        """The graph with every command given `options` first (the global options the plan was made with)."""
+        if not options:
+            return self
+        return Graph(tuple(dataclasses.replace(j, argv=(*options, *j.argv)) for j in self.jobs), self.matrix)
 
     def job(self, job_id: str) -> Job:
         return next(j for j in self.jobs if j.id == job_id)

@@ -725,3 +725,16 @@ def test_one_table_of_engines_and_the_runner_defaults_are_the_schemas(
     settings = Settings(tool_image=TOOL, digests={str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY})
     assert all(formats.documents(fmt, graph, settings) for fmt in formats.FORMATS)
     assert Runner().queue == schema.default("runners.build") and Runner().label == schema.default("runners.build")
+
+
+def test_github_commands_carry_the_global_options_of_the_plan(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node job of the emitted workflows runs with the global options `plan` was given (one plan, one graph
+    on every runner): `--offline --max-entries 2000` before the node command."""
+    monkeypatch.chdir(ROOT)
+    assert main(["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "2000", "plan", "--matrix",
+                 SMALL, "--format", "github-actions"]) == 0
+    docs = [yaml.safe_load(part) for part in capsys.readouterr().out.split("---\n")]
+    shard = next(d for d in docs if d and "jobs" in d and any("uses" in j for j in d["jobs"].values()))
+    argvs = [json.loads(j["with"]["argv"]) for j in shard["jobs"].values() if "with" in j]
+    assert argvs and all(a[:3] == ["--offline", "--max-entries", "2000"] for a in argvs), argvs
