@@ -23,7 +23,7 @@ from ..plan import keys
 from ..plan import plan as plan_mod
 from ..plan.render import Renderer
 from ..ports import Engine
-from ..ports.engine import DockerEngine
+from ..ports.engine import DockerEngine, NoEngine
 from ..ports.registry import Registries, Registry
 from ..ports.tls import RegistryTrust
 
@@ -66,11 +66,10 @@ class Context:
 
     def global_args(self) -> tuple[str, ...]:
         """The global options that change what a plan is (the compatibility table, whether indexes are asked, the
-        entry bound, base image IDs), as a later command of the same plan is given them."""
+        entry bound), as a later command of the same plan is given them."""
         return (*(("--offline",) if not self.check_index else ()),
                 *(("--compat", str(self.compat_file)) if self.compat_file else ()),
-                *(("--max-entries", str(self.max_entries)) if self.max_entries != matrix_mod.MAX_ENTRIES else ()),
-                *(arg for image, image_id in self.base_ids for arg in ("--base-image-id", f"{image}={image_id}")))
+                *(("--max-entries", str(self.max_entries)) if self.max_entries != matrix_mod.MAX_ENTRIES else ()))
 
     def keys(self) -> Keys:
         """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
@@ -127,7 +126,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
 
 def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, builds: bool = True,
            engine: Engine | None = None) -> tuple[plan_mod.Plan, Registries]:
-    """Keys for every node (base images resolved on the engine, else as `--base-image-id` names them), then what
+    """Keys for every node (base images resolved on the engine; with none, as `--base-image-id` names them), then what
     each node needs: the cache is looked up locally and in the registry. A key tag's image counts only when a
     trusted build key vouches for it (`provenance`): a run that `builds` builds on it, else builds the node again;
     verify and publish take each node as its vouched key tag names it, whatever this engine holds (they test, or
@@ -135,7 +134,8 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, builds: 
     A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
     naming the key and what to trust (building it anew could never be published: its tags name that image)."""
     engine = engine or ctx.engine()
-    plan = keys.assign(plan, {**dict(ctx.base_ids), **cache_mod.base_ids(plan, engine)})
+    given = dict(ctx.base_ids) if isinstance(engine, NoEngine) else {}  # (an engine resolves its own bases)
+    plan = keys.assign(plan, {**given, **cache_mod.base_ids(plan, engine)})
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)

@@ -83,7 +83,7 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
         explain_plan(ctx.err if fmt in ("json", "github-matrix") else ctx.out, matrix, ctx.table())
     how = plan_cmd.Formatting(matrix_file, registry, only, gpu_runner, cpu_runner, wave=wave, part=part,
                               verify_on=verify_on, max_jobs=max_jobs, tool_image=tool_image, kueue_queue=kueue_queue,
-                              global_args=ctx.global_args())
+                              global_args=ctx.global_args(), base_ids=ctx.base_ids)
     text = plan_cmd.document(the_plan, fmt, how, registries)
     if text is not None:
         click.echo(text, nl=False)

@@ -56,9 +56,9 @@ from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
                    "IMAGEBUILDER_REGISTRY_CA (spaces or ':').")
 @click.option("--base-image-id", "base_ids", multiple=True, metavar="IMAGE=sha256:ID",
               envvar="IMAGEBUILDER_BASE_IMAGE_IDS",
-              help="A base image's ID as a machine with an engine resolved it, for a machine without one (a verify "
-                   "pod's judge): the roots' keys start from it. The engine's own image, where it has one, counts "
-                   "first. Repeatable, or space-separated in IMAGEBUILDER_BASE_IMAGE_IDS.")
+              help="A base image's ID as a machine with an engine resolved it, for a command without one (a verify "
+                   "pod's judge): the roots' keys start from it. Where there is an engine, it resolves its bases "
+                   "itself and this is not read. Repeatable, or space-separated in IMAGEBUILDER_BASE_IMAGE_IDS.")
 @click.pass_context
 def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | None, offline: bool,
         cache_dir: Path | None, trust_keys: tuple[str, ...], trust_build_keys: tuple[Path, ...],

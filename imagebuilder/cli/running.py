@@ -19,6 +19,7 @@ from ..evidence.sigstore import Layouts
 from ..ledger import NodeRecord, PublishStatus, VerifyStatus
 from ..plan import plan as plan_mod
 from ..ports import Engine
+from ..ports.engine import NoEngine
 from ..ports.registry import Registries
 from ..run import lock
 from ..run.context import Step
@@ -74,7 +75,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     targets = [e.target.name for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
         check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False),
-                    known=dict(ctx.base_ids))
+                    known=dict(ctx.base_ids) if isinstance(engine, NoEngine) else None)
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None, engine=engine)
         if require is not None:
             require.require(the_plan, registries)

@@ -32,6 +32,7 @@ class Formatting:
     tool_image: str | None = None
     kueue_queue: str | None = None
     global_args: tuple[str, ...] = ()  # the global options the plan was made with (a later part is made with them)
+    base_ids: tuple[tuple[str, str], ...] = ()  # --base-image-id (the verify pods' judges, where no engine resolved)
 
     def labels(self) -> dict[str, tuple[str, ...]]:
         return {name: tuple(x.strip() for x in value.split(",") if x.strip())
@@ -62,10 +63,11 @@ def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registr
     return None
 
 
-def base_ids(plan: plan_mod.Plan) -> tuple[str, ...]:
-    """`IMAGE=ID` of each base image the decided plan resolved (its roots' parent input): what a verify pod's
-    judge, which has no engine, is given (`--base-image-id`); none for an undecided plan."""
-    found = {n.base_image: dict(n.inputs).get("parent", "") for n in plan.nodes if n.parent is None and n.base_image}
+def base_ids(plan: plan_mod.Plan, given: tuple[tuple[str, str], ...] = ()) -> tuple[str, ...]:
+    """`IMAGE=ID` of each base image the decided plan resolved (its roots' parent input), else as `given`
+    (`--base-image-id`): what a verify pod's judge, which has no engine, is given."""
+    found = {**dict(given), **{n.base_image: dict(n.inputs).get("parent", "") for n in plan.nodes
+                               if n.parent is None and n.base_image and dict(n.inputs).get("parent")}}
     return tuple(f"{image}={image_id}" for image, image_id in sorted(found.items()) if image_id.startswith("sha256:"))
 
 
@@ -81,7 +83,9 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
     args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
             *(("--only", how.only) if how.only else ()))
     settings = Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
-                        global_args=how.global_args, max_jobs=how.max_jobs, base_ids=base_ids(plan),
+                        global_args=how.global_args, max_jobs=how.max_jobs,
+                        base_ids=base_ids(plan, how.base_ids),
+                        bases=tuple(sorted({n.base_image for n in plan.nodes if n.parent is None and n.base_image})),
                         tool_image=how.tool_image, kueue_queue=how.kueue_queue,
                         digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries else {})
     docs = formats.documents(fmt, graph(plan, str(how.matrix_file), registry=how.registry, only=how.only), settings)

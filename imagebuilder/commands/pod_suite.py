@@ -24,7 +24,7 @@ def prepare(plan: Plan, leaf: str, folder: Path, host_env: Mapping[str, str]) ->
                          "ENTRY/LAYER, as `plan --format graph` lists it")
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, data in pod.files(Specs(plan).told(node), host_env).items():
+    for name, data in pod.files(Specs(plan).told(node), host_env, timeout=node.entry.smoke.timeout).items():
         path = folder / name
         path.write_bytes(data)
         os.chmod(path, 0o644)

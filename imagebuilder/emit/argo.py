@@ -50,7 +50,8 @@ def template(kind: str, runner: Runner, image: str, common: list[str], base_ids:
                           node="{{inputs.parameters.node}}", common=common, base_ids=base_ids,
                           global_args=global_args)
         pod.pop("enableServiceLinks")  # (not a template's field)
-        out.update(initContainers=pod.pop("initContainers"), container=pod.pop("containers")[0], **pod)
+        out.update(initContainers=pod.pop("initContainers"), container=pod.pop("containers")[0], **pod,
+                   activeDeadlineSeconds=pods.DEADLINE)
     else:
         if kind == STAGE:
             args = ["node", "stage", *common, "--digest-file", DIGEST_PATH, "{{inputs.parameters.node}}"]
@@ -121,5 +122,5 @@ def workflow(graph: Graph, *, image: str, base_ids: Sequence[str] = (), global_a
 
 def documents(graph: Graph, settings: Settings) -> list[Document]:
     """The Workflow (one document)."""
-    return [(None, workflow(graph, image=settings.pinned_tool("argo"), base_ids=settings.base_ids,
+    return [(None, workflow(graph, image=settings.pinned_tool("argo"), base_ids=settings.judged_bases("argo"),
                             global_args=settings.global_args))]

@@ -60,8 +60,8 @@ def jobs(graph: Graph, digests: Mapping[str, str], *, image: str, queue: str | N
     """One Job per verify job; `digests`: leaf node id -> its staged digest (every leaf has one); `base_ids`:
     `IMAGE=ID` of each base image as the plan resolved it (the judges have no engine)."""
     verifies = [j for j in graph.jobs if j.kind == VERIFY]
-    plan = hashlib.sha256(json.dumps([graph.to_json(), sorted(digests.items()), image],
-                                     sort_keys=True).encode()).hexdigest()[:12]
+    plan = "plan-" + hashlib.sha256(json.dumps([graph.to_json(), sorted(digests.items()), image],
+                                               sort_keys=True).encode()).hexdigest()[:12]  # (never all digits)
     return [job(j, image=image, digest=digests[str(j.node)], queue=queue, plan=plan, base_ids=base_ids,
                 global_args=global_args) for j in verifies]
 
@@ -69,5 +69,5 @@ def jobs(graph: Graph, digests: Mapping[str, str], *, image: str, queue: str | N
 def documents(graph: Graph, settings: Settings) -> list[Document]:
     """One Job per leaf."""
     return [(None, doc) for doc in jobs(graph, settings.digests, image=settings.pinned_tool("k8s-jobs"),
-                                        queue=settings.kueue_queue, base_ids=settings.base_ids,
+                                        queue=settings.kueue_queue, base_ids=settings.judged_bases("k8s-jobs"),
                                         global_args=settings.global_args)]

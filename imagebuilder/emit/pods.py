@@ -55,12 +55,12 @@ def gpus(runner: Runner) -> dict[str, Any]:
     return {"resources": {"limits": {GPU_RESOURCE: count}, "requests": {GPU_RESOURCE: count}}}
 
 
-def tool_env(extra: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-    """What every tool container is told: its writable folder (HOME, the cache folder), and the registry's
+def tool_env(extra: Sequence[dict[str, Any]] = (), *, registry: bool = True) -> list[dict[str, Any]]:
+    """What a tool container is told: its writable folder (HOME, the cache folder), and (`registry`) the registry's
     credentials from the optional Secret `REGISTRY_SECRET`."""
     return [{"name": "HOME", "value": WORK}, {"name": "IMAGEBUILDER_CACHE_DIR", "value": f"{WORK}/cache"},
             *({"name": name, "valueFrom": {"secretKeyRef": {"name": REGISTRY_SECRET, "key": name, "optional": True}}}
-              for name in ("IMAGEBUILDER_REGISTRY_USER", "IMAGEBUILDER_REGISTRY_PASSWORD")), *extra]
+              for name in ("IMAGEBUILDER_REGISTRY_USER", "IMAGEBUILDER_REGISTRY_PASSWORD") if registry), *extra]
 
 
 def engine(job: Job, *, image: str, args: Sequence[str]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def verify(job: Job, *, tool: str, leaf: str, digest: str, node: str, common: Se
     work = {"name": "work", "mountPath": WORK}
     prepare = {"name": "prepare", "image": tool, "command": ["imagebuilder"],
                "args": [*global_args, "node", "prepare-suite", *common, "--into", pod.FOLDER, node],
-               "env": tool_env(), "securityContext": TOOL_SECURITY, "volumeMounts": [suite, work]}
+               "env": tool_env(registry=False), "securityContext": TOOL_SECURITY, "volumeMounts": [suite, work]}
     test = {"name": "suite", "image": leaf, "command": list(pod.COMMAND), **gpus(runner),
             "securityContext": {**DROPPED, "runAsNonRoot": True},  # (its image's numeric USER: imagebuilder's are)
             "volumeMounts": [suite, {"name": "shm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]}

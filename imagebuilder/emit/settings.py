@@ -29,6 +29,7 @@ class Settings:
     kueue_queue: str | None = None
     digests: Mapping[str, str] = field(default_factory=dict)  # leaf -> staged digest (Jobs)
     base_ids: tuple[str, ...] = ()  # IMAGE=ID of each base image, as the plan resolved them (the verify pods' judges)
+    bases: tuple[str, ...] = ()  # every base image of the plan's roots
 
     def pinned_tool(self, fmt: str) -> str:
         """The tool image, which must be pinned by digest (an input error naming the format otherwise)."""
@@ -37,6 +38,17 @@ class Settings:
             raise InputError(f"--format {fmt} needs --tool-image pinned by digest (REPOSITORY@sha256:...), not "
                              f"{image!r}", hint="the image with imagebuilder and this repository's matrix and layers")
         return image
+
+
+    def judged_bases(self, fmt: str) -> tuple[str, ...]:
+        """`IMAGE=ID` of every base image, for judges with no engine (an input error naming the first missing)."""
+        known = {item.rpartition("=")[0] for item in self.base_ids}
+        missing = [base for base in self.bases if base not in known]
+        if missing:
+            raise InputError(f"--format {fmt}: the verify pods' judges have no engine, and the ID of base image "
+                             f"{missing[0]!r} is not known here", hint="plan where the engine that stages has the "
+                             "base images (DOCKER_HOST), or name each with --base-image-id IMAGE=sha256:ID")
+        return self.base_ids
 
 
 class Emitter(Protocol):

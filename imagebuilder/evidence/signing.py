@@ -210,6 +210,8 @@ class Signer:
         """The key a variable names: a PEM private key file (`load`), or the PEM itself, as a Kubernetes
         `secretKeyRef` hands a pod its key (no file whose owner or mode could let others sign)."""
         if not value.lstrip().startswith("-----BEGIN"):
+            if "\n" in value or len(value) > 4096 or not Path(value).is_file():  # (never say what it holds)
+                raise InputError(f"${name}: holds neither a PEM private key nor the path of a readable key file")
             return cls.load(Path(value))
         try:
             key = serialization.load_pem_private_key(value.strip().encode() + b"\n", password=None)

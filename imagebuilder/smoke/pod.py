@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 from collections.abc import Mapping
@@ -30,19 +31,25 @@ SUITE, EXPECT, CHECKS, ENV = "suite.py", "expect.json", "commands.json", "env"  
 REPORT, LOG, EXIT = "report.json", "suite.log", "exit-code"  # written by the leaf container
 MAX_REPORT, MAX_LOG = 16 << 20, 64 << 20  # what the judge reads of the leaf container's files, at most
 
-# The leaf container's command: the suite with the image's own Python (as `runner.run_smoke` starts it), its
-# output both in the pod's log and in the folder, its exit code into a file; the container itself exits 0.
-SCRIPT = (f'cd {FOLDER} && . ./{ENV} && {{ "$(command -v python || command -v python3)" ./{SUITE} '
-          f'--expect "$(cat {EXPECT})" --commands "$(cat {CHECKS})" --report {REPORT}; echo "$?" > {EXIT}; }} '
-          f'2>&1 | tee {LOG}; exit 0')
+TIMEOUT_ENV = "IMAGEBUILDER_SUITE_TIMEOUT"  # smoke.timeout, in seconds: the suite is killed past it
+# The leaf container's command: the suite with the image's own Python (as `runner.run_smoke` starts it), held to
+# smoke.timeout where the image has `timeout` (else the pod's deadline holds it), its output both in the pod's log
+# and in the folder, its exit code into a file; the container itself exits 0.
+SCRIPT = (f'cd {FOLDER} && . ./{ENV} && limit="" && if [ -n "${{{TIMEOUT_ENV}:-}}" ] && command -v timeout '
+          f'>/dev/null 2>&1; then limit="timeout -s KILL ${TIMEOUT_ENV}"; fi && '
+          f'{{ $limit "$(command -v python || command -v python3)" ./{SUITE} --expect "$(cat {EXPECT})" '
+          f'--commands "$(cat {CHECKS})" --report {REPORT}; echo "$?" > {EXIT}; }} 2>&1 | tee {LOG}; exit 0')
 COMMAND = ("sh", "-c", SCRIPT)
 
 
-def files(spec: Mapping[str, Any], host_env: Mapping[str, str]) -> dict[str, bytes]:
+def files(spec: Mapping[str, Any], host_env: Mapping[str, str], timeout: float | None = None) -> dict[str, bytes]:
     """What the init step writes into the folder for a node's spec (`Specs.told`): the suite, its expectations,
     its layer checks and its environment (the host's forwarded NCCL settings and `smoke.env`, each value quoted:
-    the matrix's values are not shell text)."""
-    env = container_env(host_env, dict(spec.get("env") or {}), {})
+    the matrix's values are not shell text; and `smoke.timeout`, which the leaf's command holds the suite to)."""
+    env = {name: value for name, value in container_env(host_env, dict(spec.get("env") or {}), {}).items()
+           if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name, flags=re.ASCII)}  # (a host's odd name is no variable)
+    if timeout:
+        env[TIMEOUT_ENV] = str(int(timeout))
     return {SUITE: suite_source(),
             EXPECT: json.dumps(spec["expect"], sort_keys=True).encode(),
             CHECKS: json.dumps(list(spec.get("commands") or [])).encode(),
@@ -69,7 +76,7 @@ def read(folder: str, *, gpu_mode: str) -> SmokeReport:
     code = exit_text.decode(errors="replace").strip() if exit_text is not None else ""
     log = (_regular(os.path.join(folder, LOG), MAX_LOG) or b"").decode(errors="replace")
     report = _regular(os.path.join(folder, REPORT), MAX_REPORT) or b""
-    if not code.lstrip("-").isdigit():
+    if not re.fullmatch(r"-?[0-9]{1,3}", code, flags=re.ASCII):
         tail = "\n".join(log.strip().splitlines()[-30:])
         return SmokeReport(False, ({"name": "suite", "status": "fail", "reason": "the suite did not finish in the "
                                     "pod's suite container (no exit code: killed, or its deadline passed)"},),
@@ -104,6 +111,7 @@ class Requested:
             return (f"the pod requested {self.gpus} GPU(s) for the suite; its judge container, given the same, sees "
                     f"{host.gpus}: this is not the runner the document asked for")
         labels = sorted({product_label(m) for m in host.models})
-        if self.model and self.gpus and labels != [self.model]:
+        model = (self.model or "").split("-MIG-", 1)[0]  # (a MIG slice: nvidia-smi names its GPU, the parent)
+        if model and self.gpus and labels != [model]:
             return f"the pod requested {self.model} GPUs; its judge container sees {', '.join(labels) or 'none'}"
         return None

@@ -220,7 +220,7 @@ def _report(file_text: bytes, logs: str) -> dict[str, Any]:
     for text in (file_text.decode(errors="replace"), logs[logs.rfind('\n{\n  "checks"') + 1:] if logs else ""):
         try:
             raw = json.loads(text) if text.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):  # (a report nested past Python's stack is no report)
             continue
         if isinstance(raw, dict):
             return raw

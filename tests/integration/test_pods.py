@@ -198,7 +198,7 @@ def test_a_verify_pod_runs_the_leaf_image_itself_and_its_pass_counts_with_the_re
     matrix = matrix_for(cpu_chain, repository)
     for layer in ("base", "business", "task"):
         cpu_chain.image(engine, layer)
-    staged = run_cli(*trust, "stage", "--matrix", str(matrix),
+    staged = run_cli(*trust, "stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"),
                      env={"IMAGEBUILDER_BUILD_KEY": str(keys / "build" / "signing.pem")})
     assert staged.code == 0, staged.text[-3000:]
     tool = tool_image(engine, cpu_chain, matrix, wheelhouse, tmp_path, repository)

@@ -106,3 +106,34 @@ def test_the_pod_options_of_node_verify_go_together(capsys: pytest.CaptureFixtur
     assert "needs --digest" in capsys.readouterr().err
     assert main(["--base-image-id", "debian:bookworm=latest", "plan"]) == 2
     assert "IMAGE=sha256:" in capsys.readouterr().err
+
+
+def test_the_leaf_command_holds_the_suite_to_its_timeout(tmp_path: Path) -> None:
+    """smoke.timeout reaches the leaf's command: a suite past it is killed (exit 137, no report), and the judge
+    reads a suite that exited without a report (seen failing: without the timeout the stand-in runs its 60 s)."""
+    for name, data in pod.files(SPEC, {}, timeout=1).items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / pod.SUITE).write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    ran = subprocess.run(["sh", "-c", pod.SCRIPT.replace(pod.FOLDER, str(tmp_path))], capture_output=True,
+                         text=True, env={"PATH": os.environ["PATH"]}, timeout=30)
+    assert ran.returncode == 0 and (tmp_path / pod.EXIT).read_text().strip() == "137"
+    assert "exited 137 without a report" in pod.read(str(tmp_path), gpu_mode="none").failures()[0]
+
+
+def test_what_the_leaf_leaves_never_crashes_the_judge(tmp_path: Path) -> None:
+    """A report nested past Python's stack, an exit code of other digits than ASCII: a failed suite, said."""
+    (tmp_path / pod.REPORT).write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / pod.EXIT).write_text("0")
+    assert "without a report" in pod.read(str(tmp_path), gpu_mode="none").failures()[0]
+    (tmp_path / pod.EXIT).write_text("\u00b2")
+    assert "did not finish" in pod.read(str(tmp_path), gpu_mode="none").failures()[0]
+
+
+def test_a_mig_slice_is_judged_by_its_gpu_and_a_key_variable_is_never_printed(tmp_path: Path) -> None:
+    asked = pod.Requested(gpus=1, model="NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+    assert asked.unlike(GpuHost(models=("NVIDIA A100-SXM4-40GB",), count=1)) is None
+    assert asked.unlike(GpuHost(models=("NVIDIA H100 80GB HBM3",), count=1)) is not None
+    secret = "MC4CAQAwBQYDK2VwBCIEIGW0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"  # (base64 DER, not PEM)
+    with pytest.raises(InputError) as refused:
+        Signer.of_env("IMAGEBUILDER_SIGNING_KEY", secret)
+    assert secret not in refused.value.message and "neither a PEM" in refused.value.message
