@@ -23,10 +23,10 @@ MAX_STEPS = 500  # steps per pipeline upload
 PROGRAM = "imagebuilder"
 
 
-def command(job: Job, global_args: Sequence[str] = ()) -> str:
+def command(job: Job) -> str:
     """The step's shell command: the node command, quoted; a verify is given its stage step's digest, a stage
     step hands its digest on."""
-    argv = [PROGRAM, *global_args, *job.argv]
+    argv = [PROGRAM, *job.argv]
     if job.kind == VERIFY and job.digest_from:
         digest = f'"$(buildkite-agent meta-data get {meta_key(job.digest_from)})"'
         return f"{shlex.join(argv[:-1])} --digest {digest} {shlex.quote(argv[-1])}"
@@ -46,9 +46,9 @@ def reports(job: Job) -> str | None:
     return job.argv[job.argv.index("--report") + 1] if "--report" in job.argv else None
 
 
-def step(job: Job, global_args: Sequence[str] = ()) -> dict[str, Any]:
+def step(job: Job) -> dict[str, Any]:
     label = f"{job.kind} {job.node or job.entry or 'the matrix'}"
-    out: dict[str, Any] = {"key": job.id, "label": label, "command": command(job, global_args),
+    out: dict[str, Any] = {"key": job.id, "label": label, "command": command(job),
                            "agents": {"queue": job.runner.label}}
     if job.needs:
         out["depends_on"] = list(job.needs)
@@ -68,13 +68,13 @@ def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS,
     """One pipeline document per upload. `plan_args`: the `imagebuilder plan` arguments that made this graph,
     `global_args` the global options before them (the next part's upload step runs both again with `--part`)."""
     parts: list[list[Job]] = [[]]
-    for job in graph.jobs:
+    for job in graph.with_options(tuple(global_args)).jobs:  # (every step's command with the global options)
         if len(parts[-1]) >= size - 1:
             parts.append([])
         parts[-1].append(job)
     out = []
     for index, jobs in enumerate(parts):
-        steps = [step(j, global_args) for j in jobs]
+        steps = [step(j) for j in jobs]
         if index + 1 < len(parts):
             again = shlex.join([PROGRAM, *global_args, "plan", *plan_args, "--format", "buildkite", "--part",
                                 str(index + 2)])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -100,6 +101,11 @@ class Executor:
                  + (f" (exit {proc.returncode}; {log})" if outcome == FAILED else ""))
         return outcome
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """The graph's hash: executors of the same graph share its jobs' locks and outcomes."""
+        return hashlib.sha256(json.dumps(self.graph.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
     @contextlib.contextmanager
     def turn(self, job: Job) -> Iterator[dict[str, Any]]:
         """This executor's turn at a job: the job's lock in `state` held (other executors on the folder wait), and
@@ -107,8 +113,7 @@ class Executor:
         if self.state is None:
             yield {}
             return
-        graph = hashlib.sha256(json.dumps(self.graph.to_json(), sort_keys=True).encode()).hexdigest()[:16]
-        folder = self.state / graph
+        folder = self.state / self.fingerprint
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"{job.id}.lock", "a+", encoding="utf-8") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
