@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
-from ..commands import compat as compat_cmd
-from ..input import compat as compat_mod
-from ..input import compat_refresh
-from ..input.compat import CompatTable, Release
 from .context import Context
 from .options import writable_file
 from .root import cli
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..input.compat import CompatTable, Release
 
 
 @cli.group()
@@ -29,6 +29,8 @@ def compat() -> None:
 @click.pass_obj
 def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
     """Print the table: per release and accelerator, CUDA, cuDNN, NCCL, triton, Python and glibc."""
+    from ..commands import compat as compat_cmd
+
     table = ctx.table()
     releases = compat_cmd.releases(table, torch_version)
     if as_json:
@@ -40,6 +42,8 @@ def compat_show(ctx: Context, torch_version: str | None, as_json: bool) -> int:
 
 
 def _grid(table: CompatTable, releases: list[Release]) -> Table:
+    from rich.table import Table
+
     grid = Table(title=f"compatibility table ({table.source}, {table.generated})")
     for col in ("torch", "variant", "cuda", "cudnn", "nccl", "triton", "driver ≥", "python", "glibc",
                 "vision", "audio", "index"):
@@ -68,6 +72,12 @@ def _grid(table: CompatTable, releases: list[Release]) -> Table:
 def compat_refresh_cmd(ctx: Context, index_urls: tuple[str, ...], min_torch: str, out_file: Path | None,
                        dry_run: bool) -> int:
     """Regenerate the table from the wheels' METADATA on one or more indexes and print what changed."""
+    from rich.markup import escape
+
+    from ..commands import compat as compat_cmd
+    from ..input import compat as compat_mod
+    from ..input import compat_refresh
+
     out = out_file or ctx.compat_file or Path(compat_mod.__file__).resolve().parents[1] / "data" / "compat.json"
     urls = index_urls or (compat_mod.PYPI_SIMPLE,)
     refreshed = compat_cmd.refresh(urls, out, min_torch)

@@ -8,24 +8,23 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING
 
 from ..errors import EngineUnavailable, InputError
-from ..evidence.provenance import BuildTrust
-from ..evidence.signing import Keys
-from ..input import compat as compat_mod
-from ..input import compat_refresh, lookups
-from ..input import matrix as matrix_mod
-from ..plan import cache as cache_mod
-from ..plan import keys
-from ..plan import plan as plan_mod
-from ..plan.render import Renderer
-from ..ports import Engine
-from ..ports.engine import DockerEngine, NoEngine
-from ..ports.registry import Registries, Registry
-from ..ports.tls import RegistryTrust
+from ..input.schema import MAX_ENTRIES
+
+if TYPE_CHECKING:  # the rest is imported where it is used: `--help` loads none of it (issue 52)
+    from rich.console import Console
+
+    from ..evidence.signing import Keys
+    from ..input.compat import CompatTable
+    from ..input.matrix import Matrix
+    from ..plan.plan import Plan
+    from ..plan.render import Renderer
+    from ..ports import Engine
+    from ..ports.engine import DockerEngine
+    from ..ports.registry import Registries, Registry
+    from ..ports.tls import RegistryTrust
 
 
 def default_cache_dir() -> Path:
@@ -46,15 +45,17 @@ class Context:
     container_labels: tuple[tuple[str, str], ...] = ()  # put on every container a command starts
     trust_keys: tuple[str, ...] = ()  # public keys whose signed evidence counts, as named: FILE or ROLE[,ROLE]=FILE
     trust_build_keys: tuple[Path, ...] = ()  # public keys whose signed build provenance counts
-    max_entries: int = matrix_mod.MAX_ENTRIES  # a larger matrix is refused before its product is built
-    registry_trust: RegistryTrust = dataclasses.field(default_factory=RegistryTrust)  # CAs of registries' TLS
+    max_entries: int = MAX_ENTRIES  # a larger matrix is refused before its product is built
+    registry_cas: tuple[Path, ...] = ()  # --registry-ca: CAs a registry's TLS certificate may chain to
     registry_hosts: tuple[str, ...] = ()  # the matrix's registry host: where the env's credentials go by default
     base_ids: tuple[tuple[str, str], ...] = ()  # base image -> its image ID, as a machine with an engine resolved it
     _engine: DockerEngine | None = None
-    _table: compat_mod.CompatTable | None = None
+    _table: CompatTable | None = None
 
-    def table(self) -> compat_mod.CompatTable:
+    def table(self) -> CompatTable:
         if self._table is None:
+            from ..input import compat as compat_mod
+
             path = self.compat_file
             if path is not None and not path.is_file():
                 raise InputError(f"compatibility table {path} does not exist")
@@ -64,37 +65,54 @@ class Context:
                 raise InputError(f"compatibility table {path or 'data/compat.json'} is unreadable: {exc}") from None
         return self._table
 
+    @property
+    def registry_trust(self) -> RegistryTrust:
+        """The CAs of registries' TLS: --registry-ca's, the system's, certs.d's (`ports.tls`)."""
+        from ..ports.tls import RegistryTrust
+
+        return RegistryTrust(cafiles=self.registry_cas)
+
     def global_args(self) -> tuple[str, ...]:
         """The global options that change what a plan is (the compatibility table, whether indexes are asked, the
         entry bound), as a later command of the same plan is given them."""
         return (*(("--offline",) if not self.check_index else ()),
                 *(("--compat", str(self.compat_file)) if self.compat_file else ()),
-                *(("--max-entries", str(self.max_entries)) if self.max_entries != matrix_mod.MAX_ENTRIES else ()))
+                *(("--max-entries", str(self.max_entries)) if self.max_entries != MAX_ENTRIES else ()))
 
     def keys(self) -> Keys:
         """Who signs this command's evidence and whose evidence counts (`evidence.signing`)."""
+        from ..evidence.signing import Keys
+
         return Keys.load(self.cache_dir / "keys", os.environ, self.trust_keys, self.trust_build_keys)
 
     def registry(self, host: str) -> Registry:
         """A registry outside a run (promote, history): plain HTTP where the engine would speak it and the registry
         speaks no TLS; without an engine, loopback registries only."""
+        from ..ports.registry import Registry
+
         insecure: tuple[str, ...] = ()
         with contextlib.suppress(EngineUnavailable):
             insecure = self.engine().insecure_registries()
         return Registry.for_host(host, insecure, self.registry_trust, self.registry_hosts)
 
     def index_versions(self, index_url: str, project: str) -> list[str] | None:
+        from ..input import compat_refresh
+
         return compat_refresh.project_versions(index_url, project, timeout=20)
 
     def engine(self) -> DockerEngine:
         if self._engine is None:
+            from ..ports.engine import DockerEngine
+
             self._engine = DockerEngine.connect(self.engine_url)
             if self.container_labels:
                 self._engine.run_labels.update(self.container_labels)
         return self._engine
 
     def base_python(self, image: str) -> str | None:
-        known = compat_mod.os_python(image)
+        from ..input.compat import os_python
+
+        known = os_python(image)
         if known:
             return known
         engine = self.engine()
@@ -107,8 +125,13 @@ class Context:
 
 
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
-              only: str | None = None, renderer: Renderer | None = None) -> tuple[matrix_mod.Matrix, plan_mod.Plan]:
-    def load(facts: lookups.Facts | None) -> matrix_mod.Matrix:
+              only: str | None = None, renderer: Renderer | None = None) -> tuple[Matrix, Plan]:
+    from ..input import lookups
+    from ..input import matrix as matrix_mod
+    from ..plan import plan as plan_mod
+    from ..plan.render import Renderer
+
+    def load(facts: lookups.Facts | None) -> Matrix:
         return matrix_mod.load(matrix_file, ctx.table(), registry=registry, strict=strict,
                                max_entries=ctx.max_entries, facts=facts)
 
@@ -124,8 +147,8 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     return matrix, plan
 
 
-def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, builds: bool = True,
-           engine: Engine | None = None) -> tuple[plan_mod.Plan, Registries]:
+def decide(ctx: Context, plan: Plan, *, rebuild: bool = False, builds: bool = True,
+           engine: Engine | None = None) -> tuple[Plan, Registries]:
     """Keys for every node (base images resolved on the engine; with none, as `--base-image-id` names them), then what
     each node needs: the cache is looked up locally and in the registry. A key tag's image counts only when a
     trusted build key vouches for it (`provenance`): a run that `builds` builds on it, else builds the node again;
@@ -133,6 +156,14 @@ def decide(ctx: Context, plan: plan_mod.Plan, *, rebuild: bool = False, builds: 
     publish, exactly that digest).
     A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
     naming the key and what to trust (building it anew could never be published: its tags name that image)."""
+    from rich.markup import escape
+
+    from ..evidence.provenance import BuildTrust
+    from ..plan import cache as cache_mod
+    from ..plan import keys
+    from ..ports.engine import NoEngine
+    from ..ports.registry import Registries
+
     engine = engine or ctx.engine()
     given = dict(ctx.base_ids) if isinstance(engine, NoEngine) else {}  # (an engine resolves its own bases)
     plan = keys.assign(plan, {**given, **cache_mod.base_ids(plan, engine)})

@@ -5,32 +5,35 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
-from ..commands import history as history_cmd
-from ..commands import promote as promote_cmd
-from ..commands import sbom as sbom_cmd
+from ..choices import POLICIES
 from ..errors import InputError, RunFailed
-from ..evidence import admission
-from ..evidence.regression import Thresholds
-from ..evidence.signing import Trust
-from ..ports.reference import parse
-from ..report import document as report_document
-from ..report import html as report_html
-from ..steps.supply import SupplyChain
 from .context import Context, load_plan
 from .options import PLAN_OPTIONS, TrustedKey, checked, matrix_option, options, writable_file
 from .root import cli
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from ..commands import history as history_cmd
+    from ..commands import promote as promote_cmd
+
+
+def _template_problem(template: str) -> str | None:
+    """`promote --to`'s check (`commands.promote.template_problem`), imported when the option is given."""
+    from ..commands import promote as promote_cmd
+
+    return promote_cmd.template_problem(template)
 
 
 @cli.command()
 @click.option("--from", "pattern", required=True, metavar="REPO:GLOB",
               help="Source tags, e.g. 127.0.0.1:5000/ml/pytorch:nightly-* (key tags cache-* are never promoted).")
 @click.option("--to", "template", required=True, metavar="TEMPLATE",
-              callback=checked(promote_cmd.template_problem),
+              callback=checked(_template_problem),
               help="The new tag: a template over {tag}, {match} (what the glob's * matched) and {repository}, "
                    "e.g. 'stable-{match}'; or a whole reference in the same registry, e.g. "
                    "127.0.0.1:5000/ml/pytorch-stable:{tag}.")
@@ -43,6 +46,12 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
     """Point tags at manifests already in the registry, by digest, without a build (e.g. nightly -> stable).
     Only digests with a trusted pass record of the spec the current matrix expects of them move, unless
     --allow-untested."""
+    from rich.markup import escape
+
+    from ..commands import promote as promote_cmd
+    from ..ports.reference import parse
+    from ..steps.supply import SupplyChain
+
     _, the_plan = load_plan(ctx, matrix_file)  # (first: its registry is where the environment's credentials go)
     registry = ctx.registry(parse(pattern).host)
     promotion = promote_cmd.prepare(registry, ctx.keys, the_plan, pattern, template, SupplyChain(), dry_run=dry_run,
@@ -63,6 +72,8 @@ def promote(ctx: Context, pattern: str, template: str, matrix_file: Path, dry_ru
 
 def _promotion_lines(promotion: promote_cmd.Promotion) -> list[str]:
     """What the gate keeps back, when it keeps back anything; else each move, with its evidence."""
+    from rich.markup import escape
+
     if promotion.blocked:
         return [f"[bold red]refused: {escape(target)}: {escape(why)}[/]" for target, why in promotion.blocked.items()]
     lines = []
@@ -83,6 +94,11 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
     """The signed CycloneDX SBOM beside an image in its registry, verified: signed by a trusted key (this
     machine's own, or --trust-key) and about this very digest. A tag is looked up to its digest first (and
     said). Exit 1 when there is none that counts, saying why."""
+    from rich.markup import escape
+
+    from ..commands import sbom as sbom_cmd
+    from ..ports.reference import parse
+
     ref = parse(image)
     registry = ctx.registry(ref.host)
     digest = sbom_cmd.digest_of(registry, ref)
@@ -107,7 +123,7 @@ def sbom(ctx: Context, image: str, out_file: Path | None) -> int:
               "before '=' (build, gpu, cpu, publish; none named: every role); repeatable; only these count.")
 @click.option("--gpu", "gpu_model", metavar="MODEL", help="Require a pass on this GPU model (e.g. H100); its "
               "failed verdict refuses.")
-@click.option("--policy", "policy", multiple=True, type=click.Choice(admission.POLICIES), default=("pass",),
+@click.option("--policy", "policy", multiple=True, type=click.Choice(POLICIES), default=("pass",),
               show_default=True, help="What must stand beside the digest (repeatable): a pass, a pass on GPUs, a "
               "build record by a build key, a signed SBOM, a VSA that says PASSED. A deploy gate should ask "
               "--policy build --policy pass --policy gpu (a CUDA image).")
@@ -119,6 +135,12 @@ def check(ctx: Context, image: str, keys_named: tuple[str, ...], gpu_model: str 
     """May this digest run? For a deploy pipeline, without a matrix: verifies the evidence beside IMAGE@DIGEST in
     its registry (passes by runner, failed verdicts, SBOM, VSA) with exactly the keys named, and prints a
     verdict. Exit 0 admitted, 1 refused, 2 undecided (bad input, registry unreachable)."""
+    from rich.markup import escape
+
+    from ..evidence import admission
+    from ..evidence.signing import Trust
+    from ..ports.reference import parse
+
     ref = parse(image)
     if not ref.reference.startswith("sha256:"):
         raise InputError(f"{image}: name the image by digest (IMAGE@sha256:...): a tag may move after the check")
@@ -143,6 +165,9 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
     one lineage per leaf and runner (GPU model, count and driver; or CPU), oldest first, each image with its
     metrics, its change against the baseline the gate used (the median of the passes before it) and the pins
     that changed. Builds and runs nothing."""
+    from ..commands import history as history_cmd
+    from ..evidence.regression import Thresholds
+
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     trust, thresholds = ctx.keys().trust, Thresholds.measured()
     lineages = history_cmd.lineages(the_plan, ctx.registry, trust, thresholds)
@@ -161,6 +186,9 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
 
 
 def _lineage_table(lineage: history_cmd.Lineage) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     names = sorted({name for p in lineage.points for name in p.metrics})
     table = Table(title=f"{lineage.cell} · {lineage.runner.label()} · {lineage.ref.host}/{lineage.ref.repository}",
                   box=None, pad_edge=False, title_justify="left")
@@ -187,6 +215,9 @@ def _lineage_table(lineage: history_cmd.Lineage) -> Table:
 def report_command(ctx: Context, folder: Path) -> int:
     """Remake FOLDER/report.html from FOLDER/report.json (a report folder a run wrote, e.g. one downloaded from
     a nightly's artifacts): one self-contained page, nothing fetched when it opens."""
+    from ..report import document as report_document
+    from ..report import html as report_html
+
     doc = report_document.load(folder)
     out = folder / "report.html"
     try:

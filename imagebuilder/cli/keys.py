@@ -7,10 +7,8 @@ import os
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from ..errors import InputError
-from ..evidence.signing import ROLES, Signer
 from .context import Context
 from .options import writable_file, writable_folder
 from .root import cli
@@ -28,6 +26,8 @@ def keys_group() -> None:
 @click.pass_obj
 def keys_public(ctx: Context, out_file: Path | None) -> int:
     """The public key this machine signs pass records with (PEM), for other machines' --trust-key."""
+    from rich.markup import escape
+
     signer = ctx.keys().writer("keys public")
     pem = signer.public.pem()
     if out_file is None:
@@ -44,6 +44,8 @@ def keys_public(ctx: Context, out_file: Path | None) -> int:
 def keys_new(ctx: Context, folder: Path) -> int:
     """Make a signing key for CI: FOLDER/signing.pem (private, mode 0600: a secret of the GPU runners only) and
     FOLDER/signing.pub (public: commit it, and name it in --trust-key)."""
+    from ..evidence.signing import ROLES, Signer
+
     private, public = folder / "signing.pem", folder / "signing.pub"
     if private.exists() or public.exists():
         raise InputError(f"{private} or {public} exists already; not overwritten")

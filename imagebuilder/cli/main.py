@@ -3,13 +3,16 @@ and its exit code (`errors`); a signal always wins."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from ..errors import ImageBuilderError
 from ..interrupts import Interrupts
 from .root import cli
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def main(argv: list[str] | None = None, interrupts: Interrupts | None = None) -> int:
@@ -17,11 +20,10 @@ def main(argv: list[str] | None = None, interrupts: Interrupts | None = None) ->
     130 after SIGINT, 143 after SIGTERM, whatever the command was doing (see `interrupts`)."""
     own = interrupts is None  # called inside a longer process (tests): its handlers are put back after
     interrupts = interrupts or Interrupts.install()
-    err = Console(stderr=True)
     try:
-        code = _invoke(argv, err)
+        code = _invoke(argv)
     except KeyboardInterrupt:  # outside click (click turns one inside a command into Abort)
-        err.print("interrupted: containers were removed, nothing more was tagged or pushed")
+        _err().print("interrupted: containers were removed, nothing more was tagged or pushed")
         code = 130
     if own:
         interrupts.restore()
@@ -29,18 +31,27 @@ def main(argv: list[str] | None = None, interrupts: Interrupts | None = None) ->
     return interrupts.finish(code)
 
 
-def _invoke(argv: list[str] | None, err: Console) -> int:
+def _invoke(argv: list[str] | None) -> int:
     try:
         code = cli.main(args=argv, prog_name="imagebuilder", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        err.print("interrupted: containers were removed, nothing more was tagged or pushed")
+        _err().print("interrupted: containers were removed, nothing more was tagged or pushed")
         return 130
     except click.ClickException as exc:
         exc.show()
         return int(exc.exit_code)
     except ImageBuilderError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        _err().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
     return int(code or 0)
+
+
+def _err() -> Console:
+    """stderr, for an error's one message (rich is loaded only when there is one to print)."""
+    from rich.console import Console
+
+    return Console(stderr=True)

@@ -12,15 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from ..errors import InputError, RunFailed
-from ..ledger import VerifyStatus
-from ..ports.engine import NoEngine
-from ..run.cosign import Cosign
-from ..smoke.runner import GpuHost
-from ..steps.stage import KeyTags, Stage, Staged
-from ..steps.verify import Verify
 from .context import Context
 from .options import (
     NODE_OPTIONS,
@@ -54,7 +47,9 @@ def node_group() -> None:
 def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: Any) -> int:
     """Stage NODE (ENTRY/LAYER, its parents staged before) or every node of ENTRY that is not staged: build and
     push under key tags only. Nothing to do when every key tag is in the registry."""
+    from ..run.cosign import Cosign
     from ..run.handoff import Handoff, selector
+    from ..steps.stage import KeyTags, Stage
 
     handoff = Handoff(name)
     records = run_steps(ctx, Common(only=selector(name), jobs=1, **common), (Stage(), KeyTags()),
@@ -91,8 +86,16 @@ def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[st
     """Verify LEAF (ENTRY/LAYER) on this runner: its staged digest's suite, unless a trusted pass of this suite on
     this runner's GPU model is beside it already (nothing to do). In a verify pod (--suite-ran-in), the suite ran
     in the pod's own container of the leaf image, and this command judges what it left."""
+    from rich.markup import escape
+
+    from ..ledger import VerifyStatus
+    from ..ports.engine import NoEngine
+    from ..run.cosign import Cosign
     from ..run.handoff import Handoff, selector
     from ..smoke.pod import Requested
+    from ..smoke.runner import GpuHost
+    from ..steps.stage import Staged
+    from ..steps.verify import Verify
 
     if "/" not in leaf:
         raise InputError(f"{leaf!r} is not a node id", hint="node verify takes one leaf, ENTRY/LAYER")
@@ -126,6 +129,8 @@ def node_prepare_suite(ctx: Context, /, leaf: str, folder: Path, matrix_file: Pa
     """A verify pod's first step, from the tool image: write LEAF's suite, what it is told (its expectations and
     layer checks) and its environment into FOLDER, for the pod's container of the leaf image to run
     (`plan --format argo|k8s-jobs`). Needs no engine and no registry."""
+    from rich.markup import escape
+
     from ..commands.pod_suite import prepare
     from ..run.handoff import selector
     from .context import load_plan
@@ -146,6 +151,8 @@ def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> 
     """Run GRAPH (`plan --format graph`, a file or -) on this machine: each job's node command in dependency
     order, each verify given its stage job's digest. Run it again after a crash: what finished says "nothing to
     do". Exit 1 when a job failed or was blocked."""
+    from rich.markup import escape
+
     from ..emit import local
     from ..emit.graph import Graph
 

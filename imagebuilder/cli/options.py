@@ -13,11 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
+from ..choices import FLOORS
 from ..errors import InputError
-from ..evidence import signing
-from ..evidence import spec as spec_mod
-from ..evidence.sigstore import KINDS as LAYOUT_KINDS
-from ..input import certs
+from ..input import grammar
 
 T = TypeVar("T")
 LIST_SEPARATORS = re.compile(r"[\s:]+")  # a list of files in one environment variable: spaces, or ':' as PATH has
@@ -45,6 +43,8 @@ class TrustedKey(click.ParamType[str]):
         return split_list(rv)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ..evidence import signing
+
         signing.named(str(value))  # (an unknown role is an input error, before anything runs)
         return str(value)
 
@@ -106,6 +106,8 @@ def ca_problem(paths: tuple[Path, ...]) -> str | None:
     """Why one of `paths` is not a CA bundle a registry's certificate may chain to (PEM certificates and nothing
     else, `input.certs`), naming it; None when all are."""
     for path in paths:
+        from ..input import certs  # (cryptography: only where a bundle is named)
+
         named = f"{path}: " if len(paths) > 1 else ""
         try:
             with path.open("rb") as handle:
@@ -135,7 +137,7 @@ quiet_option = click.option("--quiet", is_flag=True, help="No live log; summary 
 jobs_option = click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
                            help="Up to N independent nodes at once (smoke suites still run one at a time).")
 expect_option = click.option("--expect", multiple=True, metavar="FLOOR=VALUE",
-                             help=f"Raise a floor of the smoke suite ({', '.join(spec_mod.FLOORS)}), never lower it; "
+                             help=f"Raise a floor of the smoke suite ({', '.join(FLOORS)}), never lower it; "
                                   "what an image must contain is the matrix's to say.")
 resmoke_option = click.option("--resmoke", is_flag=True, help="Run the smoke suite even where this very image (by "
                               "ID or digest) has a pass record.")
@@ -145,7 +147,8 @@ accept_regression_option = click.option(
 no_cache_option = click.option("--no-cache", is_flag=True, help="Ignore the engine's build cache (a cold build).")
 untested_gpu_option = click.option("--allow-untested-gpu", is_flag=True,
                                    help="Publish CUDA images even when no GPU was there to test them.")
-attestations_option = click.option("--attestations", type=click.Choice(LAYOUT_KINDS), default=None,
+attestations_option = click.option("--attestations", type=click.Choice(grammar.PATTERNS["layouts"].split("|")),
+                                   default=None,
                                    help="Where cosign-compatible copies of the evidence go (default: the matrix's "
                                         "`attestations:`, else both): Sigstore bundle referrers, cosign's .att tag, "
                                         "both, or off.")

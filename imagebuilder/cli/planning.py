@@ -5,22 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
-from ..commands import plan as plan_cmd
-from ..emit.formats import FORMATS as EMIT_FORMATS
-from ..emit.settings import CPU_RUNNER, GPU_RUNNER
+from ..choices import CPU_RUNNER, EMIT_FORMATS, GPU_RUNNER, MAX_JOBS
 from ..errors import EngineUnavailable
-from ..input import compat as compat_mod
-from ..input import matrix as matrix_mod
-from ..input import schema as schema_mod
-from ..plan import cache as cache_mod
-from ..plan import keys
-from ..plan import view as plan_view
-from ..plan.waves import MAX_JOBS
 from .context import Context, decide, load_plan
 from .options import (
     PLAN_OPTIONS,
@@ -33,6 +23,13 @@ from .options import (
     writable_folder,
 )
 from .root import cli
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..input.compat import CompatTable
+    from ..input.matrix import Matrix
+    from ..plan.plan import Plan
 
 
 @cli.command()
@@ -70,6 +67,10 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
          verify_on: str | None, max_jobs: int) -> int:
     """Print the build nodes (entry x layer) in build order: key, and whether each is cached or must build
     (and why). Without a reachable engine, keys and statuses are unknown."""
+    from rich.markup import escape
+
+    from ..commands import plan as plan_cmd
+
     matrix, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     registries = None
     try:
@@ -88,17 +89,26 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     if text is not None:
         click.echo(text, nl=False)
         return 0
-    if fmt == "table":
-        ctx.out.print(plan_view.table(the_plan))
-    else:
-        width = shutil.get_terminal_size((ctx.out.width, 24)).columns  # COLUMNS, else the terminal's, else 160
-        for line in plan_view.tree(the_plan, width):
-            ctx.out.print(line.rich(), soft_wrap=True, highlight=False)
-    ctx.out.print(plan_view.summary(the_plan), highlight=False)
+    _show(ctx.out, the_plan, fmt)
     return 0
 
 
-def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.CompatTable) -> None:
+def _show(console: Console, the_plan: Plan, fmt: str) -> None:
+    """The formats a person reads: a row per node (table), or each image once, as the layers stack (tree)."""
+    from ..plan import view as plan_view
+
+    if fmt == "table":
+        console.print(plan_view.table(the_plan))
+    else:
+        width = shutil.get_terminal_size((console.width, 24)).columns  # COLUMNS, else the terminal's, else 160
+        for line in plan_view.tree(the_plan, width):
+            console.print(line.rich(), soft_wrap=True, highlight=False)
+    console.print(plan_view.summary(the_plan), highlight=False)
+
+
+def explain_plan(console: Console, matrix: Matrix, table: CompatTable) -> None:
+    from rich.markup import escape
+
     console.print("[bold]entries[/]", highlight=False)
     for e in matrix.entries:
         release = table.release(e.torch)
@@ -131,6 +141,8 @@ def explain_plan(console: Console, matrix: matrix_mod.Matrix, table: compat_mod.
 @click.pass_obj
 def schema_command(ctx: Context, fmt: str) -> None:
     """The matrix file's keys: their kinds, defaults and where they may appear (input/schema.py)."""
+    from ..input import schema as schema_mod
+
     if fmt == "json":
         print(json.dumps(schema_mod.json_schema(), indent=2))
     else:
@@ -175,7 +187,10 @@ def export() -> None:
 def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None, registry: str | None,
                 out_file: Path | None, contexts_dir: Path | None, public_tags: bool) -> int:
     """A docker-bake.json for `docker buildx bake`: one target per node, chained through named contexts."""
-    from ..plan import bake
+    from rich.markup import escape
+
+    from ..plan import bake, keys
+    from ..plan import cache as cache_mod
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     try:

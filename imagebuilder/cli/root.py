@@ -8,11 +8,9 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from ..errors import InputError
-from ..input import matrix as matrix_mod
-from ..ports.tls import RegistryTrust
+from ..input.schema import MAX_ENTRIES
 from .context import Context, default_cache_dir
 from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
 
@@ -46,7 +44,7 @@ from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
               envvar="IMAGEBUILDER_CONTAINER_LABELS",
               help="A label for every container this command starts (e.g. a CI job's id, to find and remove "
                    "what it left); repeatable, or space-separated in IMAGEBUILDER_CONTAINER_LABELS.")
-@click.option("--max-entries", type=click.IntRange(1), default=matrix_mod.MAX_ENTRIES, show_default=True,
+@click.option("--max-entries", type=click.IntRange(1), default=MAX_ENTRIES, show_default=True,
               envvar="IMAGEBUILDER_MAX_ENTRIES", help="The most entries a matrix may make; a larger one is refused "
               "before any entry is made (planning 10 000 takes about 10 s: benchmarks/results/plan_scale.json).")
 @click.option("--registry-ca", "registry_cas", multiple=True, type=Paths(path_type=Path), metavar="FILE",
@@ -65,6 +63,8 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
         container_labels: tuple[str, ...],
         max_entries: int, registry_cas: tuple[Path, ...], base_ids: tuple[str, ...]) -> None:
     """Build, smoke-test and publish layered PyTorch/CUDA images from a version matrix."""
+    from rich.console import Console
+
     wide = None if sys.stdout.isatty() else 160  # logs and CI: wide enough for the summary table
     labels = []
     for item in container_labels:
@@ -83,4 +83,4 @@ def cli(click_ctx: click.Context, engine_url: str | None, compat_file: Path | No
                             compat_file=compat_file, check_index=not offline,
                             cache_dir=cache_dir or default_cache_dir(), container_labels=tuple(labels),
                             trust_keys=trust_keys, trust_build_keys=trust_build_keys, max_entries=max_entries,
-                            registry_trust=RegistryTrust(cafiles=registry_cas), base_ids=tuple(given))
+                            registry_cas=registry_cas, base_ids=tuple(given))

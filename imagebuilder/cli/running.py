@@ -7,30 +7,12 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
-from .. import __version__
+from ..choices import LOG_MODES
 from ..errors import RunFailed
-from ..evidence import spec as spec_mod
-from ..evidence.sigstore import Layouts
-from ..ledger import NodeRecord, PublishStatus, VerifyStatus
-from ..plan import plan as plan_mod
-from ..ports import Engine
-from ..ports.engine import NoEngine
-from ..ports.registry import Registries
-from ..run import lock
-from ..run.context import Step
-from ..run.cosign import Cosign
-from ..run.display import LOG_MODES
-from ..smoke.runner import GpuHost
-from ..steps.publish import Publish
-from ..steps.run import RunOptions, execute
-from ..steps.stage import KeyTags, Stage, Staged, check_bases
-from ..steps.supply import SupplyChain
-from ..steps.verify import Verify
 from .context import Context, decide, load_plan
 from .options import (
     RUN_OPTIONS,
@@ -43,6 +25,14 @@ from .options import (
     untested_gpu_option,
 )
 from .root import cli
+
+if TYPE_CHECKING:  # the steps and the run are imported by the commands that run them, when they run
+    from ..ledger import NodeRecord
+    from ..plan.plan import Plan
+    from ..ports import Engine
+    from ..ports.registry import Registries
+    from ..run.context import Step
+    from ..steps.stage import Staged
 
 
 @dataclass(frozen=True)
@@ -62,12 +52,23 @@ class Common:
 def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tuple[tuple[str, str], ...] = (),
               no_cache: bool = False, fail_fast: bool = False, logs: str = "stream",
               meta: dict[str, Any] | None = None, require: Staged | None = None,
-              before: Callable[[plan_mod.Plan, Registries], str | None] | None = None,
+              before: Callable[[Plan, Registries], str | None] | None = None,
               engine: Engine | None = None) -> list[NodeRecord]:
     """Load the plan (every input error before anything builds), then, holding the build lock of every
     repository it pushes to, decide it (what a run before this one left is cached) and run the steps.
     `before`: a node command's check of the decided plan; what it returns is said ("nothing to do: ...") and
     nothing runs (no records). `engine`: instead of the invocation's (a pod's judge: `NoEngine`)."""
+    from rich.markup import escape
+
+    from .. import __version__
+    from ..evidence import spec as spec_mod
+    from ..evidence.sigstore import Layouts
+    from ..plan.plan import State
+    from ..ports.engine import NoEngine
+    from ..run import lock
+    from ..steps.run import RunOptions, execute
+    from ..steps.stage import check_bases
+
     matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
     keys = ctx.keys()
@@ -84,7 +85,7 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
             ctx.out.print(escape(said), highlight=False, soft_wrap=True)
             return []
         if not common.quiet:
-            counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in plan_mod.State}
+            counts = {s.value: sum(n.status == s for n in the_plan.nodes) for s in State}
             ctx.out.print(f"[bold]{len(the_plan.nodes)} nodes[/]: {counts['build']} to build, {counts['cached']} "
                           "cached", highlight=False)
         options = RunOptions(report_dir=common.report_dir, cache_dir=ctx.cache_dir, jobs=common.jobs,
@@ -124,6 +125,13 @@ def build(ctx: Context, /, push: bool, smoke: bool, expect: tuple[str, ...], no_
           allow_untested_gpu: bool, allow_untested: bool, fail_fast: bool, resmoke: bool, accept_regression: bool,
           logs: str, **common: Any) -> int:
     """Render, build what is not cached, smoke-test, tag and push the matrix: stage + verify + publish."""
+    from ..run.cosign import Cosign
+    from ..smoke.runner import GpuHost
+    from ..steps.publish import Publish
+    from ..steps.stage import Stage
+    from ..steps.supply import SupplyChain
+    from ..steps.verify import Verify
+
     signing = Cosign.from_env(push, os.environ)
     steps = (Stage(no_cache=no_cache), Verify(run_suite=smoke, resmoke=resmoke, host=GpuHost.probe(),
                                               accept_regression=accept_regression),
@@ -142,6 +150,9 @@ def build(ctx: Context, /, push: bool, smoke: bool, expect: tuple[str, ...], no_
 def stage(ctx: Context, /, no_cache: bool, **common: Any) -> int:
     """Build every node that is not cached and push it under its key tag only (content-addressed, never a
     public tag); no suite runs, no GPU is needed. Children build on their parents' staged images."""
+    from ..run.cosign import Cosign
+    from ..steps.stage import KeyTags, Stage
+
     failed(run_steps(ctx, Common(**common), (Stage(no_cache=no_cache), KeyTags()), no_cache=no_cache,
                      meta={"smoke": False, "signing": Cosign.from_env(True, os.environ).meta()}))
     return 0
@@ -157,6 +168,11 @@ def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, accept_regre
     """On a GPU host: pull each staged leaf by digest, run the smoke suite, and write its pass record beside the
     digest. Builds nothing. A leaf whose digest has a pass of this suite on this host's GPU model is skipped
     (and said); an unstaged node is an input error naming its key tag."""
+    from ..run.cosign import Cosign
+    from ..smoke.runner import GpuHost
+    from ..steps.stage import Staged
+    from ..steps.verify import Verify
+
     staged = Staged("verify")
     steps = (staged, Verify(resmoke=resmoke, same_gpu_model=True, record=True, host=GpuHost.probe(),
                             accept_regression=accept_regression))
@@ -174,6 +190,14 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     """Over the whole matrix, all or nothing per entry: point immutable tags and aliases at the staged digests
     that have pass records (ancestors' records are written `via` their leaf). Builds and tests nothing;
     idempotent: a second run changes nothing and says so."""
+    from ..ledger import PublishStatus, VerifyStatus
+    from ..run.cosign import Cosign
+    from ..smoke.runner import GpuHost
+    from ..steps.publish import Publish
+    from ..steps.stage import Staged
+    from ..steps.supply import SupplyChain
+    from ..steps.verify import Verify
+
     staged, signing = Staged("publish"), Cosign.from_env(True, os.environ)
     steps = (staged, Verify(run_suite=False, host=GpuHost.probe()),
              Publish(allow_untested_gpu=allow_untested_gpu, dry_run=dry_run, stage_untested=False, signing=signing,

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..emit.formats import FORMATS as EMIT_FORMATS
+from ..choices import EMIT_FORMATS, MAX_JOBS
 from ..errors import InputError
 from ..plan import keys
 from ..plan import plan as plan_mod
@@ -27,7 +27,7 @@ class Formatting:
     cpu_runner: str
     wave: int | None = None  # github-matrix: only this stage wave's entries
     verify_on: str | None = None  # github-matrix: only the entries verified on GPU (or CPU) runners
-    max_jobs: int = waves_mod.MAX_JOBS  # github-matrix: jobs per strategy matrix; github-actions: jobs per workflow run
+    max_jobs: int = MAX_JOBS  # github-matrix: jobs per strategy matrix; github-actions: jobs per workflow run
     part: int | None = None  # an engine's format: only its Nth document
     tool_image: str | None = None
     kueue_queue: str | None = None

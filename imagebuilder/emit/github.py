@@ -24,13 +24,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .. import choices
 from ..errors import InputError
-from ..plan import waves
 from . import roles
 from .graph import VERIFY, Graph, Job, Runner
 from .settings import Document, Settings
 
-MAX_JOBS = waves.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
+MAX_JOBS = choices.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
 MAX_BYTES = 500 * 1024  # a workflow file larger than this starts no runs
 NODE_WORKFLOW = "imagebuilder-node.yml"
 HOSTED = ("ubuntu-24.04",)  # the runner of the `next` jobs

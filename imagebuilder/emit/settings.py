@@ -7,13 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..choices import CPU_RUNNER, GPU_RUNNER, MAX_JOBS
 from ..errors import InputError
-from ..plan.waves import MAX_JOBS
 from .graph import Graph
 
 Document = tuple[str | None, Any]  # (the file it must go in, or None; the document)
-CPU_RUNNER = ("ubuntu-24.04",)  # GitHub runs-on labels of CPU jobs, and of GPU jobs (`--cpu-runner`, `--gpu-runner`)
-GPU_RUNNER = ("self-hosted", "linux", "x64", "gpu")
 
 
 @dataclass(frozen=True)

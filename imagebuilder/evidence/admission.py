@@ -3,12 +3,12 @@ beside one image digest in its registry, read with exactly the keys the user nam
 
 Read: everything beside the digest (`beside.read`: records, verdicts, the build record, the SBOM, the VSAs), with
 the keys the user names and their roles; judged by the rule publish applies (`ruling.judge`). Only what a named key
-signed about this very digest, within its roles, counts; what does not count is said. The policy (`POLICIES`, any
-of them, `pass` by default): `build` a trusted build record naming this image, `pass` a trusted pass of the suite
-(any spec, or the one `spec` names), `gpu` such a pass on real GPUs, `sbom` a trusted SBOM, `vsa` a trusted VSA
-that says PASSED; `gpu_model` asks for a pass on that GPU model. Verdicts fail closed, as for publish: per GPU model
-the newest counts, and one that cannot be read refuses; a failure refuses whatever passed elsewhere (on that
-model, when one is named). `RECOMMENDED` is what a deploy gate should ask.
+signed about this very digest, within its roles, counts; what does not count is said. The policy
+(`choices.POLICIES`, any of them, `pass` by default): `build` a trusted build record naming this image, `pass` a
+trusted pass of the suite (any spec, or the one `spec` names), `gpu` such a pass on real GPUs, `sbom` a trusted
+SBOM, `vsa` a trusted VSA that says PASSED; `gpu_model` asks for a pass on that GPU model. Verdicts fail closed, as
+for publish: per GPU model the newest counts, and one that cannot be read refuses; a failure refuses whatever passed
+elsewhere (on that model, when one is named). `RECOMMENDED` is what a deploy gate should ask.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from .passes import RecordRegistry, Signed
 from .ruling import Ask, judge
 from .signing import Trust
 
-POLICIES = ("pass", "gpu", "build", "sbom", "vsa")
 RECOMMENDED = ("build", "pass", "gpu")  # what a deploy gate should ask of a CUDA image (docs: trust.md)
 
 

@@ -31,7 +31,6 @@ from .signing import ENVELOPE_TYPE, PublicKey, Rejected, Trust, predicate_of
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"  # (empty on attestations, as cosign writes them)
-KINDS = ("both", "bundle", "att", "off")
 DEFAULT = "both"
 ZERO_TIME = "0001-01-01T00:00:00Z"  # (cosign's config dates: the manifest's digest depends on its layers only)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-from packaging.requirements import InvalidRequirement, Requirement
-
 from ..secrets.redact import query_credential
 
 PATTERNS: dict[str, str] = {
@@ -138,6 +136,8 @@ def requirement_problem(text: str) -> str | None:
         return f"pip requirement {text!r} holds a character a shell would read ($, `, \\, ' or a control character)"
     if text.lstrip().startswith("-"):
         return f"{text!r} is a pip option, not a requirement; options come from imagebuilder (build: in the matrix)"
+    from packaging.requirements import InvalidRequirement, Requirement  # (here: the CLI's help reads PATTERNS)
+
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:

@@ -47,7 +47,7 @@ SMOKE_KEYS = schema.names(under="smoke")
 # image once every entry they cover passed. Entry ids are {torch}-{accelerator}-py{python}-{flavor}[-{base}].
 # Their defaults, like every matrix default and bound, are the schema's (`schema.value`, `schema.bounds`).
 CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE")
-MAX_ENTRIES = 1000  # entries a matrix may make unless --max-entries raises it: checked before the product is built
+MAX_ENTRIES = schema.MAX_ENTRIES  # (unless --max-entries raises it) checked before the product is built
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from . import grammar
 
 TOP, AXIS, ENTRY, INCLUDE = "top", "axis", "entry", "include"
+MAX_ENTRIES = 1000  # entries a matrix may make unless --max-entries raises it (the CLI's default)
 
 
 @dataclass(frozen=True)
@@ -176,6 +175,8 @@ def value(name: str) -> Any:
     if k.kind in _FLOATS:
         return float(k.default)
     if k.kind in ("bool", "list", "mapping"):
+        import yaml  # (here: the command line's help reads plain defaults without loading a YAML parser)
+
         return yaml.safe_load(k.default)
     return k.default
 

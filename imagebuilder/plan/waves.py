@@ -7,11 +7,10 @@ import json
 import math
 from typing import Any
 
+from ..choices import MAX_JOBS  # jobs one strategy matrix may make
 from ..errors import InputError
 from . import keys
 from .plan import Plan, State
-
-MAX_JOBS = 256  # jobs one strategy matrix may make (docs.github.com/en/actions/reference/limits)
 
 
 def waves(plan: Plan) -> dict[str, int]:

@@ -10,8 +10,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-LOG_MODES = ("stream", "tail", "none")
-
 
 class Terminal:
     def __init__(self, console: Console, total: int, mode: str) -> None:

@@ -44,7 +44,7 @@ class RunOptions:
     cache_dir: Path  # the local mirror of pass records
     jobs: int = 1  # independent tasks at once
     fail_fast: bool = False  # start nothing new after the first failure
-    logs: str = "stream"  # the display's mode (`display.LOG_MODES`); none: a summary only
+    logs: str = "stream"  # the display's mode (`choices.LOG_MODES`); none: a summary only
     meta: Mapping[str, Any] = field(default_factory=dict)  # what report.json says of the command
     layouts: Layouts = field(default_factory=Layouts)  # the ecosystem's copies of evidence (`sigstore`)
 
