@@ -1,6 +1,7 @@
 """Run-to-run noise of the suite's performance metrics: the same image measured R times, clean. The thresholds of
-the regression gate come from it (`imagebuilder/evidence/regression.py`: twice the worst shortfall of a clean run
-from the median, at least 5 %, rounded up; above 40 % a metric is recorded, not gated).
+the regression gate come from it (`imagebuilder/evidence/regression.py`: each metric's minimum detectable
+regression, MDR = max(2 x the worst shortfall of a clean run from the median of the others, 3 x the robust
+spread), rounded up to 0.5 %, at least 2 %; above 40 % a metric is recorded, not gated).
 
     python benchmarks/perf_noise.py --image IMAGE --kind cpu|gpu --runs R [--write-data]
     python benchmarks/perf_noise.py --python PYTHON_WITH_TORCH --kind cpu --runs R [--write-data]
@@ -29,7 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagebuilder.evidence.history import Point, Runner  # noqa: E402
-from imagebuilder.evidence.regression import Thresholds, judge, worst_shortfall  # noqa: E402
+from imagebuilder.evidence.regression import (  # noqa: E402
+    MIN_THRESHOLD,
+    Thresholds,
+    judge,
+    robust_spread,
+    worst_left_out,
+    worst_shortfall,
+)
 from imagebuilder.smoke.metrics import Metric, metrics_of  # noqa: E402
 from imagebuilder.smoke.runner import cpu_model  # noqa: E402
 
@@ -77,10 +85,13 @@ def cpu_floor_runs() -> list[float]:
 
 
 def summarise(runs: list[dict[str, Any]], kind: str, command: str, *, image: str | None = None,
-              extra: dict[str, list[float]] | None = None) -> dict[str, Any]:
-    """Each metric's values over the clean runs (plus `extra` values measured elsewhere), median, worst shortfall
-    and the threshold the gate's rule gives; and, run by run, whether the gate would flag a clean run against
-    the median of the others (it must flag none)."""
+              extra: dict[str, list[float]] | None = None, runner: Runner | None = None) -> dict[str, Any]:
+    """Each metric's values over the clean runs (plus `extra` values measured elsewhere), median, worst shortfall,
+    robust spread, MDR and the threshold the gate's rule gives; and, run by run, whether the gate would flag a
+    clean run against the median of the others (it must flag none). `runner`: where they ran (default: this
+    machine's CPU, for kind cpu); its noise key names the data."""
+    runner = runner or Runner(kind, (cpu_model(),), os.cpu_count() or 0)
+    key = runner.noise_key()
     clean = [r for r in runs if r["metrics"]]  # (metrics come from passed checks only)
     names = sorted({k for r in clean for k in r["metrics"]})
     measured: dict[str, Any] = {}
@@ -90,12 +101,15 @@ def summarise(runs: list[dict[str, Any]], kind: str, command: str, *, image: str
         better = docs[0]["better"]
         measured[name] = {"unit": docs[0]["unit"], "better": better, "values": values,
                           "median": statistics.median(values),
-                          "worst_shortfall": round(worst_shortfall(values, better), 4)}
-    thresholds = Thresholds.from_noise({"kinds": {kind: {"metrics": measured}}})
+                          "worst_shortfall": round(worst_shortfall(values, better), 4),
+                          "worst_left_out": round(worst_left_out(values, better), 4),
+                          "robust_spread": round(robust_spread(values), 4)}
+    thresholds = Thresholds.from_noise({"kinds": {key: {"metrics": measured}}})
     for name, m in measured.items():
-        m["threshold"] = (thresholds.table.get(kind) or {}).get(name)
-        m["gated"] = thresholds.of(kind, name) is not None
-    runner = Runner(kind, (cpu_model(),), os.cpu_count() or 0)
+        limit = thresholds.limit(runner, name)
+        m["mdr"] = limit.mdr if limit else None
+        m["threshold"] = limit.threshold if limit else None
+        m["gated"] = thresholds.of(runner, name) is not None
     flagged = []
     for i, run in enumerate(clean):
         others = [Point(f"run{j}", "", f"{j:04d}", "n", runner, {},
@@ -107,16 +121,20 @@ def summarise(runs: list[dict[str, Any]], kind: str, command: str, *, image: str
     return {"benchmark": "perf_noise", "command": command,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "platform": platform.platform()},
-            "kind": kind, "image": image, "runs": len(runs), "clean_runs": len(clean),
-            "rule": "threshold = max(5 %, 2 x the worst shortfall of a clean run from the median), rounded up to "
-                    "1 %; above 40 %: recorded, not gated (imagebuilder/evidence/regression.py)",
+            "kind": key, "runner": runner.to_json(), "image": image, "runs": len(runs), "clean_runs": len(clean),
+            "rule": "MDR = max(2 x the worst shortfall of a clean run from the median of the others, 3 x the robust "
+                    f"spread); threshold = the MDR rounded up to 0.5 %, at least {MIN_THRESHOLD:.0%}; above 40 %: "
+                    "recorded, not gated (imagebuilder/evidence/regression.py)",
             "metrics": measured, "leave_one_out": flagged,
             "clean_runs_flagged": sum(1 for f in flagged if f["regressed"]), "every_run": runs}
 
 
-def write_data(doc: dict[str, Any]) -> None:
-    """The runs' values into imagebuilder/data/perf_noise.json, under their kind (the other kinds stay)."""
+def write_data(doc: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
+    """The runs' values into imagebuilder/data/perf_noise.json, under their runner's noise key (the other keys
+    stay, but those in `drop`)."""
     data = json.loads(DATA.read_text()) if DATA.exists() else {"kinds": {}}
+    for key in drop:
+        data["kinds"].pop(key, None)
     data["kinds"][doc["kind"]] = {"command": doc["command"], "date": doc["date"], "machine": doc["machine"],
                                   "metrics": {k: {"better": v["better"], "values": v["values"]}
                                               for k, v in doc["metrics"].items()}}
@@ -160,7 +178,7 @@ def main() -> None:
     (args.out / f"perf_noise_{args.kind}.json").write_text(json.dumps(doc, indent=1) + "\n")
     if args.write_data:
         write_data(doc)
-    print(json.dumps({k: {x: v[x] for x in ("median", "worst_shortfall", "threshold", "gated")}
+    print(json.dumps({k: {x: v[x] for x in ("median", "worst_shortfall", "mdr", "threshold", "gated")}
                       for k, v in doc["metrics"].items()}, indent=1))
     print("clean runs flagged:", doc["clean_runs_flagged"])
 

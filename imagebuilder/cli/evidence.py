@@ -180,6 +180,7 @@ def history(ctx: Context, matrix_file: Path, strict: bool, only: str | None, reg
         return 0
     for lineage in lineages:
         ctx.out.print(_lineage_table(lineage))
+        ctx.out.print("  thresholds (MDR): " + "; ".join(lineage.limits_text()), highlight=False)
     ctx.out.print(f"thresholds: {thresholds.source} (a metric's threshold is in report.json's `performance`); the "
                   "baseline is the median of the last smoke.history_window passes before each image", highlight=False)
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..evidence.history import History, Point, Runner, cell_of, point_of, series
 from ..evidence.passes import RegistryPasses
-from ..evidence.regression import Performance, Thresholds, replay
+from ..evidence.regression import Limit, Performance, Thresholds, replay
 from ..evidence.signing import Trust
 from ..plan.plan import Node, Plan
 from ..ports.reference import Reference
@@ -25,14 +25,31 @@ class Lineage:
     runner: Runner
     points: list[Point]
     judged: list[Performance]
+    limits: dict[str, Limit | None]  # per metric of the lineage: its threshold and MDR on this runner (None: none)
+    gated: frozenset[str] = frozenset()  # the metrics the gate judges on this runner
 
     @property
     def cell(self) -> str:
         return cell_of(self.node)
 
+    def limits_text(self) -> list[str]:
+        """`metric 3 % (MDR 1.2 %)` per metric; `not gated` where no noise was measured or it is too noisy."""
+        out = []
+        for name, limit in sorted(self.limits.items()):
+            if limit is None or name not in self.gated:
+                out.append(f"{name} not gated" + (f" (MDR {limit.mdr:.1%})" if limit is not None else ""))
+            else:
+                where = f", measured on {limit.measured_on}" if limit.measured_on != self.runner.noise_key() else ""
+                out.append(f"{name} {limit.threshold:.1%} (MDR {limit.mdr:.1%}{where})")
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node.id, "repository": f"{self.ref.host}/{self.ref.repository}",
                 "runner": self.runner.to_json(),
+                "limits": {name: None if limit is None else {"threshold": limit.threshold, "mdr": limit.mdr,
+                                                             "measured_on": limit.measured_on,
+                                                             "gated": name in self.gated}
+                           for name, limit in sorted(self.limits.items())},
                 "points": [{**p.to_json(), "judged": j.to_json()}
                            for p, j in zip(self.points, self.judged, strict=True)]}
 
@@ -56,5 +73,8 @@ def lineages(plan: Plan, registry_of: Callable[[str], Registry], trust: Trust,
         for runner in (r for r in runners if (ref.host, ref.repository, cell, r) not in shown):
             shown.add((ref.host, ref.repository, cell, runner))
             points = series(found, cell, runner)
-            out.append(Lineage(node, ref, runner, points, replay(points, thresholds, node.entry.smoke.history_window)))
+            names = sorted({name for p in points for name in p.metrics})
+            out.append(Lineage(node, ref, runner, points, replay(points, thresholds, node.entry.smoke.history_window),
+                               {name: thresholds.limit(runner, name) for name in names},
+                               frozenset(name for name in names if thresholds.of(runner, name) is not None)))
     return out

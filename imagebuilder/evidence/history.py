@@ -54,6 +54,13 @@ class Runner:
             return f"{self.count}x {what}{link}, driver {self.driver or 'unknown'}"
         return f"CPU {what} x{self.count}"
 
+    def noise_key(self) -> str:
+        """The key of this runner's measured noise (`data/perf_noise.json`): `cpu`, or the GPUs' count and models
+        (`gpu/2x NVIDIA H200`): what makes a metric as precise as it is, not the driver or the link."""
+        if self.kind != "gpu":
+            return self.kind
+        return f"gpu/{self.count}x {' + '.join(self.models) or 'unknown'}"
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "models": list(self.models), "count": self.count, "driver": self.driver,
                 "interconnect": self.interconnect}

@@ -87,6 +87,7 @@ class Metric:
     baseline: str
     change: str
     threshold: str
+    mdr: str  # the minimum detectable regression the threshold comes from ("-": none measured)
     regressed: bool
     plot: Plot
 
@@ -262,9 +263,11 @@ def metrics(node: Mapping[str, Any]) -> tuple[str, str, tuple[Metric, ...]]:
         change, limit = number(row.get("change")), number(row.get("threshold"))
         better = "lower" if row.get("better") == "lower" else "higher"
         plot = Plot(name, unit, tuple(values), number(row.get("baseline")), limit, better, bool(row.get("regressed")))
+        mdr = number(row.get("mdr"))
         out.append(Metric(name, _fmt(value, unit), _fmt(row.get("baseline")),
                           "-" if change is None else f"{change:+.1%}",
-                          "not gated" if limit is None else f"{limit:.0%}", bool(row.get("regressed")), plot))
+                          "not gated" if limit is None else f"{limit:.1%}", "-" if mdr is None else f"{mdr:.1%}",
+                          bool(row.get("regressed")), plot))
     return text(perf.get("verdict")), runner_label(mapping(perf.get("runner"))), tuple(out)
 
 

@@ -48,7 +48,7 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
     measured = [r for r in results if r.performance]
     if measured:
         lines += ["", "### Performance", "", "| node | runner | verdict | metric | value | baseline | change | "
-                  "threshold |", "|---|---|---|---|---|---|---|---|"]
+                  "threshold | MDR |", "|---|---|---|---|---|---|---|---|---|"]
         for r in measured:
             lines += _performance_rows(r)
         said = [(r.node, (r.performance or {}).get("cell"), (r.performance or {}).get("summary")) for r in measured]
@@ -95,13 +95,14 @@ def _performance_rows(r: NodeRecord) -> list[str]:
                                 for m in perf.get("metrics") or []]
     out = []
     for row in rows:
-        change, limit = row.get("change"), row.get("threshold")
+        change, limit, mdr = row.get("change"), row.get("threshold"), row.get("mdr")
         mark = " **regressed**" if row.get("regressed") else ""
         out.append(f"| `{r.node}` | {where} | {perf.get('verdict')} | {_md(str(row.get('metric')))} | "
                    f"{row.get('value'):.4g} {_md(str(row.get('unit') or ''))} | "
                    + (f"{row['baseline']:.4g}" if row.get("baseline") is not None else "-") + " | "
                    + (f"{change:+.1%}{mark}" if change is not None else "-") + " | "
-                   + (f"{limit:.0%}" if limit is not None else "not gated") + " |")
+                   + (f"{limit:.1%}" if limit is not None else "not gated") + " | "
+                   + (f"{mdr:.1%}" if isinstance(mdr, int | float) else "-") + " |")
     return out
 
 

@@ -1542,10 +1542,27 @@ CPU_MATMUL_THREADS = 1
 # (benchmarks/results/perf_noise_cpu.json measures its noise, from which its threshold comes).
 CPU_MATMUL_SMALL = (256, 5, 100)
 CPU_MATMUL_SMALL_PAUSE = 0.02  # seconds after every 10th repetition: the 100 spread over ~0.25 s, not one burst
-GPU_MATMUL = (8192, 5, 20)  # bf16 n^3 matmuls of 1.1 TFLOP each
+# GPU speed is measured as a benchmark, not as a smoke test (issue 47; benchmarks/perf_precision.py measured the
+# method on H200s: a minimum detectable regression of 0.4..1.7 % per metric, against 8..22 % timed call by call):
+# after warm-up, BENCH_WINDOWS windows of K back-to-back calls between one pair of CUDA events (never a pair per
+# call: launch gaps and the events' resolution would count), K sized so that a window is ~BENCH_WINDOW_S of GPU
+# time; each window gives a rate, and the host takes their median (smoke/metrics.py). A metric measured so is
+# named `bench.*`: a change of method is a new name, so a history never compares two methods.
+BENCH_WINDOW_S = 0.02
+BENCH_WINDOWS = 15
+BENCH_WARMUP = 5
+GPU_MATMUL = 8192  # bf16 n^3 matmuls of 1.1 TFLOP each: the floor (throughput.cuda:N) and a metric
 GPU_MATMUL_SMALL = 4096  # the second size (history only, no floor): 0.14 TFLOP, where launch and tiling show
-GPU_COPY = (1 << 28, 3, 20)  # bf16 elements copied device to device (512 MiB read + 512 MiB written), warm-ups,
-# repetitions: the device memory bandwidth (history only)
+GPU_COPY = 1 << 29  # bf16 elements copied device to device (1 GiB read + 1 GiB written): the memory bandwidth
+# The training benchmark (throughput.train): a bf16 stack of `blocks` MLP blocks (width -> 4 width -> width),
+# torch.compile'd as a whole, AdamW, on a fixed batch of `batch` rows
+# per GPU; FSDP2 (fully_shard) over NCCL on two or more GPUs. Its blocks come from the GPU's memory
+# (BENCH_TRAIN_BLOCK_BYTES each: weights, AdamW state and activations; as many as fit in BENCH_TRAIN_MEMORY of the
+# device, at most `blocks`): 8 on an 80 GB or larger GPU, a step of ~0.17 s on an H200 that keeps it busy.
+BENCH_TRAIN = {"width": 4096, "blocks": 8, "batch": 16384, "warmup": 3}
+BENCH_TRAIN_BLOCK_BYTES = 1.7e9
+BENCH_TRAIN_MEMORY = 0.4
+BENCH_ALL_REDUCE = (1 << 20, 1 << 28)  # bytes all-reduced (bf16): latency-bound 1 MiB, bandwidth-bound 256 MiB
 # The fp32 GFLOP/s (best repetition, one thread) a CPU image's matmul must reach: `smoke.cpu_gflops_floor`,
 # whose default (matrix.SmokeSettings) is this number. Set by benchmarks/cpu_floor.py (results/cpu_floor.json:
 # this check, 10 runs a condition, 3 sessions over an hour, on the 2-core AMD EPYC CI-class machine): healthy
@@ -1662,74 +1679,195 @@ def check_cpu_throughput(expect: dict[str, Any]) -> Record:
     return rec
 
 
-def _cuda_times(fn: Callable[[], Any], warmup: int, reps: int) -> list[float]:
-    """Seconds of each call of `fn`, by CUDA events around it, after warm-ups (see check_gpu_throughput)."""
+def window_calls(per_call_s: float, window_s: float = BENCH_WINDOW_S) -> int:
+    """How many back-to-back calls make a window of about `window_s` of GPU time (at least one)."""
+    return max(1, int(window_s / max(per_call_s, 1e-7)))
+
+
+def _windowed(fn: Callable[[], Any], work: float, *, warmup: int = BENCH_WARMUP, windows: int = BENCH_WINDOWS,
+              agree: Callable[[Any], Any] | None = None) -> tuple[list[float], int]:
+    """The rate (`work` per call, per second) of each of `windows` windows of K back-to-back calls of `fn`
+    between one pair of CUDA events, after `warmup` calls, and K. `agree` (distributed runs): every rank's K
+    and window times made the same (a max over the ranks), so that collectives pair up and a window is as long as
+    its slowest rank's."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    k = window_calls((time.perf_counter() - t0) / 3)
+    if agree is not None:
+        k = int(agree(float(k)))
+    rates = []
+    for _ in range(windows):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(k):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return times
+        took = start.elapsed_time(end) / 1000
+        if agree is not None:
+            took = float(agree(took))
+        rates.append(work * k / took)
+    return rates, k
 
 
 def _gpu_history_metrics(index: int) -> list[Record]:
     """The bf16 matmul at the second size and the device memory bandwidth of one GPU (no floor: the history's)."""
     import torch
 
-    n, (elems, warmup, reps) = GPU_MATMUL_SMALL, GPU_COPY
+    n = GPU_MATMUL_SMALL
     with torch.cuda.device(index):
         a, b, _ = _matmul_inputs(n, device="cuda", dtype=torch.bfloat16)
-        small = _cuda_times(functools.partial(torch.matmul, a, b), GPU_MATMUL[1], GPU_MATMUL[2])
+        small, _k = _windowed(functools.partial(torch.matmul, a, b), 2 * n**3 / 1e12)
         del a, b
-        src = torch.randn(elems, device="cuda", dtype=torch.bfloat16)
+        src = torch.randn(GPU_COPY, device="cuda", dtype=torch.bfloat16)
         dst = torch.empty_like(src)
-        copy = _cuda_times(functools.partial(dst.copy_, src), warmup, reps)
-        moved = 2 * src.numel() * src.element_size()
+        copy, _k = _windowed(functools.partial(dst.copy_, src), 2 * src.numel() * src.element_size() / 1e9)
         del src, dst
-    return [metric(f"matmul.bf16.{n}", "TFLOP/s", [2 * n**3 / t / 1e12 for t in small]),
-            metric("memory.copy", "GB/s", [moved / t / 1e9 for t in copy])]
+        torch.cuda.empty_cache()
+    return [metric(f"bench.matmul.bf16.{n}", "TFLOP/s", small), metric("bench.memory.copy", "GB/s", copy)]
 
 
 def check_gpu_throughput(expect: dict[str, Any], index: int) -> Record:
-    """bf16 TFLOP/s of `a @ b` on one GPU, timed with CUDA events around each call. The start event is
-    enqueued before the Python call, on an idle stream (each repetition waits for the previous one), so it
-    fires at once; anything the call does on the host before launching the kernel (a wrapper, a sleep,
-    a slow dispatch) leaves the stream idle between the two events and is counted in the elapsed time."""
+    """bf16 TFLOP/s of `a @ b` on one GPU: the median of windows of back-to-back calls timed by CUDA events
+    (`_windowed`). The start event is enqueued before the Python calls, on an idle stream, so it fires at once;
+    anything a call does on the host before launching its kernel (a wrapper, a sleep, a slow dispatch) leaves the
+    stream idle and is counted in the window."""
     import statistics
 
     import torch
 
-    n, warmup, reps = GPU_MATMUL
+    n = GPU_MATMUL
     fraction = float(expect.get("throughput_floor") or 0.6)
     with torch.cuda.device(index):
         a, b, problems = _matmul_inputs(n, device="cuda", dtype=torch.bfloat16)
-        times = _cuda_times(functools.partial(torch.matmul, a, b), warmup, reps)
+        rates, k = _windowed(functools.partial(torch.matmul, a, b), 2 * n**3 / 1e12)
         c = a @ b
         problems.append(product_problem(_product_error(a, b, c), "cuda"))
-        tflops = 2 * n**3 / statistics.median(times) / 1e12
+        tflops = statistics.median(rates)
         rec = throughput_verdict(torch.cuda.get_device_name(index), tflops, fraction, expect.get("gpu_floors"))
         del a, b, c
     bad = [p for p in problems if p]
     if bad:
         rec.update(status="fail", reason="; ".join([*bad, rec["reason"]]).strip("; "))
-    rec.update(name=f"throughput.cuda:{index}", unit="TFLOP/s", size=n, **rep_summary(times, 2 * n**3, 1e12),
-               metrics=[metric(f"matmul.bf16.{n}", "TFLOP/s", [2 * n**3 / t / 1e12 for t in times]),
-                        *_gpu_history_metrics(index)])
+    rec.update(name=f"throughput.cuda:{index}", unit="TFLOP/s", size=n, calls_per_window=k,
+               **rep_summary([2 * n**3 / 1e12 / r for r in rates], 2 * n**3, 1e12),
+               metrics=[metric(f"bench.matmul.bf16.{n}", "TFLOP/s", rates), *_gpu_history_metrics(index)])
+    return rec
+
+
+def train_blocks(total_bytes: float, most: int = int(BENCH_TRAIN["blocks"])) -> int:
+    """The training benchmark's depth on a GPU of `total_bytes`: as many blocks as fit in BENCH_TRAIN_MEMORY of
+    it (at least one, at most `most`)."""
+    return max(1, min(most, int(total_bytes * BENCH_TRAIN_MEMORY / BENCH_TRAIN_BLOCK_BYTES)))
+
+
+def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
+    """One rank of the training benchmark: on two or more GPUs, NCCL's all_reduce at a latency-bound and a
+    bandwidth-bound size first; then the compiled bf16 stack trained (FSDP2 over the ranks), windowed."""
+    import torch
+
+    out: dict[str, Any] = {"rank": rank}
+    try:
+        torch.cuda.set_device(rank)
+        dist = _init(rank, world, port, "nccl") if world > 1 else None
+
+        def agree(value: float) -> float:
+            if dist is None:
+                return value
+            t = torch.tensor([value], device="cuda", dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return float(t.item())
+
+        if dist is not None:
+            for size in BENCH_ALL_REDUCE:
+                t = torch.ones(size // 2, device="cuda", dtype=torch.bfloat16)
+                rates, _k = _windowed(functools.partial(dist.all_reduce, t), size * 2 * (world - 1) / world / 1e9,
+                                      agree=agree)
+                out[f"all_reduce.{size >> 20}MiB"] = rates
+                del t
+        cfg = dict(BENCH_TRAIN)
+        cfg["blocks"] = train_blocks(torch.cuda.get_device_properties(rank).total_memory)
+        width, batch = int(cfg["width"]), int(cfg["batch"])
+        torch.manual_seed(0)
+        layers: list[Any] = []
+        for _ in range(int(cfg["blocks"])):
+            layers += [torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width)]
+        model = torch.nn.Sequential(*layers).to(device="cuda", dtype=torch.bfloat16)
+        if dist is not None:
+            fully_shard = _fully_shard()[0]
+            for layer in model:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer)
+            fully_shard(model)
+        compiled = torch.compile(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        x = torch.randn(batch, width, device="cuda", dtype=torch.bfloat16)
+
+        def step() -> None:
+            loss = compiled(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        out["compile_s"] = round(time.perf_counter() - t0, 3)
+        rates, k = _windowed(step, batch * world, warmup=int(cfg["warmup"]), agree=agree)
+        out.update(train=rates, steps_per_window=k, config=cfg, counters=_compile_counters())
+        if dist is not None:
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - reported to the parent
+        out["error"] = _error_line()
+    results.put(out)
+
+
+def train_record(got: list[dict[str, Any]], world: int) -> Record:
+    """throughput.train from the ranks' reports (rank 0 speaks for the windows: every rank's window time is
+    already the slowest rank's): the training metric and, on two or more GPUs, the all_reduce bus bandwidths. A
+    rank's error fails it (an image that cannot train the stack at speed is broken), and so does a model that
+    torch.compile did not compile."""
+    import statistics
+
+    errors = [f"rank {g['rank']}: {g['error']}" for g in got if g.get("error")]
+    if errors:
+        return record("throughput.train", "fail", reason="; ".join(errors)[:600])
+    first = got[0]
+    counters = first.get("counters") or {}
+    if min(int(counters.get("frames") or 0), int(counters.get("graphs") or 0)) < 1:
+        return record("throughput.train", "fail", reason="torch.compile compiled nothing: the stack ran eagerly",
+                      value=counters)
+    metrics = [metric("bench.train.samples_per_s", "samples/s", first["train"])]
+    metrics += [metric(f"bench.all_reduce.busbw.{size >> 20}MiB", "GB/s", first[f"all_reduce.{size >> 20}MiB"])
+                for size in BENCH_ALL_REDUCE if f"all_reduce.{size >> 20}MiB" in first]
+    return record("throughput.train", "pass", value=round(statistics.median(first["train"]), 1), unit="samples/s",
+                  gpus=world, config=first.get("config"), steps_per_window=first.get("steps_per_window"),
+                  compile_s=max(float(g.get("compile_s") or 0.0) for g in got), metrics=metrics)
+
+
+def check_train_benchmark(gpus: int) -> Record:
+    start = time.monotonic()
+    try:
+        got = _spawn(_bench_worker, gpus, (), timeout=240, raise_errors=False)
+    except RuntimeError as exc:  # a rank never reported (hung or died)
+        return record("throughput.train", "fail", reason=f"not every rank got through: {exc}")
+    rec = train_record(got, gpus)
+    rec["duration"] = round(time.monotonic() - start, 3)
     return rec
 
 
 def check_throughput(expect: dict[str, Any], gpus: int) -> list[Record]:
     if gpus == 0:
         return [check_cpu_throughput(expect)]
-    return [check_gpu_throughput(expect, i) for i in range(gpus)]
+    return [*(check_gpu_throughput(expect, i) for i in range(gpus)), check_train_benchmark(gpus)]
 
 
 # ------------------------------------------------------------------------------------------- layers

@@ -40,19 +40,53 @@ def point(i: int, value: float, *, verdict: str = "ok", runner: Runner = H100, p
                  pins or PINS, {"matmul.bf16.8192": metric(value)}, verdict)
 
 
-THRESHOLDS = Thresholds.from_noise({"kinds": {"gpu": {"metrics": {"matmul.bf16.8192": {"better": "higher",
-                                                                                        "values": CLEAN}}}}})
+THRESHOLDS = Thresholds.from_noise({"kinds": {H100.noise_key(): {"metrics": {"matmul.bf16.8192": {
+    "better": "higher", "values": CLEAN}}}}})
+CPU = Runner("cpu", ("AMD EPYC",), 2)
 
 
 def test_the_threshold_comes_from_the_measured_noise() -> None:
-    # median 764; the worst clean run 756 is 1.05 % short: twice that is below the 5 % minimum
-    assert threshold_from(CLEAN, "higher") == 0.05
-    assert THRESHOLDS.of("gpu", "matmul.bf16.8192") == 0.05
+    # The worst clean run, 756, is 1.18 % short of the median of the others (765): the MDR is twice that, 2.35 %,
+    # or three robust spreads (0.97 % each), 2.91 %, whichever is larger; the threshold rounds it up to 3 %.
+    assert regression.mdr_of(CLEAN, "higher") == pytest.approx(0.0291, abs=1e-4)
+    assert threshold_from(CLEAN, "higher") == 0.03
+    assert THRESHOLDS.of(H100, "matmul.bf16.8192") == 0.03
+    limit = THRESHOLDS.limit(H100, "matmul.bf16.8192")
+    assert limit is not None and (limit.mdr, limit.measured_on) == (0.0291, "gpu/1x NVIDIA H100 80GB HBM3")
     assert threshold_from([100, 90, 100, 100], "higher") == 0.2  # 10 % short at worst: 20 %
     assert threshold_from([1.0, 1.3, 1.0], "lower") == 0.6  # a time: longer is worse
+    assert threshold_from([100.0, 100.1, 99.9, 100.0], "higher") == regression.MIN_THRESHOLD  # never below it
+    assert threshold_from([100.0, 99.0, 100.0, 100.0, 100.0], "higher") == 0.02  # 2 x 1 %: 2 %, not 2.5 %
     noisy = Thresholds.from_noise({"kinds": {"cpu": {"metrics": {"m": {"values": [100, 60, 100]}}}}})
-    assert noisy.table["cpu"]["m"] == 0.8 and noisy.of("cpu", "m") is None  # too noisy: recorded, not gated
-    assert THRESHOLDS.of("cpu", "matmul.bf16.8192") is None and THRESHOLDS.of("gpu", "other") is None
+    assert noisy.table["cpu"]["m"].threshold == 0.8 and noisy.of(CPU, "m") is None  # too noisy: recorded, not gated
+    assert THRESHOLDS.of(CPU, "matmul.bf16.8192") is None and THRESHOLDS.of(H100, "other") is None
+
+
+def test_each_gpu_kind_has_its_own_thresholds_and_an_unmeasured_one_the_loosest() -> None:
+    one, two = Runner("gpu", ("NVIDIA H200",), 1), Runner("gpu", ("NVIDIA H200",), 2)
+    table = Thresholds.from_noise({"kinds": {
+        one.noise_key(): {"metrics": {"m": {"values": [100.0, 99.5, 100.0, 100.2]}}},
+        two.noise_key(): {"metrics": {"m": {"values": [100.0, 95.0, 100.0, 100.0]}}}}})
+    assert (table.of(one, "m"), table.of(two, "m")) == (0.02, 0.1)  # each runner by its own noise
+    a100 = Runner("gpu", ("NVIDIA A100-SXM4-80GB",), 1)
+    found = table.limit(a100, "m")
+    assert found is not None and (found.threshold, found.measured_on) == (0.1, "gpu/2x NVIDIA H200")
+    assert table.limit(CPU, "m") is None  # a GPU's noise never judges a CPU runner
+    history = [Point(f"sha256:{i:064x}", "c", f"d{i}", "e/task", a100, PINS, {"m": metric(100.0, "m")}, "ok")
+               for i in range(3)]
+    row = judge({"m": metric(80.0, "m")}, a100, history, PINS, table).rows[0]
+    assert row.regressed and row.measured_on == "gpu/2x NVIDIA H200"
+    assert "threshold 10 %, MDR 10 %, measured on gpu/2x NVIDIA H200" in row.text()
+
+
+def test_no_gated_gpu_metric_of_the_shipped_noise_has_an_mdr_over_five_percent() -> None:
+    """Issue 47's bar, on the data the gate ships with: every metric the GPU gate judges can see 5 %."""
+    measured = Thresholds.measured()
+    gpu = {key: limits for key, limits in measured.table.items() if key.startswith("gpu/")}
+    assert gpu, "no GPU runner's noise is shipped"
+    for key, limits in gpu.items():
+        for name, limit in limits.items():
+            assert limit.mdr <= 0.05 and limit.threshold < 0.05 / 1.05, (key, name, limit)
 
 
 def test_a_ten_percent_drop_is_flagged_and_noise_is_not() -> None:
@@ -64,13 +98,14 @@ def test_a_ten_percent_drop_is_flagged_and_noise_is_not() -> None:
                   THRESHOLDS)
     assert found.verdict == "regressed" and found.regressed
     row = found.rows[0]
-    assert row.baseline == baseline and row.change == pytest.approx(-0.1) and row.threshold == 0.05
+    assert row.baseline == baseline and row.change == pytest.approx(-0.1) and row.threshold == 0.03
     why = found.why()
-    assert "matmul.bf16.8192 687.6 TFLOP/s against a baseline of 764 (-10.0%; threshold 5%)" in why
+    assert "matmul.bf16.8192 687.6 TFLOP/s against a baseline of 764 (-10.0%; threshold 3 %, MDR 2.9 %)" in why
     assert "the median of 5 earlier pass(es) of this lineage" in why and f"sha256:{4:064x}"[:19] in why
     assert why.endswith("pins changed since " + f"sha256:{4:064x}"[:19] + ": nccl 2.27.5 -> 2.28.9")
-    # 4 % down is inside the threshold; faster is never a regression
-    assert judge({"matmul.bf16.8192": metric(0.96 * baseline)}, H100, history, PINS, THRESHOLDS).verdict == "ok"
+    # 2.5 % down is inside the threshold, 3.5 % is not; faster is never a regression
+    assert judge({"matmul.bf16.8192": metric(0.975 * baseline)}, H100, history, PINS, THRESHOLDS).verdict == "ok"
+    assert judge({"matmul.bf16.8192": metric(0.965 * baseline)}, H100, history, PINS, THRESHOLDS).regressed
     assert judge({"matmul.bf16.8192": metric(2 * baseline)}, H100, history, PINS, THRESHOLDS).verdict == "ok"
 
 
@@ -90,7 +125,7 @@ def test_regressed_images_never_join_a_baseline_and_accepted_ones_do() -> None:
 
 
 def test_a_time_metric_regresses_upwards() -> None:
-    limits = Thresholds({"gpu": {"fsdp.compile_s": 0.3}}, "test")
+    limits = Thresholds({"gpu": {"fsdp.compile_s": regression.Limit(0.3, 0.3, "gpu")}}, "test")
     history = [Point(f"sha256:{i:064x}", "c", f"d{i}", "e/task", H100, PINS,
                      {"fsdp.compile_s": metric(10.0, "fsdp.compile_s", "lower", "s")}, "ok") for i in range(3)]
     slow = judge({"fsdp.compile_s": metric(14.0, "fsdp.compile_s", "lower", "s")}, H100, history, PINS, limits)
@@ -163,7 +198,7 @@ def test_verify_fails_an_image_slower_than_its_lineage(write_matrix: MatrixWrite
     engine = FakeEngine(FakeRegistry())
     engine.report = lambda image, expect, commands, gpus: with_rate(suite_report(expect, commands, gpus), rate)
     run, leaf = leaf_of(write_matrix, header, table, tmp_path, "cpu", engine)
-    limits = Thresholds({"cpu": {"matmul.fp32.256": 0.2}}, "test")
+    limits = Thresholds({"cpu": {"matmul.fp32.256": regression.Limit(0.2, 0.2, "cpu")}}, "test")
     host, repo, _ = run.key_tag(leaf)
     for i, earlier_rate in enumerate((100.0, 104.0, 98.0)):  # three earlier images of this node, in the registry
         earlier = engine.add({"config": {"Labels": {"earlier": str(i)}}})
@@ -183,7 +218,7 @@ def test_verify_fails_an_image_slower_than_its_lineage(write_matrix: MatrixWrite
     if not passed:
         assert record.verify == VerifyStatus.FAILED and record.record is None
         assert str(record.error).startswith("performance regressed on CPU unknown x0: matmul.fp32.256 50 GFLOP/s "
-                                            "against a baseline of 100 (-50.0%; threshold 20%)")
+                                            "against a baseline of 100 (-50.0%; threshold 20 %, MDR 20 %)")
         assert "pins changed since" in str(record.error) and "torch 2.5.1 -> 2.6.0" in str(record.error)
     else:  # the signed record carries the finding; the run's report also the lineage it plots (not signed)
         shown = dict(record.performance)
@@ -199,18 +234,25 @@ def test_verify_fails_an_image_slower_than_its_lineage(write_matrix: MatrixWrite
 def test_the_shipped_thresholds_are_the_measured_ones() -> None:
     """imagebuilder/data/perf_noise.json, written by benchmarks/perf_noise.py (README: the table of thresholds)."""
     shipped = Thresholds.measured()
-    assert shipped.of("gpu", "matmul.bf16.8192") == 0.08 and shipped.of("gpu", "fsdp.samples_per_s") == 0.15
-    assert shipped.of("cpu", "matmul.fp32.256") == 0.22
-    assert shipped.of("cpu", "matmul.fp32.1024") is None and shipped.table["cpu"]["matmul.fp32.1024"] == 0.79
-    assert shipped.of("cpu", "fsdp.samples_per_s") is None  # too noisy on a shared 2-core machine
-    # a clean image's noise never trips them, a 10 % slower 8192^3 matmul on an H100 does
-    history = [point(i, v) for i, v in enumerate(CLEAN[:5])]
-    assert judge({"matmul.bf16.8192": metric(0.9 * 764.0)}, H100, history, PINS, shipped).regressed
+    h200 = Runner("gpu", ("NVIDIA H200",), 1, "580.95.05")
+    assert shipped.of(h200, "bench.matmul.bf16.8192") == 0.02 and shipped.of(h200, "bench.train.samples_per_s") == 0.02
+    assert shipped.of(h200, "fsdp.samples_per_s") is None  # the FSDP check's tiny model: recorded, never gated
+    assert shipped.of(h200, "matmul.bf16.8192") is None  # timed call by call (before issue 47): not gated
+    assert shipped.of(CPU, "matmul.fp32.256") == 0.215
+    assert shipped.of(CPU, "matmul.fp32.1024") is None and shipped.table["cpu"]["matmul.fp32.1024"].threshold == 0.785
+    assert shipped.of(CPU, "fsdp.samples_per_s") is None  # too noisy on a shared 2-core machine
+    # a clean image's noise never trips them, a 5 % slower 8192^3 matmul on an H200 does
+    history = [Point(f"sha256:{i:064x}", "c", f"d{i}", "e/task", h200, PINS,
+                     {"bench.matmul.bf16.8192": metric(v, "bench.matmul.bf16.8192")}, "ok")
+               for i, v in enumerate((679.6, 680.1, 679.2, 684.6, 680.0))]
+    judged = [judge({"bench.matmul.bf16.8192": metric(v, "bench.matmul.bf16.8192")}, h200, history, PINS, shipped)
+              for v in (675.0, 686.0, 680.1 / 1.05)]
+    assert [j.verdict for j in judged] == ["ok", "ok", "regressed"]
 
 
 # ------------------------------------------------------- issue 42: lineages across upgrades, the host's meaning
 
-FSDP = Thresholds({"gpu": {"fsdp.samples_per_s": 0.05}}, "test")
+FSDP = Thresholds({"gpu": {"fsdp.samples_per_s": regression.Limit(0.05, 0.05, "gpu")}}, "test")
 
 
 def fsdp(i: int, value: float, torch: str, *, verdict: str = "ok", cuda: str = "13.0") -> Point:

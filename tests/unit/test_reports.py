@@ -280,3 +280,22 @@ def test_summary_markdown_says_what_an_upgrade_did(tmp_path: Path) -> None:
     write_reports([upgraded], tmp_path, {"tool": "imagebuilder", "matrix": "m.yaml"})
     assert "- `2.11.0-cu130-py3.12-runtime/task` (lineage `cuda-runtime/task`): torch 2.10.0 \u2192 2.11.0: " \
            "fsdp.samples_per_s \u22126 %" in (tmp_path / "summary.md").read_text()
+
+
+def test_each_metric_shows_its_mdr_beside_its_threshold(tmp_path: Path) -> None:
+    """issue 47: the report says how fine the gate is for each metric: its threshold and the minimum detectable
+    regression that threshold comes from (or `-` where none was measured)."""
+    node = NodeRecord("2.11.0-cu130-py3.12-runtime/task", "e", "task", True, build=BuildStatus.BUILT,
+                      performance={"verdict": "regressed", "runner": {"count": 1, "models": ["NVIDIA H200"]},
+                                   "rows": [{"metric": "bench.matmul.bf16.8192", "unit": "TFLOP/s", "value": 646.0,
+                                             "baseline": 680.1, "change": -0.0501, "threshold": 0.02,
+                                             "mdr": 0.0031, "regressed": True},
+                                            {"metric": "fsdp.samples_per_s", "unit": "samples/s", "value": 4000.0,
+                                             "baseline": 4100.0, "change": -0.0244, "threshold": None,
+                                             "regressed": False}]})
+    write_reports([node], tmp_path, {"tool": "imagebuilder", "matrix": "m.yaml"})
+    text = (tmp_path / "summary.md").read_text()
+    assert "| threshold | MDR |" in text
+    assert "| -5.0% **regressed** | 2.0% | 0.3% |" in text and "| -2.4% | not gated | - |" in text
+    page = (tmp_path / "report.html").read_text()
+    assert "<th>threshold</th><th>MDR</th>" in page and "<td>2.0%</td><td>0.3%</td>" in page

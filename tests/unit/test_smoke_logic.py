@@ -173,3 +173,39 @@ def test_a_missing_compiler_is_said_explicitly(monkeypatch: pytest.MonkeyPatch) 
 
 def test_the_host_compiler_builds_and_runs_the_probe() -> None:
     assert suite.check_compiler()["status"] == "pass"  # this machine has gcc (make test installs nothing else)
+
+
+# ---------------------------------------------------------------- issue 47: the GPU metrics measured as benchmarks
+
+
+def test_a_window_is_about_twenty_milliseconds_of_calls() -> None:
+    assert suite.window_calls(0.0016) == 12  # an 8192^3 bf16 matmul on an H200
+    assert suite.window_calls(0.17) == 1  # a training step longer than a window: one a window
+    assert suite.window_calls(0.0) >= 1
+
+
+def test_the_training_benchmark_is_sized_from_the_gpus_memory() -> None:
+    assert suite.train_blocks(141e9) == 8 and suite.train_blocks(80e9) == 8  # H200, H100: the whole stack
+    assert suite.train_blocks(24e9) == 5 and suite.train_blocks(10e9) == 2  # an L4; a MIG slice
+    assert suite.train_blocks(1e9) == 1
+
+
+def _rank(rank: int, **extra: object) -> dict[str, object]:
+    return {"rank": rank, "train": [96000.0, 96100.0, 95900.0], "compile_s": 7.5, "steps_per_window": 1,
+            "config": {"blocks": 8}, "counters": {"frames": 1, "graphs": 1}, **extra}
+
+
+def test_the_training_record_carries_the_bench_metrics() -> None:
+    one = suite.train_record([_rank(0)], 1)
+    assert (one["name"], one["status"], one["value"]) == ("throughput.train", "pass", 96000.0)
+    assert [m["name"] for m in one["metrics"]] == ["bench.train.samples_per_s"]
+    two = suite.train_record([_rank(0, **{"all_reduce.1MiB": [30.0], "all_reduce.256MiB": [299.0]}), _rank(1)], 2)
+    assert [m["name"] for m in two["metrics"]] == ["bench.train.samples_per_s", "bench.all_reduce.busbw.1MiB",
+                                                   "bench.all_reduce.busbw.256MiB"]
+
+
+def test_a_training_benchmark_that_broke_or_ran_eagerly_fails() -> None:
+    broken = suite.train_record([_rank(0), {"rank": 1, "error": "CUDA out of memory"}], 2)
+    assert broken["status"] == "fail" and "rank 1: CUDA out of memory" in broken["reason"]
+    eager = suite.train_record([_rank(0, counters={"frames": 0, "graphs": 0})], 1)
+    assert eager["status"] == "fail" and "compiled nothing" in eager["reason"] and "metrics" not in eager
