@@ -57,3 +57,30 @@ def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, 
     assert "(2.13.0-cpu-py3.11-runtime/business has 2.13.0+cpu)" in leaf["error"]
     assert not any(t for t in registry_tags(registry, f"itest/{cpu_chain.repository}", cache=True)
                    if leaf["key"][:12] in t)  # nothing of it was pushed
+
+
+def test_a_team_layer_that_edits_a_file_of_torch_fails_in_stage(cpu_chain: Chain, engine: DockerEngine,
+                                                               registry: str, tmp_path: Path) -> None:
+    """Issue 48, what is locked stays as locked: a team layer appends a line to torch/functional.py (torch's version
+    and RECORD untouched; the list of distributions is the same) and fails in stage, naming the file and the
+    layer; nothing of it is pushed."""
+    layers = cpu_chain.folder / "layers"
+    team = layers / "team-patch"
+    team.mkdir(exist_ok=True)
+    (team / "Dockerfile.j2").write_text(
+        "FROM {{ parent_image }}\nUSER root\n"
+        "RUN f=$(python -c 'import torch.functional as m; print(m.__file__)') && echo '# patched' >> \"$f\"\n")
+    (team / "layer.yaml").write_text("description: a team's layer that patches a file of torch in place\n")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
+                                                           "layers: [base, business, team-patch]")
+                      .replace("layers_path: [layers]", f"layers_path: [{layers}]"))
+    run = run_cli("stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    assert run.code == 1, run.text[-3000:]
+    leaf = {n["layer"]: n for n in report(tmp_path / "report")["nodes"]}["team-patch"]
+    assert leaf["build"] == "failed" and leaf["image"] is None
+    assert "layer team-patch edits torch/functional.py of torch 2.13.0+cpu in /opt/venv/" in leaf["error"], \
+        json.dumps(leaf)[:2000]
+    assert "no longer matches the sha256 its RECORD gives" in leaf["error"]
+    assert not any(t for t in registry_tags(registry, f"itest/{cpu_chain.repository}", cache=True)
+                   if leaf["key"][:12] in t)  # nothing of it was pushed
