@@ -1,7 +1,7 @@
 """The choices and limits the command line's help shows, each declared once, here, for the module that owns it
 (named beside it), so that `imagebuilder --help` is drawn without importing that module and what it imports
 (issue 52: a command imports what it uses when it runs). The matrix's own defaults and bounds are the schema's
-(`input/schema.py`, as light). Imports nothing."""
+(`declarations/schema.py`, as light). Imports nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The reference pages of the docs site, made from the code where the code is the source: every command's help
-(click), every matrix key (`input/schema.py`), report.json's fields (`ledger.py` through
+(click), every matrix key (`declarations/schema.py`), report.json's fields (`ledger.py` through
 `report/document.py`), the smoke checks (`smoke/judge.py`'s expected checks, the suite's own table of kinds and
 the mutants that must be caught). `tests/unit/test_manual.py` fails when a committed page differs from what this
 makes. Regenerate with `python -m imagebuilder.manual docs/reference` (or `make reference`). Prints nothing but
@@ -20,7 +20,7 @@ import click
 import yaml
 
 from . import errors, ledger
-from .input import schema
+from .declarations import schema
 from .report.document import node_json
 from .smoke import judge, runner
 
@@ -97,10 +97,10 @@ def _error_classes() -> dict[int, list[type[errors.ImageBuilderError]]]:
 
 
 def matrix_page() -> str:
-    """Every matrix key (`input/schema.py`)."""
+    """Every matrix key (`declarations/schema.py`)."""
     return (HEAD + "# Matrix keys\n\n"
-            "Every key of `matrix.yaml` (version 1), from `imagebuilder/input/schema.py`, the one declaration the "
-            "loader, this page and the JSON Schema for editors (`imagebuilder schema --format json`) are made "
+            "Every key of `matrix.yaml` (version 1), from `imagebuilder/declarations/schema.py`, the one declaration "
+            "the loader, this page and the JSON Schema for editors (`imagebuilder schema --format json`) are made "
             "from. A default or a bound written here is the one the loader, the dataclasses and the CLI use. "
             "`plan --explain` says where each entry's values came from (`file:line` or `default`). The guide "
             "explains them: [the matrix](../guide/matrix.md).\n\n"

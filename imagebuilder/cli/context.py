@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..declarations.schema import MAX_ENTRIES
 from ..errors import EngineUnavailable, InputError
-from ..input.schema import MAX_ENTRIES
 
 if TYPE_CHECKING:  # the rest is imported where it is used: `--help` loads none of it (issue 52)
     from rich.console import Console

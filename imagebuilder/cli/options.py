@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import click
 
 from ..choices import FLOORS
+from ..declarations import grammar
 from ..errors import InputError
-from ..input import grammar
 
 T = TypeVar("T")
 LIST_SEPARATORS = re.compile(r"[\s:]+")  # a list of files in one environment variable: spaces, or ':' as PATH has

@@ -140,8 +140,8 @@ def explain_plan(console: Console, matrix: Matrix, table: CompatTable) -> None:
                    "(docs/reference/matrix-keys.md).")
 @click.pass_obj
 def schema_command(ctx: Context, fmt: str) -> None:
-    """The matrix file's keys: their kinds, defaults and where they may appear (input/schema.py)."""
-    from ..input import schema as schema_mod
+    """The matrix file's keys: their kinds, defaults and where they may appear (declarations/schema.py)."""
+    from ..declarations import schema as schema_mod
 
     if fmt == "json":
         print(json.dumps(schema_mod.json_schema(), indent=2))

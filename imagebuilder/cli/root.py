@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..declarations.schema import MAX_ENTRIES
 from ..errors import InputError
-from ..input.schema import MAX_ENTRIES
 from .context import Context, default_cache_dir
 from .options import Paths, TrustedKey, ca_problem, checked, writable_folder
 

@@ -6,9 +6,9 @@ import json
 
 import click
 
+from ..declarations import grammar
+from ..declarations import schema as schema_mod
 from ..errors import RunFailed
-from ..input import grammar
-from ..input import schema as schema_mod
 from ..smoke.runner import CHECK_KINDS
 from .context import Context
 from .options import checked, parse_expect

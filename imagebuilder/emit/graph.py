@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..input import schema
+from ..declarations import schema
 from ..plan import keys
 from ..plan.plan import Node, Plan
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..input import schema
+from ..declarations import schema
 from ..smoke.metrics import Metric
 from .history import Point, Runner, line
 

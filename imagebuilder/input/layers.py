@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..declarations import grammar
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..secrets.redact import looks_secret
-from . import grammar, source
+from . import source
 
 LAYER_KEYS = ("description", "packages", "pip", "vars", "smoke")
 NOT_CONTEXT = ("Dockerfile.j2", "layer.yaml", "README.md")

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..declarations import grammar, schema
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..ports.reference import Reference, parse
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
 from ..smoke.suite import gpus_matching
 from ..supply.policy import Allowance, Policy, too_far
-from . import certs, grammar, lookups, schema, source
+from . import certs, lookups, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a

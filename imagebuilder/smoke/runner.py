@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..input import schema
+from ..declarations import schema
 from ..ports import Engine, LineSink
 from . import suite_source
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from ..declarations import schema
 from ..errors import InputError, Where, did_you_mean
-from ..input import schema
 from . import osv
 
 LEVELS = osv.LEVELS  # ("low", "medium", "high", "critical")

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "imagebuilder"
 STEPS = {"stage", "verify", "publish", "supply"}  # steps/ modules that are steps (or a step's gate)
-DECLARATIONS = {"imagebuilder.input.schema", "imagebuilder.input.grammar"}  # pure leaves any package may read
+DECLARATIONS = {"imagebuilder.declarations.schema", "imagebuilder.declarations.grammar"}  # leaves any package reads
 KNOWN_DOCKER_USERS: set[str] = set()
 
 
@@ -129,8 +129,8 @@ def test_the_pure_modules_do_no_io_of_their_own() -> None:
     plan/ but cache.py, and evidence/spec.py, import neither docker, requests, socket nor subprocess."""
     worldly = {"docker", "requests", "socket", "subprocess", "urllib.request", "http.client"}
     pure = [m for m in imports() if (m.startswith("imagebuilder.plan.") and m != "imagebuilder.plan.cache")
-            or m in ("imagebuilder.evidence.spec", "imagebuilder.input.schema", "imagebuilder.input.grammar",
-                     "imagebuilder.input.matrix")]
+            or m in ("imagebuilder.evidence.spec", "imagebuilder.declarations.schema",
+                     "imagebuilder.declarations.grammar", "imagebuilder.input.matrix")]
     for module in pure:
         path = PACKAGE.parent / (module.replace(".", "/") + ".py")
         names = {a.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
@@ -181,8 +181,8 @@ def test_only_the_cli_turns_an_error_into_an_exit_code() -> None:
 def test_the_checks_see_what_they_guard() -> None:
     """Each graph check above, seen failing on a graph with the fault added."""
     graph = {k: set(v) for k, v in imports().items()}
-    graph["imagebuilder.input.grammar"].add("imagebuilder.input.matrix")  # matrix imports grammar: a cycle
-    assert any("imagebuilder.input.grammar" in c for c in cycles(graph))
+    graph["imagebuilder.declarations.grammar"].add("imagebuilder.input.matrix")  # matrix imports grammar: a cycle
+    assert any("imagebuilder.declarations.grammar" in c for c in cycles(graph))
     graph["imagebuilder.evidence.spec"].add("imagebuilder.steps.stage")  # steps import evidence: a package loop
     assert frozenset({"evidence", "steps"}) in package_loops(graph)
     graph["imagebuilder.steps.publish"].add("imagebuilder.steps.stage")  # what publish imported before the run wing

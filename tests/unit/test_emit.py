@@ -224,8 +224,8 @@ def test_kubernetes_jobs_of_600_nodes(big: Graph) -> None:
 
 def test_runner_keys_are_checked_and_default_from_the_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                              ) -> None:
+    from imagebuilder.declarations import schema
     from imagebuilder.input import matrix as matrix_mod
-    from imagebuilder.input import schema
     from imagebuilder.input.compat import CompatTable
 
     text = (ROOT / SMALL).read_text(encoding="utf-8")
@@ -719,8 +719,8 @@ def test_one_table_of_engines_and_the_runner_defaults_are_the_schemas(
     """`plan --format` offers exactly the engines of `formats.ENGINES` (beside its own formats), each emits the
     small plan, and the default runner queue is the schema's `runners.build`."""
     from imagebuilder.cli.planning import plan
+    from imagebuilder.declarations import schema
     from imagebuilder.emit.graph import Runner
-    from imagebuilder.input import schema
 
     choices = next(p for p in plan.params if p.name == "fmt").type.choices  # type: ignore[attr-defined]
     assert set(formats.FORMATS) == set(formats.ENGINES) and set(formats.FORMATS) <= set(choices)

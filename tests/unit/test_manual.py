@@ -12,9 +12,9 @@ import click
 import pytest
 
 from imagebuilder import manual
+from imagebuilder.declarations import schema
 from imagebuilder.errors import InputError
 from imagebuilder.evidence import spec
-from imagebuilder.input import schema
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"

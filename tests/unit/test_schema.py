@@ -17,8 +17,9 @@ import jsonschema
 import pytest
 import yaml
 
+from imagebuilder.declarations import schema
 from imagebuilder.errors import InputError
-from imagebuilder.input import matrix, schema
+from imagebuilder.input import matrix
 from imagebuilder.input.compat import CompatTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +144,7 @@ ALIASES = {  # other names the code gives a key's value
 }
 # The suite runs inside images with their own Python and cannot import the schema: its fallback floor is a
 # mirror, checked equal below (`test_the_suites_mirror_of_the_cpu_floor_is_the_schemas`).
-MIRRORS = {"imagebuilder/smoke/suite.py", "imagebuilder/input/schema.py"}
+MIRRORS = {"imagebuilder/smoke/suite.py", "imagebuilder/declarations/schema.py"}
 
 
 def _plain_defaults() -> dict[str, Any]:
@@ -261,7 +262,7 @@ def test_no_default_or_bound_has_a_second_copy_in_the_package() -> None:
         rel = path.relative_to(ROOT).as_posix()
         if rel not in MIRRORS:
             found += copies(path.read_text(encoding="utf-8"), rel)
-    assert not found, "defaults or bounds copied out of input/schema.py (read schema.value / schema.bounds):\n" \
+    assert not found, "defaults or bounds copied out of declarations/schema.py (read schema.value / schema.bounds):\n" \
         + "\n".join(found)
 
 
