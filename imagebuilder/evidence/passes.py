@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from .. import __version__
 from ..errors import EngineError
-from ..smoke import suite_source
+from ..smoke import suite_data, suite_source
 from ..smoke.judge import rules
 from . import attestation, referrers
 from .signing import CPU, GPU, PUBLISH, Rejected, Signer, Trust, key_label, predicate_of, statement
@@ -43,7 +43,11 @@ _TAG = re.compile(r"(?P<algo>sha256)-(?P<hex>[0-9a-f]{64})\.(?P<kind>pass|untest
 
 
 def suite_hash() -> str:
-    return hashlib.sha256(suite_source()).hexdigest()
+    """The suite as it runs: its source, and each data file copied in beside it (its GPU peak table) by name."""
+    digest = hashlib.sha256(suite_source())
+    for name, data in sorted(suite_data().items()):
+        digest.update(b"\0" + name.encode() + b"\0" + data)
+    return digest.hexdigest()
 
 
 def spec_key(spec: Mapping[str, Any]) -> str:

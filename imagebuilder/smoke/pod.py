@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import suite_source
+from . import suite_data, suite_source
 from .runner import GpuHost, SmokeReport, container_env, report_of
 
 FOLDER = "/var/run/imagebuilder/suite"  # the shared emptyDir, in every container of the pod at this path
@@ -50,7 +50,7 @@ def files(spec: Mapping[str, Any], host_env: Mapping[str, str], timeout: float |
            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name, flags=re.ASCII)}  # (a host's odd name is no variable)
     if timeout:
         env[TIMEOUT_ENV] = str(int(timeout))
-    return {SUITE: suite_source(),
+    return {SUITE: suite_source(), **suite_data(),  # (the suite reads its data files beside itself)
             EXPECT: json.dumps(spec["expect"], sort_keys=True).encode(),
             CHECKS: json.dumps(list(spec.get("commands") or [])).encode(),
             ENV: "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items())).encode()}

@@ -14,11 +14,16 @@ from typing import Any
 
 from ..declarations import schema
 from ..ports import Engine, LineSink
-from . import suite_source
+from . import suite_data, suite_source
 
 SUITE_PATH = "/opt/imagebuilder-smoke/suite.py"
 CHECK_KINDS = ("versions", "health", "distributed", "fsdp", "throughput", "toolchain", "layers")  # the suite's
 REPORT_PATH = "/opt/imagebuilder-smoke/report.json"  # not under /tmp: that is a tmpfs, gone when the container stops
+
+
+def _beside_suite() -> dict[str, bytes]:
+    """The suite's data files (its GPU peak table), at their place beside it in the container."""
+    return {f"{SUITE_PATH.rsplit('/', 1)[0]}/{name}": data for name, data in suite_data().items()}
 
 
 def check_kind(name: str) -> str | None:
@@ -250,7 +255,7 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     command = ["sh", "-c", 'exec "$(command -v python || command -v python3)" "$@"', "smoke",
                SUITE_PATH, "--expect", json.dumps(expect, sort_keys=True),
                "--commands", json.dumps(commands or []), "--report", REPORT_PATH, "--only", ",".join(only)]
-    result = engine.run(image, command, files={SUITE_PATH: suite_source()}, fetch=(REPORT_PATH,),
+    result = engine.run(image, command, files={SUITE_PATH: suite_source(), **_beside_suite()}, fetch=(REPORT_PATH,),
                         timeout=timeout, host_config=host_config,
                         env=container_env(os.environ, env or {}, gpu_env), sink=sink)
     if result.exit_code is None:

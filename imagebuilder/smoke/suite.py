@@ -65,23 +65,10 @@ from typing import Any
 Record = dict[str, Any]
 NO_GPU = "no GPU visible in this container"
 
-# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s, from the vendors' data sheets. Matched against
-# torch.cuda.get_device_name() by the first pattern that all words of appear in the name.
-GPU_PEAKS_BF16: tuple[tuple[tuple[str, ...], float], ...] = (
-    (("GH200",), 989.4),
-    (("H200",), 989.4),
-    (("H100", "NVL"), 835.0),
-    (("H100", "PCIE"), 756.5),
-    (("H100",), 989.4),  # SXM5 (e.g. "NVIDIA H100 80GB HBM3")
-    (("H800",), 989.4),
-    (("B200",), 2250.0),
-    (("A100",), 312.0),
-    (("A800",), 312.0),
-    (("L40S",), 362.1),
-    (("L40",), 181.0),
-    (("L4",), 121.0),
-    (("A10G",), 70.0),
-)
+# Dense (no sparsity) bf16 tensor-core peaks in TFLOP/s: gpu_peaks.json, the one table the matrix loader reads too.
+# In an image it is beside this file (the host copies it in with the suite: `imagebuilder.smoke.suite_data`); run
+# from the package, it is in imagebuilder/data/.
+PEAKS_FILE = "gpu_peaks.json"
 
 
 # ------------------------------------------------------------------------------------------ records
@@ -143,27 +130,23 @@ def arch_covered(capability: tuple[int, int], arch_list: list[str]) -> tuple[boo
     return False, ""
 
 
-# GPU names as drivers report them, one or more per model of the peak table: what a `smoke.gpu_floors` pattern
-# (a substring of the device name) is checked against when the matrix is read.
-GPU_NAMES = ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e", "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 NVL",
-             "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "NVIDIA H800",
-             "NVIDIA H800 PCIe", "NVIDIA B200", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB",
-             "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "NVIDIA A800-SXM4-80GB", "NVIDIA L40S", "NVIDIA L40",
-             "NVIDIA L4", "NVIDIA A10G")
-
-
-def gpus_matching(pattern: str) -> list[tuple[str, float]]:
-    """(name, dense bf16 peak) of every GPU of `GPU_NAMES` whose name holds `pattern` (case-insensitive), as the
-    suite matches a `smoke.gpu_floors` key; and the pattern itself where it names a model of the peak table."""
-    found = [(name, gpu_peak(name)) for name in GPU_NAMES if pattern.strip().upper() in name.upper()]
-    found += [(pattern, gpu_peak(pattern))] if gpu_peak(pattern) is not None else []
-    return [(name, peak) for name, peak in found if peak is not None]
+@functools.cache
+def gpu_peaks() -> tuple[tuple[tuple[str, ...], float], ...]:
+    """The peak table's rows (words, TFLOP/s), read from `PEAKS_FILE` beside the suite (in an image) or in the
+    package's data/ folder; a suite without its table fails the check that asks, never guesses."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, PEAKS_FILE), os.path.join(here, os.pardir, "data", PEAKS_FILE)):
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return tuple((tuple(row["words"]), float(row["tflops"])) for row in json.load(f)["peaks"])
+    raise FileNotFoundError(f"the GPU peak table {PEAKS_FILE} is not beside the suite ({here})")
 
 
 def gpu_peak(name: str) -> float | None:
+    """The dense bf16 peak of the first row of the table all of whose words are in `name` (any case), or None."""
     upper = name.upper()
-    for words, peak in GPU_PEAKS_BF16:
-        if all(w in upper for w in words):
+    for words, peak in gpu_peaks():
+        if all(w.upper() in upper for w in words):
             return peak
     return None
 
