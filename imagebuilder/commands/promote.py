@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..declarations.vulnerabilities import Policy
 from ..errors import EngineError, InputError, Refused, RegistryAccess, did_you_mean
 from ..evidence import attestation, beside, passes, provenance, referrers, ruling, sboms
 from ..evidence.passes import PassRecord, RegistryPasses, Signed
@@ -27,7 +28,7 @@ from ..plan.tags import TAG_RE
 from ..ports.reference import split_reference
 from ..ports.registry import Registry
 from ..supply import osv
-from ..supply.policy import Policy, installed, judge, stale
+from ..supply.policy import installed, judge, stale
 
 FIELDS = ("tag", "match", "repository")
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ..declarations import grammar, schema
+from ..declarations.vulnerabilities import Allowance, Policy, too_far
 from ..errors import InputError, Where, did_you_mean, unknown_key
 from ..ports.reference import Reference, parse
 from ..secrets import index_auth
 from ..secrets.redact import looks_secret
-from ..supply.policy import Allowance, Policy, too_far
 from . import certs, lookups, source
 from .compat import CompatTable, Variant, os_python, torch_index_url
 from .gpus import gpus_matching
@@ -153,7 +153,7 @@ VERSION_FIELDS = ("torch", "accelerator", "python", "flavor", "cuda", "cudnn", "
 
 @dataclass(frozen=True)
 class VulnerabilitySettings:
-    """`vulnerabilities:`: where the advisories are (OSV) and the gate's policy (`supply.policy`)."""
+    """`vulnerabilities:`: where the advisories are (OSV) and the gate's policy (`declarations.vulnerabilities`)."""
 
     data: tuple[Path, ...] = ()
     policy: Policy = field(default_factory=Policy)

@@ -50,9 +50,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 from packaging.version import Version as PyPIVersion
 
+from ..declarations.vulnerabilities import LEVELS
 from ..errors import InputError, Where
 
-LEVELS = ("low", "medium", "high", "critical")  # CVSS v3.x qualitative ratings ("none", 0.0, counts as low)
 PYPI, DEBIAN = "PyPI", "Debian"
 RANGE_TYPES = ("ECOSYSTEM", "SEMVER")  # ranges evaluated with the ecosystem's order; GIT ranges are not read
 VECTOR_TYPES = ("CVSS_V4", "CVSS_V3", "CVSS_V2")  # the order a record's vectors are read in

@@ -11,7 +11,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "imagebuilder"
 STEPS = {"stage", "verify", "publish", "supply"}  # steps/ modules that are steps (or a step's gate)
-DECLARATIONS = {"imagebuilder.declarations.schema", "imagebuilder.declarations.grammar"}  # leaves any package reads
 KNOWN_DOCKER_USERS: set[str] = set()
 
 
@@ -82,10 +81,12 @@ def _package(module: str) -> str:
 
 
 def package_loops(graph: dict[str, set[str]]) -> set[frozenset[str]]:
-    """Pairs of packages that import each other (an import of a declaration, `DECLARATIONS`, not counted)."""
-    edges = {(_package(a), _package(b)) for a, bs in graph.items() for b in bs
-             if b not in DECLARATIONS and _package(a) != _package(b)}
-    return {frozenset(e) for e in edges if (e[1], e[0]) in edges}
+    """Each set of packages whose imports lead from any one of them to any other and back: a pair that imports each
+    other, or a longer ring. No import is exempt: the declarations (`declarations/`) are a package of their own."""
+    packages: dict[str, set[str]] = {}
+    for a, bs in graph.items():
+        packages.setdefault(_package(a), set()).update(_package(b) for b in bs if _package(b) != _package(a))
+    return {frozenset(loop) for loop in cycles(packages)}
 
 
 def wing_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -107,6 +108,13 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 def test_no_import_loop_between_packages() -> None:
     assert package_loops(imports()) == set()
+
+
+def test_nothing_imports_the_suite_that_runs_in_images() -> None:
+    """smoke/suite.py runs inside the images under test and is copied there as a file (`smoke.suite_source`, its
+    data files beside it): no module of the package imports it (the matrix loader reads the GPU peak table from
+    data/gpu_peaks.json through `input.gpus`, as the suite does)."""
+    assert {a for a, bs in imports().items() if "imagebuilder.smoke.suite" in bs} == set()
 
 
 def test_no_step_imports_another_step() -> None:
@@ -183,8 +191,11 @@ def test_the_checks_see_what_they_guard() -> None:
     graph = {k: set(v) for k, v in imports().items()}
     graph["imagebuilder.declarations.grammar"].add("imagebuilder.input.matrix")  # matrix imports grammar: a cycle
     assert any("imagebuilder.declarations.grammar" in c for c in cycles(graph))
+    ring = {k: set(v) for k, v in imports().items()}  # declarations -> secrets -> ports: a ring, no pair in it
+    ring["imagebuilder.ports.reference"].add("imagebuilder.declarations.grammar")
+    assert frozenset({"declarations", "secrets", "ports"}) in package_loops(ring)
     graph["imagebuilder.evidence.spec"].add("imagebuilder.steps.stage")  # steps import evidence: a package loop
-    assert frozenset({"evidence", "steps"}) in package_loops(graph)
+    assert any({"evidence", "steps"} <= loop for loop in package_loops(graph))
     graph["imagebuilder.steps.publish"].add("imagebuilder.steps.stage")  # what publish imported before the run wing
     assert ("publish", "stage") in step_imports(graph)
     graph["imagebuilder.run.keytags"].add("imagebuilder.steps.stage")

@@ -296,8 +296,8 @@ def test_the_suites_mirror_of_the_cpu_floor_is_the_schemas() -> None:
 
 def test_the_dataclasses_and_the_cli_read_the_schema() -> None:
     from imagebuilder.cli import cli
+    from imagebuilder.declarations.vulnerabilities import Policy
     from imagebuilder.evidence import regression
-    from imagebuilder.supply.policy import Policy
 
     smoke = matrix.SmokeSettings(timeout=1, shm_size="1g", gpus="none")
     assert (smoke.driver_dir, smoke.throughput_floor, smoke.cpu_gflops_floor, smoke.history_window) == tuple(

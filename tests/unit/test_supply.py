@@ -20,6 +20,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
 from imagebuilder.commands.promote import Move, carry_sbom, vulnerable
+from imagebuilder.declarations.vulnerabilities import Allowance, Policy
 from imagebuilder.errors import InputError
 from imagebuilder.evidence import attestation, passes, referrers
 from imagebuilder.evidence.passes import PassRecord
@@ -35,7 +36,7 @@ from imagebuilder.run.context import RunContext
 from imagebuilder.steps.publish import Publish
 from imagebuilder.steps.supply import SupplyChain
 from imagebuilder.supply import cyclonedx, osv
-from imagebuilder.supply.policy import Allowance, Policy, installed, uncovered
+from imagebuilder.supply.policy import installed, uncovered
 from imagebuilder.supply.policy import judge as judge_
 
 from ..conftest import HEADER, MatrixWriter

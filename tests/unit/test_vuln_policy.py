@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from imagebuilder.declarations.vulnerabilities import LEVELS, Allowance, Policy
 from imagebuilder.errors import InputError
 from imagebuilder.supply.osv import Advisories, Query
-from imagebuilder.supply.policy import LEVELS, Allowance, Installed, Policy, Verdict, judge, no_data
+from imagebuilder.supply.policy import Installed, Verdict, judge, no_data
 
 ADVISORIES = Advisories.load(Path(__file__).parent / "data" / "osv")
 TODAY = datetime.date(2026, 1, 15)
