@@ -33,6 +33,12 @@ class Where:
         return out
 
 
+NOTHING_TO_DO = 3
+"""The exit code of a node command (`node stage`, `node verify`, `publish`) whose work was done already, when its
+caller asks for it with `--exit-code-nothing-to-do` (as `execute` does); without the flag it exits 0, so an
+engine's job that finds its work done passes. Not an error: nothing is raised for it."""
+
+
 class ImageBuilderError(Exception):
     """Base class: a failure the user can act on. Never shown with a traceback."""
 

@@ -25,6 +25,8 @@ from .report.document import node_json
 from .smoke import judge, runner
 
 HEAD = "<!-- Made by `python -m imagebuilder.manual docs/reference` from the code: do not edit by hand. -->\n\n"
+NOTHING_TO_DO = ("with `--exit-code-nothing-to-do` (`node stage`, `node verify`, `publish`; `execute` passes it): "
+                 "its work was done already and it says `nothing to do`; without the flag such a command exits 0")
 SIGNALS = ((130, "SIGINT (Ctrl-C): containers removed, nothing more tagged or pushed, reports written"),
            (143, "SIGTERM (a cancelled CI job): the same as SIGINT"))
 
@@ -60,12 +62,13 @@ def commands_page(group: click.Group) -> str:
         if rows:
             out.append("\n")
     out.append("## Exit codes\n\n| code | when | error classes (`imagebuilder/errors.py`) |\n|---|---|---|\n")
-    out.append("| 0 | everything asked for passed | |\n")
-    for code, classes in sorted(_error_classes().items()):
+    codes = [(0, "everything asked for passed", ""), (errors.NOTHING_TO_DO, _cell(NOTHING_TO_DO), "")]
+    for code, classes in _error_classes().items():
         when = "; ".join(_cell(_first_sentence(c.__doc__ or "")) for c in classes)
-        out.append(f"| {code} | {when} | {', '.join(f'`{c.__name__}`' for c in classes)} |\n")
-    for code, when in SIGNALS:
-        out.append(f"| {code} | {when} | `Terminated` |\n" if code == 143 else f"| {code} | {when} | |\n")
+        codes.append((code, when, ", ".join(f"`{c.__name__}`" for c in classes)))
+    codes += [(code, when, "`Terminated`" if code == 143 else "") for code, when in SIGNALS]
+    out += [f"| {code} | {when} | {names} |\n" if names else f"| {code} | {when} | |\n"
+            for code, when, names in sorted(codes)]
     return "".join(out)
 
 

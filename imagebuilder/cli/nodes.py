@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..errors import InputError, RunFailed
+from ..errors import NOTHING_TO_DO, InputError, RunFailed
 from .context import Context
 from .options import (
     NODE_OPTIONS,
@@ -21,6 +21,7 @@ from .options import (
     checked,
     expect_option,
     matrix_option,
+    nothing_to_do_option,
     options,
     parse_expect,
     registry_option,
@@ -35,16 +36,17 @@ from .running import Common, failed, run_steps
 def node_group() -> None:
     """One job of an engine's graph (`plan --format graph|github-actions|buildkite|argo|k8s-jobs`): stage one node
     or one entry, verify one leaf on this runner (`publish` publishes the matrix). Each is idempotent by key tag
-    and trusted pass: with nothing to do it says so and exits 0."""
+    and trusted pass: with nothing to do it says so and exits 0 (3 with --exit-code-nothing-to-do)."""
 
 
 @node_group.command("stage")
-@options(*NODE_OPTIONS)
+@options(*NODE_OPTIONS, nothing_to_do_option)
 @click.option("--digest-file", type=click.Path(path_type=Path), callback=writable_file,
               help="Write the staged digest of NODE (an entry: its last leaf) here: the job's output for the next.")
 @click.argument("name", metavar="NODE|ENTRY")
 @click.pass_obj
-def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: Any) -> int:
+def node_stage(ctx: Context, /, name: str, digest_file: Path | None, nothing_to_do_code: bool,
+               **common: Any) -> int:
     """Stage NODE (ENTRY/LAYER, its parents staged before) or every node of ENTRY that is not staged: build and
     push under key tags only. Nothing to do when every key tag is in the registry."""
     from ..run.cosign import Cosign
@@ -60,11 +62,11 @@ def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: A
     if digest_file is not None and digest is not None:
         digest_file.parent.mkdir(parents=True, exist_ok=True)
         digest_file.write_text(digest + "\n", encoding="utf-8")
-    return 0
+    return NOTHING_TO_DO if handoff.done and nothing_to_do_code else 0
 
 
 @node_group.command("verify")
-@options(*NODE_OPTIONS)
+@options(*NODE_OPTIONS, nothing_to_do_option)
 @expect_option
 @accept_regression_option
 @click.option("--digest", callback=checked(lambda d: None if re.fullmatch(r"sha256:[0-9a-f]{64}", d) else
@@ -82,12 +84,11 @@ def node_stage(ctx: Context, /, name: str, digest_file: Path | None, **common: A
 @click.argument("leaf", metavar="LEAF")
 @click.pass_obj
 def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[str, ...], accept_regression: bool,
-                folder: Path | None, requested_gpus: int, requested_model: str | None, **common: Any) -> int:
+                folder: Path | None, requested_gpus: int, requested_model: str | None, nothing_to_do_code: bool,
+                **common: Any) -> int:
     """Verify LEAF (ENTRY/LAYER) on this runner: its staged digest's suite, unless a trusted pass of this suite on
     this runner's GPU model is beside it already (nothing to do). In a verify pod (--suite-ran-in), the suite ran
     in the pod's own container of the leaf image, and this command judges what it left."""
-    from rich.markup import escape
-
     from ..ledger import VerifyStatus
     from ..ports.engine import NoEngine
     from ..run.cosign import Cosign
@@ -113,9 +114,18 @@ def node_verify(ctx: Context, /, leaf: str, digest: str | None, expect: tuple[st
                         engine=NoEngine("this is a verify pod's judge (--suite-ran-in)") if pod else None)
     failed(records)
     if all(r.verify == VerifyStatus.FOUND for r in records if r.node == leaf):
-        ctx.out.print(f"nothing to do: {escape(leaf)} ({handoff.digests.get(leaf)}) has a trusted pass of this suite "
-                      "on this runner; no suite ran", highlight=False, soft_wrap=True)
+        return nothing_to_do(ctx, f"nothing to do: {leaf} ({handoff.digests.get(leaf)}) has a trusted pass of this "
+                             "suite on this runner; no suite ran", nothing_to_do_code)
     return 0
+
+
+def nothing_to_do(ctx: Context, said: str, asked: bool) -> int:
+    """Say that a node command's work was done already; its exit code: NOTHING_TO_DO when the caller asked
+    (--exit-code-nothing-to-do), else 0."""
+    from rich.markup import escape
+
+    ctx.out.print(escape(said), highlight=False, soft_wrap=True)
+    return NOTHING_TO_DO if asked else 0
 
 
 @node_group.command("prepare-suite")

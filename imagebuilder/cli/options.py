@@ -15,7 +15,7 @@ import click
 
 from ..choices import FLOORS
 from ..declarations import grammar
-from ..errors import InputError
+from ..errors import NOTHING_TO_DO, InputError
 
 T = TypeVar("T")
 LIST_SEPARATORS = re.compile(r"[\s:]+")  # a list of files in one environment variable: spaces, or ':' as PATH has
@@ -152,6 +152,10 @@ attestations_option = click.option("--attestations", type=click.Choice(grammar.P
                                    help="Where cosign-compatible copies of the evidence go (default: the matrix's "
                                         "`attestations:`, else both): Sigstore bundle referrers, cosign's .att tag, "
                                         "both, or off.")
+nothing_to_do_option = click.option(
+    "--exit-code-nothing-to-do", "nothing_to_do_code", is_flag=True,
+    help=f"Exit {NOTHING_TO_DO} instead of 0 when the work was done already (the command says `nothing to do`), for "
+         "a caller that tells the two apart by exit code, as `execute` does.")
 PLAN_OPTIONS = (matrix_option, strict_option, only_option, registry_option)
 RUN_OPTIONS = (*PLAN_OPTIONS, report_option, quiet_option, jobs_option, attestations_option)
 NODE_OPTIONS = (matrix_option, strict_option, registry_option, report_option, quiet_option)

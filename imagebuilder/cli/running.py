@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..choices import LOG_MODES
-from ..errors import RunFailed
+from ..errors import NOTHING_TO_DO, RunFailed
 from .context import Context, decide, load_plan
 from .options import (
     RUN_OPTIONS,
     accept_regression_option,
     expect_option,
     no_cache_option,
+    nothing_to_do_option,
     options,
     parse_expect,
     resmoke_option,
@@ -185,8 +186,10 @@ def verify(ctx: Context, /, expect: tuple[str, ...], resmoke: bool, accept_regre
 @options(*RUN_OPTIONS)
 @click.option("--dry-run", is_flag=True, help="Say what would be written and moved; change nothing.")
 @untested_gpu_option
+@nothing_to_do_option
 @click.pass_obj
-def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: Any) -> int:
+def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, nothing_to_do_code: bool,
+            **common: Any) -> int:
     """Over the whole matrix, all or nothing per entry: point immutable tags and aliases at the staged digests
     that have pass records (ancestors' records are written `via` their leaf). Builds and tests nothing;
     idempotent: a second run changes nothing and says so."""
@@ -206,7 +209,9 @@ def publish(ctx: Context, /, dry_run: bool, allow_untested_gpu: bool, **common: 
     lacking = sorted({r.entry for r in records if r.leaf and r.verify == VerifyStatus.SKIPPED})
     if lacking:
         raise RunFailed(f"{len(lacking)} entries have no pass record, nothing of them moved: {', '.join(lacking)}")
-    if all(r.publish == PublishStatus.CURRENT for r in records) and not dry_run:
-        ctx.out.print("nothing to do: publish: every tag already named its digest; nothing changed", highlight=False)
+    nothing = all(r.publish == PublishStatus.CURRENT for r in records) and not dry_run
+    if nothing:
+        ctx.out.print("nothing to do: publish: every tag already named its digest; nothing changed", highlight=False,
+                      soft_wrap=True)
     failed(records)
-    return 0
+    return NOTHING_TO_DO if nothing and nothing_to_do_code else 0

@@ -2,10 +2,12 @@
 teams. It runs each job's node command in dependency order, one at a time, hands each verify job its stage job's
 digest (`--digest`, read from the stage job's digest file), and skips a job whose needs failed (but for one that
 runs after failures: the whole matrix's publish). A second run runs every command again, and each command finds
-what is done (key tag, trusted pass, published tags) and says "nothing to do". Executors that run at once on one
-`state` folder (the cache folder's) take turns at each job (a lock per job of the graph); one that waited while the
-other's run of the job failed takes that failure instead of running the job again (a failing suite runs once, not
-once per executor; a job that succeeded is run again, and says "nothing to do", leaving its digest file in this
+what is done (key tag, trusted pass, published tags), says "nothing to do" and, asked by the executor
+(`--exit-code-nothing-to-do`), exits `errors.NOTHING_TO_DO`: the exit code, not the text, tells a job that did
+nothing from one that did work (its last line is shown). Executors that run at once on one `state` folder (the
+cache folder's) take turns at each job (a lock per job of the graph); one that waited while the other's run of
+the job failed takes that failure instead of running the job again (a failing suite runs once, not once per
+executor; a job that succeeded is run again, and says "nothing to do", leaving its digest file in this
 executor's folder too). A run started after the failure runs the job again (it may have been fixed). Each
 job's start and end are written as JSON lines to `events`, for whoever counts what ran."""
 
@@ -25,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..errors import NOTHING_TO_DO
 from .graph import STAGE, VERIFY, Graph, Job
 
-NOTHING_TO_DO = "nothing to do"  # what a node command says when its work was done already (`run.handoff`)
+NOTHING_TO_DO_FLAG = "--exit-code-nothing-to-do"  # asks a node command to exit NOTHING_TO_DO when its work was done
 DONE, NOTHING, FAILED, BLOCKED = "done", "nothing-to-do", "failed", "blocked"
 
 
@@ -51,7 +54,8 @@ class Executor:
             self.events.flush()
 
     def argv(self, job: Job) -> list[str] | None:
-        """The job's command; a verify job is given the digest its stage job wrote (None: that file is missing)."""
+        """The job's command, asked for the exit code of nothing to do (before a node job's node, which stays
+        last); a verify job is given the digest its stage job wrote (None: that file is missing)."""
         argv = [*self.program, *job.argv]
         if job.kind == VERIFY and job.digest_from:
             stage = self.graph.job(job.digest_from)
@@ -59,6 +63,7 @@ class Executor:
             if not path.is_file():
                 return None
             argv[-1:-1] = ["--digest", path.read_text(encoding="utf-8").strip()]
+        argv.insert(len(argv) - 1 if job.node is not None else len(argv), NOTHING_TO_DO_FLAG)
         return argv
 
     def run(self) -> dict[str, str]:
@@ -93,8 +98,8 @@ class Executor:
             proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env=dict(self.env), check=False)
             out.write(proc.stdout)
-        said = [line for line in proc.stdout.splitlines() if line.startswith(NOTHING_TO_DO)]
-        outcome = FAILED if proc.returncode else NOTHING if said else DONE
+        outcome = DONE if proc.returncode == 0 else NOTHING if proc.returncode == NOTHING_TO_DO else FAILED
+        said = proc.stdout.strip().splitlines()[-1:] if outcome == NOTHING else []  # its last line: what it said
         self.outcome[job.id] = outcome
         self.event(job, outcome, code=proc.returncode)
         self.say(f"{'✗' if outcome == FAILED else '●'} {job.id}: {said[0] if said else outcome}"

@@ -26,6 +26,7 @@ class Handoff:
     name: str  # the node or entry the command was given
     digests: dict[str, str | None] = field(default_factory=dict)
     node: str = ""  # the node whose digest the command hands on: the named node, or the entry's last leaf
+    done: bool = False  # `staged` found the work done already (nothing to do)
 
     def staged(self, plan: Plan, registries: Registries) -> str | None:
         """`node stage`: "nothing to do" when every node of the selection is under its key tag in the registry and a
@@ -37,6 +38,7 @@ class Handoff:
         if any(digest is None for digest in self.digests.values()) or \
                 any(n.status != State.CACHED or n.decision.ref is None for n in plan.nodes):
             return None
+        self.done = True
         return (f"nothing to do: {self.name} is staged ({len(self.digests)} node(s) under their key tags; "
                 f"{self.node} is {self.digests[self.node]})")
 
