@@ -50,10 +50,10 @@ def suite_hash() -> str:
     return digest.hexdigest()
 
 
-def spec_key(spec: Mapping[str, Any]) -> str:
+def spec_key(document: Mapping[str, Any]) -> str:
     """What a pass is a pass of: the suite's source, the rules the host judges its report by, and everything the
-    suite is told; never the image."""
-    payload = json.dumps({"suite": suite_hash(), "rules": rules(), **spec}, sort_keys=True, default=str)
+    suite is told (`document`: a spec's JSON form, `smoke.spec.Spec.to_json`); never the image."""
+    payload = json.dumps({"suite": suite_hash(), "rules": rules(), **document}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

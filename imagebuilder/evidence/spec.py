@@ -19,6 +19,7 @@ from ..input.compat import CompatTable
 from ..input.matrix import VERSION_FIELDS, Entry, SmokeSettings
 from ..plan.keys import LABEL_PREFIX
 from ..plan.plan import Node, Plan
+from ..smoke.spec import Spec
 from . import passes
 
 CHECKS_LABEL = f"{LABEL_PREFIX}.checks"  # the layer checks an image inherits, as JSON (not part of the key)
@@ -84,23 +85,21 @@ class Specs:
         for entry in self.plan.entries():
             check_floors(dict(self.expect), expectations(entry), whose=f" of {entry.id}", where=entry.where)
 
-    def of(self, node: Node) -> dict[str, Any]:
+    def of(self, node: Node) -> Spec:
         """What a pass of this node is a pass of."""
         s = node.entry.smoke
-        return {"expect": expectations(node.entry), "gpus": s.gpus, "driver_dir": s.driver_dir,
-                "shm_size": s.shm_size, "env": dict(s.env), "commands": layer_checks(self.plan, node),
-                "allow_skip": list(s.allow_skip)}
+        return Spec(expectations(node.entry), s.gpus, s.driver_dir, s.shm_size, s.env,
+                    tuple(layer_checks(self.plan, node)), s.allow_skip)
 
-    def told(self, node: Node) -> dict[str, Any]:
+    def told(self, node: Node) -> Spec:
         """What the suite is told for this node: its spec, with the floors `--expect` raised."""
-        spec = self.of(node)
-        return {**spec, "expect": {**spec["expect"], **{k: float(v) for k, v in self.expect}}}
+        return self.of(node).raised({k: float(v) for k, v in self.expect})
 
     def key(self, node: Node) -> str:
         """What a pass of this node is a pass of (suite, judging rules, expectations, settings, layer checks)."""
         with self._lock:
             if node.id not in self._keys:
-                self._keys[node.id] = passes.spec_key(self.of(node))
+                self._keys[node.id] = passes.spec_key(self.of(node).to_json())
             return self._keys[node.id]
 
 

@@ -39,7 +39,7 @@ def via(run: RunContext, node: Node, leaf: Node, passed: PassRecord, leaf_digest
                       f"{len(below)} layer(s) of image {config}, which {node.id}'s key tag names: nothing was "
                       "tested on that image")
     return PassRecord(passes.PASSED, config=config, spec=run.specs.key(node), node=node.id, entry=node.entry.id,
-                      expect=run.specs.of(node)["expect"], gpu=passed.gpu, date=passes.now(),
+                      expect=dict(run.specs.of(node).expect), gpu=passed.gpu, date=passes.now(),
                       suite=passes.suite_hash(),
                       via={"node": leaf.id, "manifest": leaf_digest, "config": passed.config,
                            "record": passes.record_tag(leaf_digest, passed.spec)})

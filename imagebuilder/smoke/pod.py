@@ -21,10 +21,10 @@ import shlex
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from . import suite_data, suite_source
 from .runner import GpuHost, SmokeReport, container_env, report_of
+from .spec import Spec
 
 FOLDER = "/var/run/imagebuilder/suite"  # the shared emptyDir, in every container of the pod at this path
 SUITE, EXPECT, CHECKS, ENV = "suite.py", "expect.json", "commands.json", "env"  # written by the init step
@@ -42,17 +42,17 @@ SCRIPT = (f'cd {FOLDER} && . ./{ENV} && limit="" && if [ -n "${{{TIMEOUT_ENV}:-}
 COMMAND = ("sh", "-c", SCRIPT)
 
 
-def files(spec: Mapping[str, Any], host_env: Mapping[str, str], timeout: float | None = None) -> dict[str, bytes]:
+def files(spec: Spec, host_env: Mapping[str, str], timeout: float | None = None) -> dict[str, bytes]:
     """What the init step writes into the folder for a node's spec (`Specs.told`): the suite, its expectations,
     its layer checks and its environment (the host's forwarded NCCL settings and `smoke.env`, each value quoted:
     the matrix's values are not shell text; and `smoke.timeout`, which the leaf's command holds the suite to)."""
-    env = {name: value for name, value in container_env(host_env, dict(spec.get("env") or {}), {}).items()
+    env = {name: value for name, value in container_env(host_env, dict(spec.env), {}).items()
            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name, flags=re.ASCII)}  # (a host's odd name is no variable)
     if timeout:
         env[TIMEOUT_ENV] = str(int(timeout))
     return {SUITE: suite_source(), **suite_data(),  # (the suite reads its data files beside itself)
-            EXPECT: json.dumps(spec["expect"], sort_keys=True).encode(),
-            CHECKS: json.dumps(list(spec.get("commands") or [])).encode(),
+            EXPECT: json.dumps(dict(spec.expect), sort_keys=True).encode(),
+            CHECKS: json.dumps([dict(c) for c in spec.commands]).encode(),
             ENV: "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(env.items())).encode()}
 
 

@@ -297,7 +297,7 @@ class Publish:
             return
         if record is None and untested and self.allow_untested and not self.dry_run:
             tag = store.put(repo, PassRecord(passes.UNTESTED, config=config, spec=key, node=node.id,
-                                             entry=node.entry.id, expect=run.specs.of(node)["expect"],
+                                             entry=node.entry.id, expect=dict(run.specs.of(node).expect),
                                              date=passes.now(), suite=passes.suite_hash(),
                                              allowed_by="--allow-untested").at(digest, f"{host}/{repo}"))
             run.ledger.update(node.id, untested=True,

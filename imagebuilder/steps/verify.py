@@ -31,6 +31,7 @@ from ..smoke.metrics import metrics_of
 from ..smoke.pod import Requested
 from ..smoke.pod import read as read_pod
 from ..smoke.runner import GpuHost, SmokeReport, gpu_mode, run_smoke
+from ..smoke.spec import Spec
 
 
 def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Collection[str],
@@ -163,7 +164,7 @@ class Verify:
             if digest is None:
                 return
             verdict = PassRecord(passes.PASSED if passed else passes.FAILED, config=record.image, spec=key,
-                                 node=node.id, entry=node.entry.id, expect=run.specs.told(node)["expect"],
+                                 node=node.id, entry=node.entry.id, expect=dict(run.specs.told(node).expect),
                                  gpu={"kind": "gpu", "verified": bool(record.gpu_verified), **self.host.facts()},
                                  date=passes.now(), suite=passes.suite_hash(), report=report,
                                  performance=record.performance)
@@ -244,8 +245,7 @@ class Verify:
             mark = {"pass": "[green]✓[/]", "fail": "[red]✗[/]"}.get(str(check.get("status")), "[dim]-[/]")
             why = f" [dim]{escape(str(check.get('reason')))}[/]" if check.get("reason") else ""
             run.logs.say(f"  {mark} {escape(node.id)} {escape(str(check.get('name')))}{why}")
-        verdict = judge(report, spec["expect"], spec["commands"], host=self.host,
-                        allow_skip=node.entry.smoke.allow_skip)
+        verdict = judge(report, spec.expect, spec.commands, host=self.host, allow_skip=spec.allow_skip)
         smoke_report = {**report.to_json(), "gpu_verified": verdict.gpu_verified, "host_verdict": verdict.why(),
                         **({"host_notes": list(verdict.notes)} if verdict.notes else {})}
         for note in verdict.notes:
@@ -257,7 +257,7 @@ class Verify:
             return False
         if node.entry.cuda and not verdict.gpu_verified:
             run.logs.say(f"[yellow]  {escape(node.id)} is a CUDA image and was not GPU-verified (no GPU here)[/]")
-        performance = self.performance(run, node, image, smoke_report, spec["expect"])
+        performance = self.performance(run, node, image, smoke_report, spec.expect)
         if performance is not None and performance.regressed:
             if not self.accept_regression:
                 run.ledger.update(node.id, verify=VerifyStatus.FAILED, error=performance.why(),
@@ -270,7 +270,7 @@ class Verify:
                          f"{escape(performance.why())}[/]")
         perf = performance.to_json() if performance is not None else None
         record = PassRecord(passes.PASSED, config=image, spec=key, node=node.id, entry=node.entry.id,
-                            expect=spec["expect"], gpu=self.gpu_facts(smoke_report, bool(node.entry.cuda)),
+                            expect=dict(spec.expect), gpu=self.gpu_facts(smoke_report, bool(node.entry.cuda)),
                             date=passes.now(), suite=passes.suite_hash(), report=smoke_report, performance=perf)
         run.mirror().put(record)
         run.ledger.update(node.id, verify=VerifyStatus.PASSED, record=record, pass_record="this run", error=None,
@@ -279,15 +279,16 @@ class Verify:
                           gpu_verified=verdict.gpu_verified if node.entry.cuda else None)  # (a rejected record's note)
         return True
 
-    def ran(self, run: RunContext, node: Node, spec: Mapping[str, Any], sink: LineSink) -> tuple[str, SmokeReport]:
+    def ran(self, run: RunContext, node: Node, spec: Spec, sink: LineSink) -> tuple[str, SmokeReport]:
         """The image tested and the suite's report: run here in a container of the node's image, or, in a verify
         pod (`pod`), what the pod's leaf container left, the image being the one its key tag's digest names (the
         pod's container is pinned to that digest)."""
         if self.pod is None:
             image = run.images.local(node)
-            return image, run_smoke(run.images.worker(), image, spec["expect"], timeout=node.entry.smoke.timeout,
-                                    shm_size=spec["shm_size"], gpus=spec["gpus"], driver_dir=spec["driver_dir"],
-                                    env=spec["env"], commands=spec["commands"], devices=self.host.devices, sink=sink)
+            return image, run_smoke(run.images.worker(), image, dict(spec.expect), timeout=node.entry.smoke.timeout,
+                                    shm_size=spec.shm_size, gpus=spec.gpus, driver_dir=spec.driver_dir,
+                                    env=dict(spec.env), commands=[dict(c) for c in spec.commands],
+                                    devices=self.host.devices, sink=sink)
         host, repo, _ = run.key_tag(node)
         digest = run.ledger[node.id].digest or run.registries.digest(cache_ref(node))
         config = run.passes(host).config_digest(repo, digest) if digest else None

@@ -159,7 +159,7 @@ def test_expect_may_raise_a_floor_and_nothing_else(tmp_path: Path) -> None:
     plan = plan_mod.make(matrix_mod.load(path, CompatTable.load(None), env={}), Renderer())
     raised = Specs(plan, (("throughput_floor", "0.7"), ("cpu_gflops_floor", "20")))
     node = plan.nodes[-1]
-    assert raised.told(node)["expect"]["throughput_floor"] == 0.7  # the suite is told the raised floor
+    assert raised.told(node).expect["throughput_floor"] == 0.7  # the suite is told the raised floor
     assert raised.key(node) == Specs(plan).key(node)  # but a pass is of the matrix's spec: publish agrees
     for key, value in (("throughput_floor", "0.49"), ("cpu_gflops_floor", "5"), ("throughput_floor", "x"),
                        ("torch", "2.6.0"), ("nccl", "2.21.5"), ("cudnn_override", "true"), ("driver_floor", "1"),

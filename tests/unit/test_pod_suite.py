@@ -15,9 +15,11 @@ from imagebuilder.errors import InputError
 from imagebuilder.evidence.signing import Signer
 from imagebuilder.smoke import pod
 from imagebuilder.smoke.runner import GpuHost
+from imagebuilder.smoke.spec import Spec
 
-SPEC = {"expect": {"torch": "2.13.0", "accelerator": "cpu"}, "commands": [{"name": "layer.task.0", "run": "true"}],
-        "env": {"HOSTILE": "$(touch pwned); `touch pwned2` 'x'"}}
+SPEC = Spec({"torch": "2.13.0", "accelerator": "cpu"}, "none", "/usr/local/nvidia", "2g",
+            env=(("HOSTILE", "$(touch pwned); `touch pwned2` 'x'"),),
+            commands=({"name": "layer.task.0", "run": "true"},))
 
 
 def prepared(folder: Path, suite: str) -> Path:
@@ -46,9 +48,9 @@ def test_the_leaf_command_runs_the_suite_with_its_env_quoted_and_always_exits_0(
     assert (folder / pod.EXIT).read_text().strip() == "3" and "said by the suite" in (folder / pod.LOG).read_text()
     told = json.loads((folder / pod.REPORT).read_text())
     argv = told["argv"]
-    assert json.loads(argv[argv.index("--expect") + 1]) == SPEC["expect"]
-    assert json.loads(argv[argv.index("--commands") + 1]) == SPEC["commands"]
-    assert told["env"] == {"HOSTILE": SPEC["env"]["HOSTILE"], "NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "lo",
+    assert json.loads(argv[argv.index("--expect") + 1]) == SPEC.expect
+    assert json.loads(argv[argv.index("--commands") + 1]) == [dict(c) for c in SPEC.commands]
+    assert told["env"] == {"HOSTILE": dict(SPEC.env)["HOSTILE"], "NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "lo",
                            "HOME": None}  # the matrix's value as written; the host's NCCL settings; nothing else
     assert not list(tmp_path.glob("pwned*")) and not list(Path.cwd().glob("pwned*"))
 
