@@ -43,7 +43,7 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      '    if False:',
      'tests/unit/test_verify.py::test_a_pass_on_fewer_gpus_over_another_link_or_other_nccl_settings_does_not_stand_in'),
     ('runner-from-report', 'imagebuilder/steps/verify.py',
-     'return Runner("gpu", tuple(self.host.models), self.host.gpus, self.host.driver, self.host.interconnect)',
+     'return self.host.runner(gpu=bool(report.get("gpu_verified") and self.host.models))',
      'return Runner("gpu", tuple(passes.gpu_facts(report, True)["models"]), int(report["gpus"]), '
      'self.host.driver, self.host.interconnect)',
      'tests/unit/test_verify.py::test_the_runner_is_the_hosts_never_the_reports'),

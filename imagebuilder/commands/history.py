@@ -7,13 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..evidence.history import History, Point, Runner, cell_of, point_of, series
+from ..evidence.history import History, Point, cell_of, point_of, series
 from ..evidence.passes import RegistryPasses
 from ..evidence.regression import Limit, Performance, Thresholds, replay
 from ..evidence.signing import Trust
 from ..plan.plan import Node, Plan
 from ..ports.reference import Reference
 from ..ports.registry import Registry
+from ..smoke.runner import Runner
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import pods
-from .graph import STAGE, VERIFY, Graph, Job, Runner
+from .graph import STAGE, VERIFY, CiRunner, Graph, Job
 from .settings import Document, Settings
 
 MAX_BYTES = 1024 * 1024  # under etcd's 1.5 MiB request limit, with room for the status Argo adds
@@ -29,7 +29,7 @@ DIGEST_PATH = "/tmp/imagebuilder-digest"
 EXECUTOR_ACCOUNT = "imagebuilder-executor"  # Argo's executor's service account: no container of ours gets a token
 
 
-def template_name(kind: str, runner: Runner) -> str:
+def template_name(kind: str, runner: CiRunner) -> str:
     """`<kind>-<runner label>`, lowercase; where the label holds what Argo refuses in a name (`.`, `_`: MIG
     profiles, `cpu_large`), those become `-` and a hash of the label keeps it apart from others."""
     raw = f"{kind}-{runner.label}".lower()
@@ -39,7 +39,7 @@ def template_name(kind: str, runner: Runner) -> str:
     return name
 
 
-def template(kind: str, runner: Runner, image: str, common: list[str], base_ids: Sequence[str],
+def template(kind: str, runner: CiRunner, image: str, common: list[str], base_ids: Sequence[str],
              global_args: Sequence[str] = ()) -> dict[str, Any]:
     """The template of a kind on a runner: a verify pod, or the tool image's command against the engine service."""
     out: dict[str, Any] = {"name": template_name(kind, runner)}

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import roles
-from .graph import STAGE, VERIFY, Graph, Job, Runner
+from .graph import STAGE, VERIFY, CiRunner, Graph, Job
 from .settings import Document, Settings
 
 MAX_STEPS = 500  # steps per pipeline upload
@@ -80,7 +80,7 @@ def uploads(graph: Graph, plan_args: Sequence[str], size: int = MAX_STEPS,
                                 str(index + 2)])
             steps.append({"key": f"upload-part-{index + 2}", "label": f"upload part {index + 2} of {len(parts)}",
                           "command": f"set -o pipefail; {again} | buildkite-agent pipeline upload",
-                          "agents": {"queue": (graph.jobs[0].runner if graph.jobs else Runner()).label}})
+                          "agents": {"queue": (graph.jobs[0].runner if graph.jobs else CiRunner()).label}})
         out.append({"steps": steps})
     return out
 

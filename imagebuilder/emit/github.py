@@ -27,7 +27,7 @@ from typing import Any
 from .. import choices
 from ..errors import InputError
 from . import roles
-from .graph import VERIFY, Graph, Job, Runner
+from .graph import VERIFY, CiRunner, Graph, Job
 from .settings import Document, Settings
 
 MAX_JOBS = choices.MAX_JOBS  # jobs per workflow run (as per strategy matrix)
@@ -157,7 +157,7 @@ def runs_on(job: Job, cpu: tuple[str, ...], gpu: tuple[str, ...]) -> list[str]:
     and `gpus-<count>`."""
     runner = job.runner
     if runner.gpu is None:
-        queue = runner.queue != Runner().queue and not hosted(cpu)  # (the schema's default queue: no label)
+        queue = runner.queue != CiRunner().queue and not hosted(cpu)  # (the schema's default queue: no label)
         return [*cpu, *([runner.queue] if queue else [])]
     return [*gpu, *([runner.gpu] if runner.gpu != "any" else []), f"gpus-{runner.gpus}"]
 

@@ -25,8 +25,10 @@ ID_LENGTH = 63  # the tightest engine: Kubernetes names and label values (Argo t
 
 
 @dataclass(frozen=True)
-class Runner:
-    """Where a job runs: a CPU queue, or GPUs of one model and count (`runners` in the matrix)."""
+class CiRunner:
+    """Where an engine runs a job: a CPU queue, or GPUs of one model and count (`runners` in the matrix): a CI
+    runner's queue and label, asked for before anything runs; what a suite then ran on, as the host names it, is
+    `smoke.runner.Runner`."""
 
     queue: str = field(default_factory=lambda: str(schema.value("runners.build")))  # a CPU queue (build and CPU
     # verify jobs), or the GPU runners' queue
@@ -53,7 +55,7 @@ class Job:
     node: str | None  # the plan node it stages or verifies (publish: none)
     argv: tuple[str, ...]
     needs: tuple[str, ...] = ()
-    runner: Runner = field(default_factory=Runner)
+    runner: CiRunner = field(default_factory=CiRunner)
     digest_from: str | None = None  # verify: the stage job whose key tag digest it is handed
     entry: str | None = None  # an entry's publish job: the entry it publishes
     after_failures: bool = False  # runs once its needs ended, whatever they ended (the whole matrix's publish)
@@ -87,7 +89,7 @@ class Graph:
     @staticmethod
     def of_json(doc: dict[str, Any]) -> Graph:
         jobs = tuple(Job(id=str(j["id"]), kind=str(j["kind"]), node=j.get("node"), argv=tuple(j["argv"]),
-                         needs=tuple(j.get("needs") or ()), runner=Runner(**{k: v for k, v in j["runner"].items()
+                         needs=tuple(j.get("needs") or ()), runner=CiRunner(**{k: v for k, v in j["runner"].items()
                                                                            if k != "label"}),
                          digest_from=j.get("digest_from"), entry=j.get("entry"),
                          after_failures=bool(j.get("after_failures")), repository=j.get("repository"))
@@ -104,13 +106,13 @@ def job_id(kind: str, name: str) -> str:
     return f"{kind}-{slug}-{digest}" if slug else f"{kind}-{digest}"
 
 
-def runner_of(node: Node, kind: str) -> Runner:
+def runner_of(node: Node, kind: str) -> CiRunner:
     """The runner the matrix names for this node's job: builds on the entry's CPU queue; a CUDA leaf's verify on
     its GPU model and count; a CPU leaf's verify on the CPU queue."""
     runners = node.entry.runners
     if kind == VERIFY and node.entry.cuda:
-        return Runner(runners.gpu_queue, runners.gpu, runners.gpus)
-    return Runner(runners.build)
+        return CiRunner(runners.gpu_queue, runners.gpu, runners.gpus)
+    return CiRunner(runners.build)
 
 
 def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | None = None) -> Graph:
@@ -149,10 +151,10 @@ def graph(plan: Plan, matrix: str, *, registry: str | None = None, only: str | N
             publishes.append(jid)
             jobs.append(Job(jid, PUBLISH, None, ("publish", *common, "--only", ",".join(leaves[entry]), "--report",
                                                  f"reports/{jid}"), tuple(verifies[entry]),
-                            Runner(node.entry.runners.build), entry=entry))
+                            CiRunner(node.entry.runners.build), entry=entry))
     every = publishes or [j for e in entries for j in verifies[e]]
     jobs.append(Job(PUBLISH, PUBLISH, None, ("publish", *common, *(("--only", only) if only else ()), "--report",
                                              "reports/publish"), tuple(every),
-                    Runner(plan.nodes[0].entry.runners.build) if plan.nodes else Runner(),
+                    CiRunner(plan.nodes[0].entry.runners.build) if plan.nodes else CiRunner(),
                     after_failures=bool(publishes)))
     return Graph(tuple(jobs), matrix)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..smoke import pod
 from . import roles
-from .graph import Job, Runner
+from .graph import CiRunner, Job
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT = "nvidia.com/gpu.product"  # the node label NVIDIA's GPU feature discovery sets
@@ -40,14 +40,14 @@ DROPPED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
 TOOL_SECURITY = {**DROPPED, "runAsNonRoot": True, "runAsUser": TOOL_USER, "runAsGroup": TOOL_USER}
 
 
-def selector(runner: Runner) -> dict[str, str]:
+def selector(runner: CiRunner) -> dict[str, str]:
     """The nodes a job's pod may run on: its GPU model's (as GPU feature discovery labels them), else its queue's."""
     if runner.gpu is not None and runner.gpu != "any":
         return {GPU_PRODUCT: runner.gpu}
     return {QUEUE_LABEL: runner.queue}
 
 
-def gpus(runner: Runner) -> dict[str, Any]:
+def gpus(runner: CiRunner) -> dict[str, Any]:
     """A container's resources for the runner's GPUs (requests = limits), or none."""
     if runner.gpu is None:
         return {}

@@ -29,49 +29,13 @@ from packaging.version import InvalidVersion, Version
 
 from ..smoke.judge import VERSION_CHECKS
 from ..smoke.metrics import Metric
+from ..smoke.runner import Runner
 from .passes import Signed, is_record_tag
 
 if TYPE_CHECKING:
     from ..plan.plan import Node
 
 LINE = ("torch", "cuda", "python")  # the versions a cell keeps one line each of
-
-
-@dataclass(frozen=True)
-class Runner:
-    """Where a suite ran, as far as its speed goes."""
-
-    kind: str  # gpu | cpu
-    models: tuple[str, ...] = ()  # GPU models (sorted), or the CPU model
-    count: int = 0  # GPUs, or CPUs
-    driver: str | None = None
-    interconnect: str = ""  # nvlink | pcie | single (GPU runners, as nvidia-smi says)
-
-    def label(self) -> str:
-        what = " + ".join(self.models) or "unknown"
-        if self.kind == "gpu":
-            link = f" ({self.interconnect})" if self.interconnect else ""
-            return f"{self.count}x {what}{link}, driver {self.driver or 'unknown'}"
-        return f"CPU {what} x{self.count}"
-
-    def noise_key(self) -> str:
-        """The key of this runner's measured noise (`data/perf_noise.json`): `cpu`, or the GPUs' count and models
-        (`gpu/2x NVIDIA H200`): what makes a metric as precise as it is, not the driver or the link."""
-        if self.kind != "gpu":
-            return self.kind
-        return f"gpu/{self.count}x {' + '.join(self.models) or 'unknown'}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "models": list(self.models), "count": self.count, "driver": self.driver,
-                "interconnect": self.interconnect}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Runner | None:
-        try:
-            return cls(str(doc["kind"]), tuple(str(m) for m in doc.get("models") or ()), int(doc.get("count") or 0),
-                       str(doc["driver"]) if doc.get("driver") else None, str(doc.get("interconnect") or ""))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
 
 
 def cell_of(node: Node) -> str:

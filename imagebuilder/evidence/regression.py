@@ -32,7 +32,8 @@ from typing import Any
 
 from ..declarations import schema
 from ..smoke.metrics import Metric
-from .history import Point, Runner, line
+from ..smoke.runner import Runner
+from .history import Point, line
 
 # The finest threshold. On an H200 the gated metrics' MDRs are 0.3..1.2 % and no clean run of twenty fell more
 # than 1.3 % from its baseline (benchmarks/results/perf_signal_1xh200.json); 2 % keeps 1.5x that margin for what

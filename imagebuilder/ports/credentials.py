@@ -36,7 +36,7 @@ HUB_SERVER = "https://index.docker.io/v1/"  # the name Docker stores Docker Hub'
 IDENTITY_TOKEN_USER = "<token>"  # a helper's user name for an identity token
 
 # argv, stdin -> (exit code, stdout, stderr); OSError when the program is not there
-Runner = Callable[[list[str], str], tuple[int, str, str]]
+HelperRun = Callable[[list[str], str], tuple[int, str, str]]
 
 
 def run_helper(argv: list[str], stdin: str) -> tuple[int, str, str]:
@@ -95,7 +95,7 @@ def plain_http_allowed(env: Mapping[str, str]) -> bool:
     return env.get(PLAIN_HTTP_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = run_helper,
+def credentials(host: str, env: Mapping[str, str] | None = None, run: HelperRun = run_helper,
                 scope: Iterable[str] = ()) -> tuple[str, str] | None:
     """(user, secret) for the registry `host`, or None when nothing is configured for it. The environment's pair
     only where it is for this host (`pair_hosts`)."""
@@ -120,7 +120,7 @@ def credentials(host: str, env: Mapping[str, str] | None = None, run: Runner = r
     return None
 
 
-def from_helper(helper: str, server: str, config: Path, run: Runner) -> tuple[str, str] | None:
+def from_helper(helper: str, server: str, config: Path, run: HelperRun) -> tuple[str, str] | None:
     """What `docker-credential-<helper> get` has for `server`."""
     program = f"docker-credential-{helper}"
     said = f"{config} names the credential helper {helper!r} for {server}"

@@ -237,7 +237,7 @@ def _fmt(value: Any, unit: str = "") -> str:
     return "-" if v is None else f"{v:.4g}" + (f" {unit}" if unit else "")
 
 
-def runner_label(runner: Mapping[str, Any]) -> str:
+def _runner_label(runner: Mapping[str, Any]) -> str:
     models = " + ".join(text(m) for m in items(runner.get("models"))) or text(runner.get("kind")) or "unknown"
     count = number(runner.get("count"))
     return (f"{int(count)}x " if count else "") + models + (f", driver {runner['driver']}" if runner.get("driver")
@@ -268,7 +268,7 @@ def metrics(node: Mapping[str, Any]) -> tuple[str, str, tuple[Metric, ...]]:
                           "-" if change is None else f"{change:+.1%}",
                           "not gated" if limit is None else f"{limit:.1%}", "-" if mdr is None else f"{mdr:.1%}",
                           bool(row.get("regressed")), plot))
-    return text(perf.get("verdict")), runner_label(mapping(perf.get("runner"))), tuple(out)
+    return text(perf.get("verdict")), _runner_label(mapping(perf.get("runner"))), tuple(out)
 
 
 def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mapping[str, Any]) -> Card:
@@ -286,7 +286,7 @@ def card(node: Mapping[str, Any], anchor: str, also: Sequence[str], meta: Mappin
         fact(label, node.get(key))
     gpu = mapping(node.get("gpu"))
     if gpu.get("kind") == "gpu" and gpu.get("verified"):
-        fact("ran on", runner_label(gpu))
+        fact("ran on", _runner_label(gpu))
     elif gpu.get("kind") == "cpu":
         fact("ran on", "CPU")
     if node.get("gpu_verified") is False:

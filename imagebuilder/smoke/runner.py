@@ -138,6 +138,47 @@ def interconnect_of(topology: str | None, count: int) -> str:
 
 
 @dataclass(frozen=True)
+class Runner:
+    """What a suite ran on, as far as its speed and its verdict go: the one shape of a runner. A GPU runner is its
+    GPU models (sorted), their count, the driver and the interconnect, as the host's nvidia-smi names them
+    (`GpuHost.runner`); a CPU runner its CPU model and count. A pass record states it (`GpuHost.facts`), a
+    lineage is measured on one (`evidence.history`). Where an engine runs a job is another thing:
+    `emit.graph.CiRunner`."""
+
+    kind: str  # gpu | cpu
+    models: tuple[str, ...] = ()  # GPU models (sorted), or the CPU model
+    count: int = 0  # GPUs, or CPUs
+    driver: str | None = None
+    interconnect: str = ""  # nvlink | pcie | single (GPU runners, as nvidia-smi says)
+
+    def label(self) -> str:
+        what = " + ".join(self.models) or "unknown"
+        if self.kind == "gpu":
+            link = f" ({self.interconnect})" if self.interconnect else ""
+            return f"{self.count}x {what}{link}, driver {self.driver or 'unknown'}"
+        return f"CPU {what} x{self.count}"
+
+    def noise_key(self) -> str:
+        """The key of this runner's measured noise (`data/perf_noise.json`): `cpu`, or the GPUs' count and models
+        (`gpu/2x NVIDIA H200`): what makes a metric as precise as it is, not the driver or the link."""
+        if self.kind != "gpu":
+            return self.kind
+        return f"gpu/{self.count}x {' + '.join(self.models) or 'unknown'}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "models": list(self.models), "count": self.count, "driver": self.driver,
+                "interconnect": self.interconnect}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Runner | None:
+        try:
+            return cls(str(doc["kind"]), tuple(str(m) for m in doc.get("models") or ()), int(doc.get("count") or 0),
+                       str(doc["driver"]) if doc.get("driver") else None, str(doc.get("interconnect") or ""))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
 class GpuHost:
     """What this host offers the suite, as the host itself knows it (never from a report): its /dev/nvidia*
     devices, its GPU models, their count, the driver and the interconnect (as nvidia-smi names them), and
@@ -165,10 +206,18 @@ class GpuHost:
                    gpus[0][1] if gpus else None, cpu_model(), os.cpu_count() or 0, len(gpus),
                    interconnect_of(topology, len(gpus)) if gpus else "", tuple(forwarded(os.environ).items()))
 
+    def runner(self, *, gpu: bool = True) -> Runner:
+        """The runner this host is: its GPUs (models, count, driver, interconnect), or with `gpu` false (a run
+        that was not GPU-verified) its CPU."""
+        if gpu:
+            return Runner("gpu", tuple(self.models), self.gpus, self.driver, self.interconnect)
+        return Runner("cpu", (self.cpu,) if self.cpu else (), self.cpus)
+
     def facts(self) -> dict[str, Any]:
-        """The runner as a pass record states it (`gpu`): models, count, driver, interconnect."""
-        return {"models": list(self.models), "count": self.gpus, "driver": self.driver,
-                "interconnect": self.interconnect, "env": dict(self.env)}
+        """The GPU runner as a pass record states it (`gpu`): its models, count, driver and interconnect (the
+        runner's JSON form, but its kind, which the record says itself), and the forwarded environment."""
+        shown = {k: v for k, v in self.runner().to_json().items() if k != "kind"}
+        return {**shown, "env": dict(self.env)}
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:

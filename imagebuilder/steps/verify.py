@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from ..errors import EngineError, ImageBuilderError, Refused
 from ..evidence import passes, regression
-from ..evidence.history import Point, Runner, cell_of, line, pins_of
+from ..evidence.history import Point, cell_of, line, pins_of
 from ..evidence.passes import PassRecord, Signed
 from ..ledger import VerifyStatus
 from ..plan.keys import cache_ref
@@ -30,7 +30,7 @@ from ..smoke.judge import judge
 from ..smoke.metrics import metrics_of
 from ..smoke.pod import Requested
 from ..smoke.pod import read as read_pod
-from ..smoke.runner import GpuHost, SmokeReport, gpu_mode, run_smoke
+from ..smoke.runner import GpuHost, Runner, SmokeReport, gpu_mode, run_smoke
 from ..smoke.spec import Spec
 
 
@@ -312,9 +312,7 @@ class Verify:
     def runner(self, report: Mapping[str, Any]) -> Runner:
         """What the suite ran on, as the host knows it: its GPUs (models, count, driver, interconnect, as this
         host's driver names them), or this host's CPU."""
-        if report.get("gpu_verified") and self.host.models:
-            return Runner("gpu", tuple(self.host.models), self.host.gpus, self.host.driver, self.host.interconnect)
-        return Runner("cpu", (self.host.cpu,) if self.host.cpu else (), self.host.cpus)
+        return self.host.runner(gpu=bool(report.get("gpu_verified") and self.host.models))
 
     @staticmethod
     def shown(run: RunContext, node: Node, record: PassRecord) -> dict[str, Any] | None:

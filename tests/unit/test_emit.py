@@ -608,8 +608,8 @@ def test_argo_names_follow_argos_validator_whatever_the_runner_label(tmp_path: P
         [t["name"] for t in workflow["spec"]["templates"][0]["dag"]["tasks"]]
     assert all(argo.NAME.fullmatch(n) and len(n) <= argo.MAX_NAME for n in names), names
     assert not argo.NAME.fullmatch("stage-cpu_large") and not argo.NAME.fullmatch("verify-gpu-x-mig-1g.5gb-x1")
-    from imagebuilder.emit.graph import Runner
-    assert argo.template_name("stage", Runner("cpu_large")) != argo.template_name("stage", Runner("cpu-large"))
+    from imagebuilder.emit.graph import CiRunner
+    assert argo.template_name("stage", CiRunner("cpu_large")) != argo.template_name("stage", CiRunner("cpu-large"))
     assert workflow["spec"]["templates"][0]["dag"]["failFast"] is False  # D-A1: one failed leaf stops nothing else
 
 
@@ -720,7 +720,7 @@ def test_one_table_of_engines_and_the_runner_defaults_are_the_schemas(
     small plan, and the default runner queue is the schema's `runners.build`."""
     from imagebuilder.cli.planning import plan
     from imagebuilder.declarations import schema
-    from imagebuilder.emit.graph import Runner
+    from imagebuilder.emit.graph import CiRunner
 
     choices = next(p for p in plan.params if p.name == "fmt").type.choices  # type: ignore[attr-defined]
     assert set(formats.FORMATS) == set(formats.ENGINES) and set(formats.FORMATS) <= set(choices)
@@ -728,7 +728,7 @@ def test_one_table_of_engines_and_the_runner_defaults_are_the_schemas(
     settings = Settings(tool_image=TOOL, digests={str(j.node): DIGEST for j in graph.jobs if j.kind == VERIFY},
                         base_ids=(BASE_ID,), bases=("debian:bookworm",))
     assert all(formats.documents(fmt, graph, settings) for fmt in formats.FORMATS)
-    assert Runner().queue == schema.default("runners.build") and Runner().label == schema.default("runners.build")
+    assert CiRunner().queue == schema.default("runners.build") and CiRunner().label == schema.default("runners.build")
 
 
 def test_github_commands_carry_the_global_options_of_the_plan(
