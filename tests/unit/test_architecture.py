@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,8 +170,10 @@ def test_resolved_things_are_frozen() -> None:
     from imagebuilder.input.matrix import BuildSettings, Entry, SmokeSettings, UserSpec
     from imagebuilder.ledger import NodeRecord
     from imagebuilder.plan.plan import Decision, Node
+    from imagebuilder.smoke.runner import Runner
+    from imagebuilder.smoke.spec import Spec
 
-    for cls in (Entry, Node, Decision, NodeRecord, BuildSettings, SmokeSettings, UserSpec):
+    for cls in (Entry, Node, Decision, NodeRecord, BuildSettings, SmokeSettings, UserSpec, Spec, Runner):
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
 
 
@@ -184,6 +187,49 @@ def test_only_the_cli_turns_an_error_into_an_exit_code() -> None:
                    and n.value.id == handler.name for n in ast.walk(handler)):
                 readers.add(path.relative_to(ROOT).as_posix())
     assert readers == {"imagebuilder/cli/main.py"}
+
+
+LOOSE = re.compile(r"\b(dict|Dict|Mapping|MutableMapping)\[str, *Any\]")  # a value that is any document
+TYPED = re.compile(r"(^|_)(spec|runner)$")  # names of the values that have a frozen type: `Spec`, `Runner`
+NAMED = re.compile(r"(^|_)(spec|runner)s?(_|$)")  # a function named for one (`spec_of`, `runner`; not `inspect`)
+
+
+def loose_signatures(source: str) -> list[str]:
+    """`function(arg)` (or `function -> `) for each public function or method of a module (what other modules
+    call) that takes a spec or a runner as a document (`dict[str, Any]`, `Mapping[str, Any]`) or, named for one,
+    returns one."""
+    tree = ast.parse(source)
+    publics = [(f"{c.name}.", f) for c in tree.body if isinstance(c, ast.ClassDef) and not c.name.startswith("_")
+               for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    publics += [("", f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    found = []
+    for owner, func in publics:
+        if func.name.startswith("_"):
+            continue
+        args = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]
+        found += [f"{owner}{func.name}({a.arg})" for a in args
+                  if TYPED.search(a.arg) and a.annotation is not None and LOOSE.search(ast.unparse(a.annotation))]
+        if NAMED.search(func.name) and func.returns is not None \
+                and LOOSE.search(ast.unparse(func.returns)):
+            found.append(f"{owner}{func.name} -> ")
+    return found
+
+
+def test_no_spec_or_runner_crosses_a_module_as_a_dict() -> None:
+    """The spec (`smoke.spec.Spec`) and the runner (`smoke.runner.Runner`) are frozen types from where they are made
+    to where they are read; their JSON forms are made at the edges (files, signatures, the in-image suite), by
+    `to_json`, and never handed from one module to another as a document."""
+    found = [f"{p.relative_to(ROOT).as_posix()}: {s}" for p in sorted(PACKAGE.rglob("*.py"))
+             for s in loose_signatures(p.read_text(encoding="utf-8"))]
+    assert found == []
+    named: dict[str, list[str]] = {"Runner": [], "Spec": []}  # one of each name: a CI job's is `CiRunner`
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for n in ast.parse(path.read_text(encoding="utf-8")).body:
+            names = [n.name] if isinstance(n, ast.ClassDef) else \
+                [t.id for t in n.targets if isinstance(t, ast.Name)] if isinstance(n, ast.Assign) else []
+            for name in set(names) & set(named):
+                named[name].append(path.relative_to(ROOT).as_posix())
+    assert named == {"Runner": ["imagebuilder/smoke/runner.py"], "Spec": ["imagebuilder/smoke/spec.py"]}
 
 
 def test_the_checks_see_what_they_guard() -> None:
@@ -200,6 +246,12 @@ def test_the_checks_see_what_they_guard() -> None:
     assert ("publish", "stage") in step_imports(graph)
     graph["imagebuilder.run.keytags"].add("imagebuilder.steps.stage")
     assert ("imagebuilder.run.keytags", "imagebuilder.steps.stage") in wing_imports(graph)
+    loose = ("def files(spec: Mapping[str, Any], env: dict[str, str]) -> None: ...\n"  # what pod.files took
+             "class Verify:\n    def ran(self, spec: dict[str, Any] | None) -> None: ...\n"
+             "    def _own(self, spec: dict[str, Any]) -> None: ...\n"  # (a module's own: not checked)
+             "def gpu_runner(*, host_runner: 'Mapping[str, Any]') -> None: ...\n"
+             "def spec_of(node: str) -> dict[str, Any]: ...\n")
+    assert loose_signatures(loose) == ["Verify.ran(spec)", "files(spec)", "gpu_runner(host_runner)", "spec_of -> "]
 
 
 def test_the_cli_is_a_thin_front_door() -> None:
