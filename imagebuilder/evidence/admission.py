@@ -34,6 +34,10 @@ class Undecided(ImageBuilderError):
 
 @dataclass(frozen=True)
 class Verdict:
+    """`check`'s answer for one digest: admitted or not as the judge ruled (`ruling.judge`), every reason it was
+    refused, and, one line each, the evidence that counted and what beside it did not. Says; decides nothing
+    more."""
+
     image: str  # host/repo@digest
     admitted: bool
     why: tuple[str, ...]  # what refused it (empty when admitted)

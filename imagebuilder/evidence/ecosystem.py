@@ -28,6 +28,10 @@ def raw_sbom_tag(manifest: str) -> str:
 
 @dataclass(frozen=True)
 class Ecosystem:
+    """Writes the ecosystem's copies of one run's evidence, in the layouts the run chose (none when they are
+    `off`), each statement signed by `signer`, the run's own (`RunContext.ecosystem`: there is none without
+    one). It only writes: nothing here reads evidence back."""
+
     layouts: Layouts
     signer: Signer
 

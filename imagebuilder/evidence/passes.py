@@ -109,7 +109,12 @@ def now() -> str:
 
 @dataclass(frozen=True)
 class PassRecord:
-    verdict: str  # PASSED | UNTESTED
+    """What one run says of one image (`config`) and one spec: it passed the suite (an ancestor: `via` a leaf
+    built on it), was published untested, or a GPU model's verdict on it. Verify makes passes and verdicts
+    (`run.ancestors` the `via` ones), publish and promote untested records. A record counts only as a `Signed`
+    one read back; `from_json` gives None for anything not of this format, never an exception."""
+
+    verdict: str  # PASSED | UNTESTED | FAILED (a GPU model's verdict)
     config: str  # the image's config digest (the engine's image ID): what the suite ran in
     spec: str  # spec_key of what was run
     node: str
@@ -179,7 +184,8 @@ def stands(there: PassRecord | None, own: PassRecord | None) -> bool:
 
 @dataclass(frozen=True)
 class Signed:
-    """A record that counts: its envelope verified against a trusted key."""
+    """A record that counts: its envelope verified against a trusted key whose roles cover what it says
+    (`role_of`). Made only by `opened`; `keyid` and `source` name that key."""
 
     record: PassRecord
     keyid: str

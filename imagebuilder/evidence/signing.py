@@ -113,6 +113,9 @@ def named(spec: str | Path) -> tuple[frozenset[str], Path]:
 
 @dataclass(frozen=True)
 class PublicKey:
+    """A key whose signatures count, for `roles` only (`allow` refuses the others), and where it was trusted from.
+    Its id (`keyid`) and fingerprint are derived from the key, never read from what it signed."""
+
     key: Ed25519PublicKey
     source: str  # where it was trusted from (a file, "this machine's own key")
     roles: frozenset[str] = EVERY_ROLE  # what its signatures may vouch for (`ROLES`)
@@ -169,6 +172,9 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class Signer:
+    """A private key this run signs with (DSSE envelopes, `sign`), and where it came from. Loaded from a file only
+    when no one else may read or change it (`load`); the key is never written into what it signs."""
+
     key: Ed25519PrivateKey
     source: str
 
@@ -263,7 +269,10 @@ class Rejected(Exception):
 
 @dataclass(frozen=True)
 class Trust:
-    """The keys whose signatures count."""
+    """The keys whose signatures count, each with the roles it may vouch for (one key named twice: the roles of
+    both). `open` gives an envelope's payload, and the key, only when a trusted key's signature verifies;
+    otherwise `Rejected` says why. Whether that key's roles cover what the payload says is the reader's to ask
+    (`PublicKey.allow`)."""
 
     keys: tuple[PublicKey, ...]
 

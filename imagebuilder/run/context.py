@@ -70,6 +70,12 @@ class Images:
 
 @dataclass(frozen=True)
 class RunContext:
+    """What every step of one run reads and writes: the decided plan, the ledger (the only place a step leaves
+    what it learned for the next), the ports, the specs and the keys. Made once per run by `steps.run.execute`
+    and handed to each step; frozen: a step changes what the ledger, the images and the stores hold, never which
+    ones the run has. The stores it opens (`passes`, `mirror`, `history`) read with this run's trust and write
+    with its signer."""
+
     plan: Plan
     ledger: Ledger
     images: Images
@@ -102,6 +108,8 @@ class RunContext:
             return self._histories[host]
 
     def mirror(self) -> LocalPasses:
+        """The local mirror of pass records in the cache folder, read with this run's trust (the folder is no
+        source of trust) and written with its signer (none without one)."""
         return LocalPasses(self.cache_dir, self.keys.trust, self.keys.signer)
 
     def key_tag(self, node: Node) -> tuple[str, str, str]:

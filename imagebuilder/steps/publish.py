@@ -33,6 +33,12 @@ PUBLISHED = (PublishStatus.PUSHED, PublishStatus.CURRENT, PublishStatus.TAGGED)
 
 @dataclass(frozen=True)
 class Publish:
+    """The publish step: a `publish:<entry>` task per entry after every build and verify of its nodes, and an
+    `aliases` task after every entry. An entry is tagged only when every node built and every leaf passed (here
+    or found by its image), or with `allow_untested`; otherwise it is held (untested under `build`: staged, key
+    tags only). Pushed, it is all or nothing (`publish_entry`): each node's pass is bound beside its digest and
+    the supply gate passes before any tag moves. `supply` is required: no publish is composed without the gate."""
+
     push: bool = True  # False (--no-push): tag on this engine only
     allow_untested: bool = False  # publish what has no pass (loud; an `untested` record beside each digest)
     allow_untested_gpu: bool = False  # publish CUDA images tested without a GPU

@@ -40,6 +40,10 @@ RUN_LABEL = f"{LABEL_PREFIX}.run"
 
 @dataclass(frozen=True)
 class RunOptions:
+    """How the command runs the steps (`execute`): where reports and the local mirror go, how many tasks at once,
+    whether to stop after a failure, what the display shows, what report.json says of the command and where the
+    ecosystem's copies of evidence go. Made by the command line (`cli.running.run_steps`)."""
+
     report_dir: Path
     cache_dir: Path  # the local mirror of pass records
     jobs: int = 1  # independent tasks at once

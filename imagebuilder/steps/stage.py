@@ -155,7 +155,10 @@ class Nodes:
 
 @dataclass(frozen=True)
 class Stage(Nodes):
-    """Build what is not cached; reuse what is."""
+    """Build what is not cached; reuse what is. A node the plan decided cached (its key's image on this engine or
+    under its key tag), or whose content another node of the run has, is reused (`found`); one whose parent did
+    not build is blocked; any other is built FROM its parent's image and is `built` only once its secrets scan
+    found nothing. Stage pushes nothing: `KeyTags` and `Publish` do."""
 
     no_cache: bool = False  # ignore the engine's build cache (a cold build)
     stacks: dict[str, tuple[torch_stack.Dist, ...]] = field(default_factory=dict, compare=False)  # by image ID
@@ -361,7 +364,8 @@ class Staged(Nodes):
 
 @dataclass(frozen=True)
 class KeyTags:
-    """`imagebuilder stage`: each entry whose every node built is pushed under its key tags only."""
+    """`imagebuilder stage` and `node stage`: each entry whose every node built is pushed under its key tags only
+    (never a public tag); an entry with a node that did not build is held, nothing of it pushed."""
 
     def start(self, run: RunContext) -> None:
         require_push(run, "stage")

@@ -271,6 +271,9 @@ class SupplyChain:
 
 
 class ImageLayers(NamedTuple):
+    """An image manifest's layers as `image_layers` read them from the registry: as many diff_ids as layer
+    blobs (else it raised)."""
+
     layers: list[Mapping[str, Any]]  # the manifest's layer blobs
     diff_ids: list[str]  # their diff_ids (its config's), index for index
     config: str  # the config's digest: the image's ID on an engine

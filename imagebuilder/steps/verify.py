@@ -64,6 +64,13 @@ def refusal(record: PassRecord, where: str, *, gpus_here: bool, models_here: Col
 
 @dataclass(frozen=True)
 class Verify:
+    """The smoke step: a `verify:<leaf>` task per leaf, after its build, one suite at a time. A pass of this spec
+    for the leaf's very image (the local mirror by image ID, else beside the digest its key tag names) stands in
+    for the suite where `refusal` lets it, never with `resmoke`. Otherwise the suite runs (without `run_suite`
+    the leaf is `skipped`), the host judges its report, a regression against the lineage fails it unless
+    `accept_regression`, and a pass goes to the ledger and, signed, to the local mirror. It writes to the
+    registry only with `record`: this GPU model's verdict, then the leaf's pass beside its digest."""
+
     run_suite: bool = True  # False (--no-smoke, publish): only passes found by image count; nothing runs
     resmoke: bool = False  # run the suite even where a pass of this very image exists
     same_gpu_model: bool = False  # verify on a GPU runner: a pass of other GPU models does not stand in
