@@ -13,7 +13,7 @@ from pathlib import Path
 
 from imagebuilder.ports.engine import DockerEngine
 
-from .conftest import Chain, registry_tags, report, run_cli
+from .conftest import Chain, CliRun, registry_tags, report, run_cli
 
 
 def fake_torch(folder: Path, version: str) -> str:
@@ -32,6 +32,16 @@ def fake_torch(folder: Path, version: str) -> str:
     return name
 
 
+def staged_on_the_chain(cpu_chain: Chain, layer: str, tmp_path: Path) -> CliRun:
+    """`stage` of the session chain with `layer` (a folder of the chain's layers) in place of its task layer."""
+    layers = cpu_chain.folder / "layers"
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
+                                                           f"layers: [base, business, {layer}]")
+                      .replace("layers_path: [layers]", f"layers_path: [{layers}]"))
+    return run_cli("stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+
+
 def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, engine: DockerEngine,
                                                              registry: str, tmp_path: Path) -> None:
     layers = cpu_chain.folder / "layers"
@@ -42,11 +52,7 @@ def test_a_team_layer_that_pulls_another_torch_fails_in_stage(cpu_chain: Chain, 
         f"FROM {{{{ parent_image }}}}\nCOPY {wheel} /tmp/{wheel}\n"
         f"RUN python -m pip install --no-deps --no-index --target /opt/team /tmp/{wheel}\nENV PYTHONPATH=/opt/team\n")
     (team / "layer.yaml").write_text("description: a team's layer whose requirements pull another torch build\n")
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
-                                                           "layers: [base, business, team-torch]")
-                      .replace("layers_path: [layers]", f"layers_path: [{layers}]"))
-    run = run_cli("stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    run = staged_on_the_chain(cpu_chain, "team-torch", tmp_path)
     assert run.code == 1, run.text[-3000:]
     nodes = {n["layer"]: n for n in report(tmp_path / "report")["nodes"]}
     assert nodes["business"]["build"] == "cached" and nodes["base"]["build"] == "cached"
@@ -71,11 +77,7 @@ def test_a_team_layer_that_edits_a_file_of_torch_fails_in_stage(cpu_chain: Chain
         "FROM {{ parent_image }}\nUSER root\n"
         "RUN f=$(python -c 'import torch.functional as m; print(m.__file__)') && echo '# patched' >> \"$f\"\n")
     (team / "layer.yaml").write_text("description: a team's layer that patches a file of torch in place\n")
-    matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(cpu_chain.matrix.read_text().replace("layers: [base, business, task]",
-                                                           "layers: [base, business, team-patch]")
-                      .replace("layers_path: [layers]", f"layers_path: [{layers}]"))
-    run = run_cli("stage", "--matrix", str(matrix), "--report", str(tmp_path / "report"))
+    run = staged_on_the_chain(cpu_chain, "team-patch", tmp_path)
     assert run.code == 1, run.text[-3000:]
     leaf = {n["layer"]: n for n in report(tmp_path / "report")["nodes"]}["team-patch"]
     assert leaf["build"] == "failed" and leaf["image"] is None
