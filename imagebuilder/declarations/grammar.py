@@ -30,6 +30,8 @@ PATTERNS: dict[str, str] = {
     "url": r"(?:https?|file)://[A-Za-z0-9._~:/?=&%+,-]+",
     "var": r"[A-Za-z0-9._:/@+=,%-]{0,256}",
     "varname": r"[A-Za-z_][A-Za-z0-9_]{0,63}",
+    "envname": r"[A-Za-z_][A-Za-z0-9_]{0,127}",  # a variable of the smoke container's environment (`smoke.env`)
+    "check": r"[A-Za-z0-9_.*?\[\]-]{1,128}",  # a smoke check's name, or a glob of names (`smoke.allow_skip`)
     "size": r"\d+[bkmgBKMG]?",
     "int": r"\d{1,7}",
     "network": r"host|bridge|none|default",

@@ -24,6 +24,7 @@ from . import grammar
 
 TOP, AXIS, ENTRY, INCLUDE = "top", "axis", "entry", "include"
 MAX_ENTRIES = 1000  # entries a matrix may make unless --max-entries raises it (the CLI's default)
+ID_MAX = 2**31 - 1  # the largest user or group id (Linux's are signed 32-bit)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ KEYS: tuple[Key, ...] = (
         "the base image (`image`).", "pip"),
     Key("user", "mapping", "The non-root user every image runs as (below).", None, merge=True),
     Key("user.name", "username", "Its name (never root).", "ml"),
-    Key("user.uid", "id", "Its UID (never 0).", "1000"),
-    Key("user.gid", "id", "Its GID (never 0).", "1000"),
+    Key("user.uid", "id", "Its UID (never 0).", "1000", high=ID_MAX),
+    Key("user.gid", "id", "Its GID (never 0).", "1000", high=ID_MAX),
     Key("user.workdir", "abspath", "Its working folder (not a system folder).", "/workspace"),
     Key("tags", "list", "Immutable tag templates ({entry} {layer} {key12} {date} and versions).",
         '["{entry}-{layer}-{key12}"]', items="string"),
@@ -193,10 +194,15 @@ def _prose(default: str) -> bool:
 
 def _bounds_text(k: Key) -> str:
     if k.low is not None and k.high is not None:
-        return f" in [{k.low:g}, {k.high:g}]"
+        return f" in [{_number(k.low)}, {_number(k.high)}]"
     if k.low is not None:
-        return f", at least {k.low:g}"
-    return f", at most {k.high:g}" if k.high is not None else ""
+        return f", at least {_number(k.low)}"
+    return f", at most {_number(k.high)}" if k.high is not None else ""
+
+
+def _number(bound: float) -> str:
+    """A bound as the docs print it: a whole number in full (2147483647, not 2.14748e+09), else as `:g` does."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def names(*levels: str, under: str | None = None) -> tuple[str, ...]:
