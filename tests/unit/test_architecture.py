@@ -134,12 +134,15 @@ def test_only_the_cli_runs_the_steps() -> None:
 
 
 def test_the_pure_modules_do_no_io_of_their_own() -> None:
-    """input/ reads files only in the loader (source, matrix, layers, certs) and asks the world only in lookups;
-    plan/ but cache.py, and evidence/spec.py, import neither docker, requests, socket nor subprocess."""
+    """input/ reads files only in the loader (source, the matrix loader's modules, layers, certs) and asks the world
+    only in lookups; the matrix loader (`LOADER`, and entry.py), plan/ but cache.py, and evidence/spec.py, import
+    neither docker, requests, socket nor subprocess."""
     worldly = {"docker", "requests", "socket", "subprocess", "urllib.request", "http.client"}
+    loader = {f"imagebuilder.input.{name.removesuffix('.py')}" for name in (*LOADER, "entry.py")}
     pure = [m for m in imports() if (m.startswith("imagebuilder.plan.") and m != "imagebuilder.plan.cache")
             or m in ("imagebuilder.evidence.spec", "imagebuilder.declarations.schema",
-                     "imagebuilder.declarations.grammar", "imagebuilder.input.matrix")]
+                     "imagebuilder.declarations.grammar", *loader)]
+    assert loader <= set(pure), loader - set(pure)
     for module in pure:
         path = PACKAGE.parent / (module.replace(".", "/") + ".py")
         names = {a.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
@@ -286,3 +289,35 @@ def test_the_steps_the_run_context_and_the_evidence_say_what_holds() -> None:
                for name in undocumented(p.read_text(encoding="utf-8"))]
     assert missing == []
     assert undocumented('class Shown:\n    """Says."""\nclass Bare:\n    x: int\nclass _Own:\n    y: int\n') == ["Bare"]
+
+
+INPUT = PACKAGE / "input"
+LOADER = ("matrix.py", "reader.py", "combos.py", "settings.py", "resolver.py")  # the matrix loader: read, then resolved
+MAX_INPUT_LINES, MAX_LOADER_FUNCTION = 600, 40
+
+
+def long_functions(source: str, limit: int) -> list[str]:
+    """`name (N lines)` for each function and method (`Class.name`) of a module's source that is longer than `limit`
+    lines, counted from its `def` line to its last."""
+    tree = ast.parse(source)
+    functions = [("", f) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions += [(f"{c.name}.", f) for c in tree.body if isinstance(c, ast.ClassDef)
+                  for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [f"{owner}{f.name} ({n} lines)" for owner, f in functions
+            if (n := (f.end_lineno or f.lineno) - f.lineno + 1) > limit]
+
+
+def test_the_input_modules_are_short_and_the_loaders_functions_shorter() -> None:
+    """No module of input/ over 600 lines; no function or method of the matrix loader's modules (`LOADER`: the reader
+    that reads the file and says where each value was written, the resolver that makes typed entries of it, and their
+    parts) over 40 lines. Seen failing on the tree before the split (matrix.py 1021 lines, compat_refresh.py 1185,
+    `_Loader.entry` 97 lines, and more), and with the limit set to 30 on the tree after it."""
+    long_files = [f"{p.name} ({n} lines)" for p in sorted(INPUT.glob("*.py"))
+                  if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_INPUT_LINES]
+    assert long_files == []
+    long = [f"{name}: {found}" for name in LOADER
+            for found in long_functions((INPUT / name).read_text(encoding="utf-8"), MAX_LOADER_FUNCTION)]
+    assert long == []
+    body = "        x = 1\n" * 39
+    source = f"def f():\n{body}class L:\n    def g(self):\n{body}        y = 2\n"  # f: 40 lines, L.g: 41
+    assert long_functions(source, 40) == ["L.g (41 lines)"]
