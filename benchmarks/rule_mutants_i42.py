@@ -68,9 +68,9 @@ M = [  # (rule, file, the rule's text, the text without it, the test that must f
      '"rules": rules(),',
      '"rules": "host-judge/1",',
      'tests/unit/test_judge.py::test_the_rules_are_named_by_content'),
-    ('gpu-floors-bound', 'imagebuilder/input/matrix.py',
-     '            for model, peak in gpus_matching(name):',
-     "            for model, peak in [(name, p) for p in "
+    ('gpu-floors-bound', 'imagebuilder/input/settings.py',
+     '        for model, peak in gpus_matching(name):',
+     "        for model, peak in [(name, p) for p in "
      "[__import__('imagebuilder.smoke.suite', fromlist=['x']).gpu_peak(name)] if p]:",
      'tests/unit/test_matrix.py::test_bad_values'),
     ('stack-version', 'imagebuilder/supply/torch_stack.py',
