@@ -163,6 +163,7 @@ class Renderer:
             "torch_index_url": arg_ref(TORCH_INDEX_ARG),
             "index_url": arg_ref(INDEX_ARG),
             "constraints": f"{CONTEXT_DIR}/constraints.txt",
+            "overrides": sorted(dict(entry.overrides)),  # every pip install's `pip check` allows torch's pins of these
         }
         return {
             **versions,

@@ -257,3 +257,29 @@ def test_a_link_out_of_a_layer_folder_is_refused_and_one_inside_it_is_copied(
     (template.parent / "notes.txt").symlink_to("real.txt")
     plan = plan_with_team_layer(write_matrix, table, header)
     assert any(n.layer.name == "team" for n in plan.nodes)
+
+
+def test_every_pip_install_above_an_override_allows_torchs_own_pin_and_nothing_else(
+        write_matrix: MatrixWriter, header: str, table: CompatTable) -> None:
+    """An entry that overrides NCCL breaks torch's own pin of it on purpose: the `pip check` of torch's install
+    and of every install above it (the business layer's here; the devel toolkit's, a team layer's) lets exactly
+    that requirement through. Before, only torch's install did, and the first pip layer above it failed to build
+    (seen in tests/integration/test_cuda_image.py: the devel flavor of the override entry). Without an override,
+    plain `pip check`."""
+    from imagebuilder.input import lookups
+
+    def index(index_url: str, project: str) -> list[str] | None:
+        return {"nvidia-nccl-cu12": ["2.21.5", "2.23.4"]}.get(project)
+
+    body = header + "matrix: {torch: [2.6.0], accelerator: [cu124], python: ['3.11']}\n"
+    for extra, allowed in (("include: [{accelerator: cu124, nccl: 2.23.4}]\n", "nvidia-nccl-cu12"), ("", None)):
+        path = write_matrix(body + extra)
+        first = matrix_mod.load(path, table, env={})
+        facts = lookups.answer(first.questions, base_python=lambda image: None, index_versions=index)
+        plan = plan_mod.make(matrix_mod.load(path, table, env={}, facts=facts), Renderer())
+        for layer in ("base", "business"):
+            text = next(n for n in plan.nodes if n.layer.name == layer).rendered.dockerfile
+            if allowed:
+                assert f"torch [^ ]+ has requirement ({allowed})==" in text and "&& pip check \\" not in text, layer
+            else:
+                assert "&& pip check \\" in text and "has requirement" not in text, layer
