@@ -33,16 +33,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # work: the CUDA images (bound by the disk: gigabytes of wheels unpacked and committed) build on one while
 # every other integration test (bound by the CPU, sharing one session chain) runs on the other; each unit
 # test is a unit of its own and goes to whichever worker is free. The modules that need no session chain (the
-# development images, ~6 min with their own devel chain; the registry faults; the three-machine steps; the
-# gate's own builds) join the CUDA unit, so that both workers end at about the same time (ci_time.json, fresh
-# clone of fe9b991: 2089 s of chain-bound integration against 1491 s of the other unit and 155 s of unit tests,
-# with test_gate's 228 s on the chain's side; moved: about 1860 s a side). (A scheduler of our own: xdist's
-# `loadgroup` marks do not survive pytest 9's node ids.)
+# development images, with their own devel chain; the registry faults; the three-machine steps; the gate's own
+# builds; the reliability tests) join the CUDA unit, so that both workers end at about the same time
+# (ci_time.json, fresh clone of 180110b: 1747 s of no-chain integration against 1855 s of the chain's, 145 s of
+# unit tests; since then the CUDA module builds one entry, not two (-230 s), the development images one leaf
+# (-85 s), and three chain tests smoke nothing (-170 s), so test_reliability's 63 s moved over). (A scheduler
+# of our own: xdist's `loadgroup` marks do not survive pytest 9's node ids.)
 WORK_UNITS = (("tests/integration/test_cuda_image.py", "no-chain"),
               ("tests/integration/test_dev_images.py", "no-chain"),
               ("tests/integration/test_registry_faults.py", "no-chain"),
               ("tests/integration/test_steps.py", "no-chain"),
               ("tests/integration/test_gate.py", "no-chain"),
+              ("tests/integration/test_reliability.py", "no-chain"),
               ("tests/integration/", "integration"))
 
 

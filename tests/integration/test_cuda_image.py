@@ -1,8 +1,9 @@
 """Real CUDA images: PyPI's torch 2.11.0 with its CUDA 13.0 nvidia-* wheels, in the project's split tree
 (os -> cuda -> torch -> devel). Without a GPU, the CUDA, cuDNN and NCCL libraries still load, so the versions
-inside the image are checked against the plan's. The runtime and devel images share the os, cuda and torch
-nodes (one image each, built once), so the wheels are unpacked and committed once; the NCCL override has a pin
-set of its own, so a CUDA node of its own. No CUDA library is in any image twice."""
+inside the image are checked against the plan's. Every test of this module builds one entry, the one with an
+NCCL override (the path with the most to get wrong: a pin of its own in the CUDA node, torch's own pin kept out
+of the venv), so the runtime and devel images share the os, cuda and torch nodes (one image each, built once)
+and the wheels are unpacked and committed once. No CUDA library is in any image twice."""
 
 from __future__ import annotations
 
@@ -79,12 +80,18 @@ def _remove_cuda_images(engine: DockerEngine) -> Iterator[None]:
         engine.remove_image(image["Id"])
 
 
-def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, base_image: str, repository: str, tmp_path: Path,
-                                            cuda_wheelhouse: Path | None,
+def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, registry: str, base_image: str, repository: str,
+                                            tmp_path: Path, cuda_wheelhouse: Path | None,
                                             cli: Callable[..., CliRun]) -> None:
+    # torch 2.11.0 pins nvidia-nccl-cu13==2.28.9 (what an entry without an override gets); the module's entry asks
+    # for 2.29.7 instead (same major).
+    (tmp_path / "stock").mkdir()
+    stock = cuda_matrix(tmp_path / "stock", repository, cuda_wheelhouse, nccl=None)
+    planned = json.loads(cli("plan", "--matrix", str(stock), "--json").out)[0]["entry"]
+    assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("13.0", "9.19.0.56", "2.28.9")
     matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse)
     planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
-    assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("13.0", "9.19.0.56", "2.28.9")
+    assert (planned["cuda"], planned["cudnn"], planned["nccl"]) == ("13.0", "9.19.0.56", NCCL_OVERRIDE)
 
     run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
     assert run.code == 0, run.text[-4000:]
@@ -94,7 +101,7 @@ def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, base_image: st
     assert checks["versions.cuda"]["value"] == planned["cuda"]
     assert checks["versions.cudnn"]["value"] == "9.19.0"  # the runtime reports major.minor.patch
     assert planned["cudnn"].startswith(checks["versions.cudnn"]["value"] + ".")
-    assert checks["versions.nccl"]["value"] == planned["nccl"]
+    assert checks["versions.nccl"]["value"] == NCCL_OVERRIDE  # the library loaded at run time is the override
     assert checks["versions.triton"]["value"] == planned["triton"]
     assert checks["versions.accelerator"]["value"] == "cu130"
 
@@ -102,10 +109,11 @@ def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, base_image: st
     out = engine.run(node["image"], ["sh", "-c", "pip freeze | grep -E '^nvidia-(cudnn|nccl)-cu13=='; "
                      "find / -xdev \\( -name '*.whl' -o -path /root/.cache/pip \\) "
                      "-not -path '/usr/share/python-wheels/*' -print 2>/dev/null"], timeout=120)
-    assert sorted(out.logs.split()) == ["nvidia-cudnn-cu13==9.19.0.56", "nvidia-nccl-cu13==2.28.9"]
+    assert sorted(out.logs.split()) == ["nvidia-cudnn-cu13==9.19.0.56", f"nvidia-nccl-cu13=={NCCL_OVERRIDE}"]
 
     # Once, in the shared CUDA node's prefix (for every Python), and not again in the venv: pip found torch's CUDA
-    # requirements satisfied. The suite's single-copy check saw no library twice.
+    # requirements satisfied (torch's own NCCL pin included: it did not bring 2.28.9 back). The suite's
+    # single-copy check saw no library twice.
     where = engine.run(node["image"], ["python", "-c", "import importlib.metadata as m, os; print('\\n'.join(sorted("
                        "{os.path.dirname(str(d.locate_file('x'))) for d in m.distributions() "
                        "if (d.metadata['Name'] or '').startswith(('nvidia', 'cuda-toolkit'))})))"], timeout=120)
@@ -119,8 +127,13 @@ def test_cuda_image_versions_equal_the_plan(engine: DockerEngine, base_image: st
     path = engine.inspect(node["image"])["Config"]["Labels"]["io.imagebuilder.versions"]
     manifest = json.loads(engine.run(node["image"], ["cat", path], timeout=60).logs)
     assert (manifest["torch"], manifest["cuda"], manifest["cudnn"], manifest["nccl"]) == (
-        "2.11.0", "13.0", "9.19.0.56", "2.28.9")
+        "2.11.0", "13.0", "9.19.0.56", NCCL_OVERRIDE)
     assert manifest["pip"]["nvidia-cudnn-cu13"] == "9.19.0.56" and "python3" in manifest["dpkg"]
+
+    # Another NCCL cannot be swapped in by a flag (only the matrix says what an image holds): an input error.
+    bad = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "bad"), "--expect", "nccl=2.0.0")
+    assert bad.code == 2 and "--expect nccl=2.0.0: only floors may be given" in bad.err, bad.text[-2000:]
+    assert registry_tags(registry, f"itest/{repository}") == []
 
 
 def leaf(folder: Path) -> dict[str, Any]:
@@ -135,11 +148,16 @@ def wheelhouse_setting(wheelhouse: Path | None) -> str:
     return f"build: {{wheelhouse: {wheelhouse}}}\n" if wheelhouse else ""
 
 
-def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra: str = "",
-                flavor: str = "runtime") -> Path:
+NCCL_OVERRIDE = "2.29.7"
+
+
+def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, flavor: str = "runtime",
+                nccl: str | None = NCCL_OVERRIDE) -> Path:
     """torch 2.11.0 with PyPI's CUDA 13.0 wheels, the project's tree up to torch (and devel), without
-    torchvision/torchaudio: one torch node that every CUDA image of this module shares."""
-    return itest_matrix(tmp_path, repository, layers=TREE, extra=extra + wheelhouse_setting(wheelhouse),
+    torchvision/torchaudio, NCCL overridden by `nccl` (None: torch's own pin): one CUDA and one torch node that
+    every image of this module shares."""
+    include = f"include:\n  - {{accelerator: cu130, nccl: \"{nccl}\"}}\n" if nccl else ""
+    return itest_matrix(tmp_path, repository, layers=TREE, extra=include + wheelhouse_setting(wheelhouse),
                         base=CUDA_BASE, body=f"""
         torch_extras: []
         matrix:
@@ -148,27 +166,6 @@ def cuda_matrix(tmp_path: Path, repository: str, wheelhouse: Path | None, extra:
           python: ["3.11"]
           flavor: [{flavor}]
         """)
-
-
-def test_nccl_override_is_installed_and_checked_at_run_time(
-        engine: DockerEngine, registry: str, base_image: str, repository: str, tmp_path: Path,
-        cuda_wheelhouse: Path | None,
-        cli: Callable[..., CliRun]) -> None:
-    # torch 2.11.0 pins nvidia-nccl-cu13==2.28.9; the entry asks for 2.29.7 instead (same major).
-    matrix = cuda_matrix(tmp_path, repository, cuda_wheelhouse,
-                         "include:\n  - {accelerator: cu130, nccl: \"2.29.7\"}\n")
-    planned = json.loads(cli("plan", "--matrix", str(matrix), "--json").out)[0]["entry"]
-    assert planned["nccl"] == "2.29.7"
-    run = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r"), "--no-push")
-    assert run.code == 0, run.text[-4000:]
-    node = leaf(tmp_path / "r")
-    checks = {c["name"]: c for c in node["smoke_report"]["checks"]}
-    assert checks["versions.nccl"]["value"] == "2.29.7"  # the library loaded at run time is the override
-
-    # Another NCCL cannot be swapped in by a flag (only the matrix says what an image holds): an input error.
-    bad = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "bad"), "--expect", "nccl=2.0.0")
-    assert bad.code == 2 and "--expect nccl=2.0.0: only floors may be given" in bad.err, bad.text[-2000:]
-    assert registry_tags(registry, f"itest/{repository}") == []
 
 
 def test_cuda_image_without_a_gpu_is_not_pushed(engine: DockerEngine, registry: str, base_image: str, repository: str,

@@ -102,11 +102,13 @@ def check_rebuilds(engine: DockerEngine, registry: str, cpu_chain: Chain, matrix
                                                                   "task": "build"}
     assert re.fullmatch(rf"template {re.escape(str(template))} changed \(since (image [0-9a-f]{{12}} on this "
                         rf"engine|{re.escape(registry)}/\S+)\)", plan["task"]["reason"]), plan["task"]["reason"]
-    changed = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r4"))
+    # (untested: the rebuild is what is tested here; the suite ran on the chain's leaf, ~1 min of CPU again)
+    changed = cli("build", "--matrix", str(matrix), "--report", str(tmp_path / "r4"), "--no-smoke",
+                  "--allow-untested")
     assert changed.code == 0, changed.text[-3000:]
     assert statuses(tmp_path / "r4") == {"base": ("cached", None, "current"),
                                          "business": ("cached", None, "current"),
-                                         "task": ("built", "passed", "pushed")}
+                                         "task": ("built", "skipped", "pushed")}
     task = {n["layer"]: n for n in report(tmp_path / "r4")["nodes"]}["task"]
     assert task["key"] != nodes["task"]["key"]
     assert engine.image_id(nodes["business"]["image"]) is not None  # pulled to build on
