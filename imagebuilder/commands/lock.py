@@ -155,7 +155,7 @@ def _drift(plan: Plan, base: Base, engine: Engine | None, registries: Registries
         status, why, digest, new_id = _registry(locked, registries)
         if status == CURRENT and seen is not None and seen.id != locked.id:
             why = f"this engine's {base.name} is image {seen.id}, not the locked one; builds use the lock"
-        if new_id is None and seen is not None and digest is not None and _sha(seen.digest) == _sha(digest):
+        if status == MOVED and new_id is None and seen is not None and _sha(seen.digest) == _sha(digest):
             new_id = seen.id
     elif seen is None:
         status, why, digest, new_id = UNKNOWN, f"{engine_why}: a local image is known to this engine alone", None, None
