@@ -28,9 +28,7 @@ def built_on(run: RunContext, node: Node) -> str | None:
     if node.parent is not None:
         return run.ledger[node.parent].image
     base = run.plan.base(node.base_image)
-    if base is not None:
-        return base.id
-    return run.images.worker().image_id(node.base_image) if node.base_image else None
+    return base.id if base is not None else None
 
 
 def unvouched(run: RunContext, node: Node, digest: str, parent_digest: str | None = None) -> str | None:

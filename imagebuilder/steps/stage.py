@@ -79,8 +79,7 @@ def record_bases(run: RunContext) -> None:
             continue
         if node.base_image not in seen:
             base = run.plan.base(node.base_image)
-            image = base.id if base is not None else engine.image_id(node.base_image)
-            info = engine.inspect(image) if image and engine.image_id(image) else {}
+            info = engine.inspect(base.id) if base is not None and engine.image_id(base.id) else {}
             seen[node.base_image] = {"name": node.base_image, "id": info.get("Id"),
                                      "repo_digests": info.get("RepoDigests") or []}
         run.ledger.update(node.id, base=seen[node.base_image])
@@ -167,9 +166,10 @@ class Stage(Nodes):
         base = run.plan.base(node.base_image)
         if base is not None:  # FROM the base as the plan resolved it: the lock's, else the engine's image of its name
             parent_ref, parent_id, from_ref = f"{base.name}{' (locked)' if base.lock else ''}", base.id, base.reference
-        elif node.base_image is not None:
-            parent_ref = node.base_image
-            parent_id = from_ref = engine.image_id(node.base_image) or node.base_image
+        elif node.base_image is not None:  # (a run resolves every base before it starts: `bases.resolve`)
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"base image {node.base_image} was not "
+                              "resolved (not on the engine)")
+            return False
         else:
             assert node.parent is not None
             parent_ref = node.parent
