@@ -59,9 +59,15 @@ def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ..
     pins already is kept; one it does not pin is pinned as the engine has it (pulled when it has none). `update`:
     re-resolve these bases (empty: every base): an image a registry gave is pulled again by its name first (not
     with `offline`: then the engine's image is taken as it is). A name to update that the matrix does not name is an
-    input error; so is a base that cannot be had."""
+    input error; so is a base that cannot be had, and a lock file it cannot read (but with `--update` of every base,
+    which writes one anew)."""
     path = lock_mod.beside(matrix_file)
-    old = lock_mod.read(path)
+    try:
+        old = lock_mod.read(path)
+    except InputError:
+        if update != ():  # (`--update` of every base needs nothing of the old file: it writes one anew)
+            raise
+        old = None
     names = plan.base_names()
     wanted = set(names) if update == () else set(update or ())
     stranger = sorted(wanted - set(names))

@@ -31,6 +31,7 @@ FORMAT = 1
 SUFFIX = ".lock.yaml"
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 DIGEST_REF = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
+ANEW = "`imagebuilder lock --update` writes it anew (every base resolved again)"
 SOURCES = ("registry", "local")  # registry: the ID and the manifest digest; local: the engine's image ID alone
 HEADER = ("# imagebuilder lock file for {matrix}: its inputs, pinned. Written by `imagebuilder lock`; review it and\n"
           "# commit it beside the matrix. `imagebuilder outdated` says what moved upstream and what that rebuilds;\n"
@@ -108,13 +109,13 @@ def read(path: Path) -> Lock | None:
     value = doc.value
     if not isinstance(value, dict):
         raise InputError("a lock file is a mapping (version, bases, entries)", where=doc.where(()),
-                         hint="write it again with `imagebuilder lock`")
+                         hint=ANEW)
     for key in value:
         if key not in ("version", "bases", "entries"):
             raise unknown_key(key, ("version", "bases", "entries"), doc.where((key,)))
     if str(value.get("version")) != str(FORMAT):
         raise InputError(f"lock file version {value.get('version')!r}: this imagebuilder reads version {FORMAT}",
-                         where=doc.where(("version",)), hint="write it again with `imagebuilder lock`, or use the "
+                         where=doc.where(("version",)), hint=ANEW + ", or use the "
                          "imagebuilder that wrote it")
     bases = tuple(_base(doc, name, one) for name, one in _mapping(doc, "bases").items())
     entries = tuple(_entry(doc, name, one) for name, one in _mapping(doc, "entries").items())
@@ -123,7 +124,7 @@ def read(path: Path) -> Lock | None:
         if entry.base_image not in named:
             raise InputError(f"entry {entry.id} builds on {entry.base_image!r}, which `bases` does not pin",
                              where=doc.where(("entries", entry.id, "base_image")),
-                             hint="write it again with `imagebuilder lock`")
+                             hint=ANEW)
     lines = tuple((".".join(str(p) for p in path_), mark[0]) for path_, mark in doc.marks.items()
                   if len(path_) == 2)
     return Lock(path, bases, entries, lines)
@@ -155,7 +156,7 @@ def _mapping(doc: Document, key: str) -> dict[str, Any]:
 
 def _fields(doc: Document, path: tuple[str, str], value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InputError(f"expected a mapping of {', '.join(allowed)}", where=doc.where(path))
+        raise InputError(f"expected a mapping of {', '.join(allowed)}", where=doc.where(path), hint=ANEW)
     for key in value:
         if key not in allowed:
             raise unknown_key(key, allowed, doc.where((*path, key)))
@@ -167,14 +168,16 @@ def _base(doc: Document, name: str, value: Any) -> LockedBase:
     one = _fields(doc, path, value, ("id", "digest", "source"))
     image_id, digest, source = one.get("id"), one.get("digest"), one.get("source")
     if not isinstance(image_id, str) or not IMAGE_ID.fullmatch(image_id):
-        raise InputError(f"id {image_id!r} is not an image ID (sha256:<64 hex>)", where=doc.where((*path, "id")))
+        raise InputError(f"id {image_id!r} is not an image ID (sha256:<64 hex>)", where=doc.where((*path, "id")),
+                         hint=ANEW)
     if digest is not None and (not isinstance(digest, str) or not DIGEST_REF.fullmatch(digest)):
         raise InputError(f"digest {digest!r} is not a manifest digest (repository@sha256:<64 hex>), nor null",
-                         where=doc.where((*path, "digest")))
+                         where=doc.where((*path, "digest")), hint=ANEW)
     locked = LockedBase(name, image_id, digest)
     if source is not None and source != locked.source:
         raise InputError(f"source {source!r} does not agree with the digest (a base with a registry digest is "
-                         f"`registry`; one without is `local`)", where=doc.where((*path, "source")))
+                         f"`registry`; one without is `local`)", where=doc.where((*path, "source")),
+                         hint=ANEW)
     return locked
 
 
@@ -183,6 +186,6 @@ def _entry(doc: Document, name: str, value: Any) -> LockedEntry:
     one = _fields(doc, path, value, ("base_image",))
     base = one.get("base_image")
     if not isinstance(base, str) or not base:
-        raise InputError("base_image is the name of a base image under `bases`", where=doc.where((*path,
-                                                                                                "base_image")))
+        raise InputError("base_image is the name of a base image under `bases`",
+                         where=doc.where((*path, "base_image")), hint=ANEW)
     return LockedEntry(name, base)

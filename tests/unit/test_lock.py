@@ -408,3 +408,18 @@ def test_without_a_lock_file_nothing_is_pinned(write_matrix: MatrixWriter, table
     path = write_matrix(textwrap.dedent(MATRIX))
     plan = load(path, table)
     assert plan.bases == () and plan.locked is None and not lock_mod.beside(path).exists()
+
+
+def test_a_lock_file_it_cannot_read_is_written_anew_only_by_update_of_every_base(matrix: Path,
+                                                                                table: CompatTable) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    path = lock_mod.beside(matrix)
+    good = path.read_text()
+    path.write_text(good.replace("version: 1", "version: 2"))
+    with pytest.raises(InputError, match="lock file version '2'") as caught:
+        lock(matrix, table, engine)  # keeping what it pins needs the file read
+    assert caught.value.hint is not None and "`imagebuilder lock --update` writes it anew" in caught.value.hint
+    with pytest.raises(InputError, match="lock file version '2'"):
+        lock(matrix, table, engine, update=(A,))
+    assert lock(matrix, table, engine, update=()).changed and path.read_text() == good
