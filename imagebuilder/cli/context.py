@@ -165,10 +165,9 @@ def decide(ctx: Context, plan: Plan, *, rebuild: bool = False, builds: bool = Tr
            engine: Engine | None = None) -> tuple[Plan, Registries]:
     """Keys for every node (base images as `plan.bases` resolved them: the lock beside the matrix, else the engine;
     with no engine, as `--base-image-id` names them), then what each node needs: the cache is looked up locally
-    and in the registry. A key tag's image counts only when a
-    trusted build key vouches for it (`provenance`): a run that `builds` builds on it, else builds the node again;
-    verify and publish take each node as its vouched key tag names it, whatever this engine holds (they test, or
-    publish, exactly that digest).
+    and in the registry. A key tag's image counts only when a trusted build key vouches for it (`provenance`): a
+    run that `builds` builds on it, else builds the node again; verify and publish take each node as its vouched
+    key tag names it, whatever this engine holds (they test, or publish, exactly that digest).
     A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
     naming the key and what to trust (building it anew could never be published: its tags name that image)."""
     from rich.markup import escape
