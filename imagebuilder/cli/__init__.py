@@ -7,7 +7,7 @@ image). `context` is what an invocation shares; `options`, the flags declared on
 
 from __future__ import annotations
 
-from . import compat, evidence, keys, nodes, planning, running, smoke  # noqa: F401 - each adds its commands to `cli`
+from . import compat, evidence, keys, locking, nodes, planning, running, smoke  # noqa: F401 - each adds its commands to `cli`
 from .context import Context, decide, default_cache_dir, load_plan
 from .main import main
 from .root import cli

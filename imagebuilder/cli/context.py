@@ -109,6 +109,12 @@ class Context:
                 self._engine.run_labels.update(self.container_labels)
         return self._engine
 
+    def known_bases(self, engine: Engine) -> dict[str, str]:
+        """--base-image-id's IDs, for a command without an engine (an engine resolves its own bases)."""
+        from ..ports.engine import NoEngine
+
+        return dict(self.base_ids) if isinstance(engine, NoEngine) else {}
+
     def base_python(self, image: str) -> str | None:
         from ..input.compat import os_python
 
@@ -125,9 +131,15 @@ class Context:
 
 
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
-              only: str | None = None, renderer: Renderer | None = None) -> tuple[Matrix, Plan]:
+              only: str | None = None, renderer: Renderer | None = None, *,
+              locked: bool = True) -> tuple[Matrix, Plan]:
+    """The matrix and its plan (`only`: those nodes and their parents). With a lock file beside the matrix, its bases
+    are pinned by it (`bases.locked`: a matrix it does not cover is an input error); `locked=False`: as if there were
+    none (`imagebuilder lock`, which writes it)."""
+    from ..input import lock as lock_mod
     from ..input import lookups
     from ..input import matrix as matrix_mod
+    from ..plan import bases
     from ..plan import plan as plan_mod
     from ..plan.render import Renderer
 
@@ -143,30 +155,30 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                      index_versions=ctx.index_versions if ctx.check_index else None))
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
-    return matrix, plan
+    plan = plan_mod.make(matrix, renderer or Renderer())
+    if locked:
+        plan = bases.locked(plan, lock_mod.read(lock_mod.beside(matrix_file)))
+    return matrix, plan.only(only)
 
 
 def decide(ctx: Context, plan: Plan, *, rebuild: bool = False, builds: bool = True,
            engine: Engine | None = None) -> tuple[Plan, Registries]:
-    """Keys for every node (base images resolved on the engine; with none, as `--base-image-id` names them), then what
-    each node needs: the cache is looked up locally and in the registry. A key tag's image counts only when a
-    trusted build key vouches for it (`provenance`): a run that `builds` builds on it, else builds the node again;
-    verify and publish take each node as its vouched key tag names it, whatever this engine holds (they test, or
-    publish, exactly that digest).
+    """Keys for every node (base images as `plan.bases` resolved them: the lock beside the matrix, else the engine;
+    with no engine, as `--base-image-id` names them), then what each node needs: the cache is looked up locally
+    and in the registry. A key tag's image counts only when a trusted build key vouches for it (`provenance`): a
+    run that `builds` builds on it, else builds the node again; verify and publish take each node as its vouched
+    key tag names it, whatever this engine holds (they test, or publish, exactly that digest).
     A key tag whose build record a key not trusted here signed stops a run that builds before anything builds,
     naming the key and what to trust (building it anew could never be published: its tags name that image)."""
     from rich.markup import escape
 
     from ..evidence.provenance import BuildTrust
+    from ..plan import bases
     from ..plan import cache as cache_mod
-    from ..plan import keys
-    from ..ports.engine import NoEngine
     from ..ports.registry import Registries
 
     engine = engine or ctx.engine()
-    given = dict(ctx.base_ids) if isinstance(engine, NoEngine) else {}  # (an engine resolves its own bases)
-    plan = keys.assign(plan, {**given, **cache_mod.base_ids(plan, engine)})
+    plan = bases.keyed(plan if plan.bases else bases.resolve(plan, engine, known=ctx.known_bases(engine)))
     registries = Registries.of_engine(engine.insecure_registries, ctx.registry_trust, scope=ctx.registry_hosts)
     # a lookup's retries are said on stderr (once a run starts, its log says them)
     registries.on_retry = lambda line: ctx.err.print(f"[yellow]  {escape(line)}[/]", highlight=False)

@@ -189,13 +189,11 @@ def export_bake(ctx: Context, matrix_file: Path, strict: bool, only: str | None,
     """A docker-bake.json for `docker buildx bake`: one target per node, chained through named contexts."""
     from rich.markup import escape
 
-    from ..plan import bake, keys
-    from ..plan import cache as cache_mod
+    from ..plan import bake, bases
 
     _, the_plan = load_plan(ctx, matrix_file, registry, strict, only)
     try:
-        engine = ctx.engine()
-        the_plan = keys.assign(the_plan, cache_mod.base_ids(the_plan, engine))
+        the_plan = bases.keyed(the_plan if the_plan.locked else bases.resolve(the_plan, ctx.engine()))
     except EngineUnavailable as exc:
         ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys are unknown, so targets carry no key tag",
                       highlight=False)

@@ -64,11 +64,10 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     from .. import __version__
     from ..evidence import spec as spec_mod
     from ..evidence.sigstore import Layouts
+    from ..plan import bases
     from ..plan.plan import State
-    from ..ports.engine import NoEngine
     from ..run import lock
     from ..steps.run import RunOptions, execute
-    from ..steps.stage import check_bases
 
     matrix, the_plan = load_plan(ctx, common.matrix_file, common.registry, common.strict, common.only)
     specs = spec_mod.Specs(the_plan, expect)  # --expect may only raise floors
@@ -76,8 +75,8 @@ def run_steps(ctx: Context, common: Common, steps: Sequence[Step], *, expect: tu
     engine = engine or ctx.engine()
     targets = [e.target.name for e in the_plan.entries()]
     with lock.hold(ctx.cache_dir / "locks", targets, lambda line: ctx.err.print(escape(line), highlight=False)):
-        check_bases(the_plan, engine, lambda line: None if common.quiet else ctx.out.print(line, highlight=False),
-                    known=dict(ctx.base_ids) if isinstance(engine, NoEngine) else None)
+        the_plan = bases.resolve(the_plan, engine, pull=True, known=ctx.known_bases(engine),
+                                 say=lambda line: None if common.quiet else ctx.out.print(line, highlight=False))
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache, builds=require is None, engine=engine)
         if require is not None:
             require.require(the_plan, registries)

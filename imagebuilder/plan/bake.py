@@ -53,6 +53,8 @@ def bake_file(plan: Plan, contexts: Path, relative_to: Path, *, public: bool = F
         if node.parent is not None:
             parent = plan.node(first[node.parent])
             target["contexts"] = {node.rendered.parent_image: f"target:{target_name(parent)}"}
+        elif (base := plan.base(node.base_image)) is not None and base.lock and base.digest:  # the locked manifest
+            target["contexts"] = {node.rendered.parent_image: f"docker-image://{base.digest}"}
         targets[target_name(node)] = target
     groups = {"default": {"targets": [target_name(n) for n in plan.nodes if n.leaf]}}
     for entry in plan.entries():

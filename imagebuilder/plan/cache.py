@@ -184,16 +184,6 @@ def _lineage(name: str, inputs: Mapping[str, str]) -> tuple[str, str]:
     return name, own[0] if own else ""
 
 
-def base_ids(plan: Plan, engine: Engine) -> dict[str, str]:
-    """Image IDs of the base images present on the engine (the roots' part of their keys)."""
-    out = {}
-    for base in sorted({n.base_image for n in plan.nodes if n.base_image}):
-        image = engine.image_id(base)
-        if image is not None:
-            out[base] = image
-    return out
-
-
 def decide(plan: Plan, cache: Cache, *, rebuild: bool = False) -> Plan:
     """Each node's decision (`build`, `cached` with where, or `unknown` without a key) and why, in plan order."""
     decided: dict[str, Node] = {}

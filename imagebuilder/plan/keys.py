@@ -119,7 +119,14 @@ class _Hasher:
 
 def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
     """The plan with every node's key and inputs filled in. `base_ids` maps each base image reference
-    to its image ID (or registry digest); a node whose base is missing from it gets no key."""
+    to its image ID (or registry digest); a node whose base is missing from it gets no key. The plan keeps the
+    bases its keys start from (`Plan.bases`: those it resolved already, `plan/bases.py`, and the others given
+    here), so what builds a root, records it and vouches for it reads the one ID its key was made from."""
+    from .plan import Base  # (at run time: plan does not import keys)
+
+    known = {b.name for b in plan.bases}
+    plan = plan.with_bases((*plan.bases, *(Base(name, image) for name, image in base_ids.items()
+                                           if name not in known and image)))
     hasher = _Hasher()
     keyed: dict[str, Node] = {}
     for node in plan.nodes:

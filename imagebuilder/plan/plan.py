@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, Where
 from ..input.layers import Layer, LayerCatalog
 from ..input.matrix import VERSION_FIELDS, Entry, Matrix
 from . import tags as tagging
@@ -44,6 +44,26 @@ class Decision:
     @property
     def where(self) -> str | None:
         return "local" if self.image else "registry" if self.ref else None
+
+
+@dataclass(frozen=True)
+class Base:
+    """A base image as the plan's roots build on it (`plan/bases.py` resolves it, once per command): the name as
+    the matrix writes it, its image ID (the roots' keys start from it), and, from a lock, the lock file and the
+    registry manifest digest (`repo@sha256:…`) it pins. `from_ref` is what a root's FROM names, once the engine was
+    found to hold the locked image under it ("": the image ID)."""
+
+    name: str
+    id: str
+    digest: str | None = None  # the locked manifest digest, when the lock has one
+    lock: Where | None = None  # where the lock file pins it; None: as this engine (or --base-image-id) resolved it
+    from_ref: str = ""
+
+    @property
+    def reference(self) -> str:
+        """What a root's FROM names: the locked manifest digest when the engine holds the locked image under it,
+        else the image ID (the legacy builder takes `FROM sha256:<id>` for an image on the engine)."""
+        return self.from_ref or self.id
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,9 @@ class Plan:
     # alias reference -> every node of the whole matrix it names, in plan order (the last one is its target);
     # kept whole by `only`, so an alias is not moved by a run that did not build everything it covers
     alias_cover: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # the base images its roots build on, resolved (`plan/bases.py`): from the lock beside the matrix when there is
+    # one (pinned when the plan is loaded), else as the engine names them (when it is decided)
+    bases: tuple[Base, ...] = ()
 
     @functools.cached_property
     def _index(self) -> dict[str, Node]:
@@ -105,6 +128,19 @@ class Plan:
 
     def node(self, node_id: str) -> Node:
         return self._index[node_id]
+
+    def base(self, name: str | None) -> Base | None:
+        """The resolved base image of that name (None: not resolved, or no such base)."""
+        return next((b for b in self.bases if b.name == name), None)
+
+    @property
+    def locked(self) -> str | None:
+        """The lock file the plan's bases are pinned by; None for a matrix without one."""
+        return next((b.lock.file for b in self.bases if b.lock), None)
+
+    def base_names(self) -> list[str]:
+        """The base images its roots name, sorted."""
+        return sorted({n.base_image for n in self.nodes if n.base_image})
 
     def children(self, node_id: str) -> list[Node]:
         return [n for n in self.nodes if n.parent == node_id]
@@ -141,12 +177,14 @@ class Plan:
                 chosen.update(a.id for a in self.ancestors(n))
         kept = [n for n in self.nodes if n.id in chosen]
         parents = {n.parent for n in kept}
-        return Plan(tuple(
-            n if (n.id not in parents) == n.leaf else _with_leaf(n, n.id not in parents) for n in kept
-        ), self.alias_cover)
+        return self.with_nodes([
+            n if (n.id not in parents) == n.leaf else _with_leaf(n, n.id not in parents) for n in kept])
 
     def with_nodes(self, nodes: list[Node]) -> Plan:
-        return Plan(tuple(nodes), self.alias_cover)
+        return dataclasses.replace(self, nodes=tuple(nodes))
+
+    def with_bases(self, bases: tuple[Base, ...]) -> Plan:
+        return dataclasses.replace(self, bases=tuple(sorted(bases, key=lambda b: b.name)))
 
 
 def _with_leaf(node: Node, leaf: bool) -> Node:

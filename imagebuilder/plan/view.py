@@ -91,7 +91,9 @@ def tree(plan: Plan, width: int) -> list[Line]:
         by_base.setdefault(plan.node(root).base_image or "?", []).append(root)
     for base, tops in by_base.items():
         lines.append(Line("", ""))
-        lines.append(Line("", f"FROM {base}"))
+        pinned = plan.base(base)
+        lines.append(Line("", f"FROM {base}" + (f"  locked: image {pinned.id[7:19]} ({pinned.lock.file})"
+                                                if pinned is not None and pinned.lock else "")))
         for i, node_id in enumerate(tops):
             _branch(plan, node_id, "", i == len(tops) - 1, Shape(children, serves, tags), lines, width, None)
     return lines

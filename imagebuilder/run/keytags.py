@@ -20,13 +20,15 @@ from .context import RunContext
 
 def built_on(run: RunContext, node: Node) -> str | None:
     """The image ID the node's image was built FROM in this run: its build's parent, else its parent node's image
-    (a cached image is reused only on that one: `cache.lookup`), else its base image's."""
+    (a cached image is reused only on that one: `cache.lookup`), else its base image's as the plan resolved it (the
+    lock's, else the engine's image of its name: `plan.bases`)."""
     record = run.ledger[node.id]
     if record.parent_image:
         return record.parent_image
     if node.parent is not None:
         return run.ledger[node.parent].image
-    return run.images.worker().image_id(node.base_image) if node.base_image else None
+    base = run.plan.base(node.base_image)
+    return base.id if base is not None else None
 
 
 def unvouched(run: RunContext, node: Node, digest: str, parent_digest: str | None = None) -> str | None:

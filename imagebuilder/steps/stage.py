@@ -11,7 +11,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,6 @@ from ..plan import keys
 from ..plan.keys import cache_ref
 from ..plan.plan import Node, Plan, State
 from ..plan.render import FIND_LINKS_ARG, build_args, declared, with_labels
-from ..ports import Engine, LineSink
 from ..ports.reference import parse
 from ..ports.registry import Registries
 from ..run.context import RunContext
@@ -56,22 +55,6 @@ def labels(node: Node, parent_id: str, checks: list[dict[str, str]] | None = Non
     return out
 
 
-def check_bases(plan: Plan, engine: Engine, say: LineSink, known: Mapping[str, str] | None = None) -> None:
-    """Every base image must be there (or pullable) before anything builds, but for those whose image ID is
-    `known` (`--base-image-id`: a machine with no engine, which builds nothing)."""
-    for base in sorted({n.base_image for n in plan.nodes if n.base_image} - set(known or {})):
-        if engine.image_id(base) is not None:
-            continue
-        say(f"[dim]pulling base image {escape(base)}[/]")
-        try:
-            engine.pull(base)
-        except EngineError as exc:
-            entry = next(n.entry for n in plan.nodes if n.base_image == base)
-            raise InputError(f"base image {base!r} is not present and cannot be pulled ({exc.message})",
-                             where=entry.where, hint="pull or import it first (`make base-image` seeds "
-                             "debian:bookworm from Debian's mirror)") from None
-
-
 def node_build_args(node: Node, served: Served) -> dict[str, str]:
     """The build args a node's build is given: the served wheelhouse's URL and the loopback proxy of each index
     that needs credentials (the text's ARG defaults name the index itself), and with either the run's token, which
@@ -87,14 +70,16 @@ def node_build_args(node: Node, served: Served) -> dict[str, str]:
 
 
 def record_bases(run: RunContext) -> None:
-    """Supply chain: what each root image was built on, by image ID and registry digests."""
+    """Supply chain: what each root image was built on, by image ID and registry digests: the base as the plan
+    resolved it (`plan.bases`: the lock's, else the engine's image of its name)."""
     seen: dict[str, dict[str, Any]] = {}
     engine = run.images.worker()
     for node in run.plan.nodes:
         if node.base_image is None:
             continue
         if node.base_image not in seen:
-            info = engine.inspect(node.base_image) if engine.image_id(node.base_image) else {}
+            base = run.plan.base(node.base_image)
+            info = engine.inspect(base.id) if base is not None and engine.image_id(base.id) else {}
             seen[node.base_image] = {"name": node.base_image, "id": info.get("Id"),
                                      "repo_digests": info.get("RepoDigests") or []}
         run.ledger.update(node.id, base=seen[node.base_image])
@@ -178,19 +163,23 @@ class Stage(Nodes):
 
     def build(self, run: RunContext, node: Node) -> bool:
         engine = run.images.worker()
-        if node.base_image is not None:
-            parent_ref = node.base_image
-            parent_id = engine.image_id(node.base_image) or node.base_image
+        base = run.plan.base(node.base_image)
+        if base is not None:  # FROM the base as the plan resolved it: the lock's, else the engine's image of its name
+            parent_ref, parent_id, from_ref = f"{base.name}{' (locked)' if base.lock else ''}", base.id, base.reference
+        elif node.base_image is not None:  # (a run resolves every base before it starts: `bases.resolve`)
+            run.ledger.update(node.id, build=BuildStatus.FAILED, error=f"base image {node.base_image} was not "
+                              "resolved (not on the engine)")
+            return False
         else:
             assert node.parent is not None
             parent_ref = node.parent
             try:
-                parent_id = run.images.local(run.plan.node(node.parent))
+                parent_id = from_ref = run.images.local(run.plan.node(node.parent))
             except ImageBuilderError as exc:
                 run.ledger.update(node.id, build=BuildStatus.FAILED,
                                   error=f"cannot get the cached parent: {exc.message}")
                 return False
-        rendered = with_labels(node.rendered.for_parent(parent_id),  # rendered once
+        rendered = with_labels(node.rendered.for_parent(from_ref),  # rendered once
                                labels(node, parent_id, layer_checks(run.plan, node)))
         buildargs = node_build_args(node, run.served)
         leaked = redact.find_in_build_args(buildargs, run.logs.secrets, declared(rendered.dockerfile))

@@ -236,6 +236,7 @@ class FakeEngine:
     # (image, expect, commands, GPUs seen) -> what the suite in the container reports
     report: Callable[[str, dict[str, Any], list[dict[str, str]], int], dict[str, Any]] | None = None
     run_labels: dict[str, str] = field(default_factory=dict)
+    repo_digests: dict[str, list[str]] = field(default_factory=dict)  # image ID -> `repo@digest` pulled or pushed as
 
     def add(self, doc: dict[str, Any], *refs: str) -> str:
         image = sha(json.dumps(doc, sort_keys=True).encode())
@@ -248,14 +249,17 @@ class FakeEngine:
         return self
 
     def image_id(self, ref: str) -> str | None:
-        return ref if ref in self.images else self.local_tags.get(ref)
+        if ref in self.images:
+            return ref
+        by_digest = [i for i, refs in self.repo_digests.items() if ref in refs and i in self.images]
+        return by_digest[0] if by_digest else self.local_tags.get(ref)
 
     def inspect(self, ref: str) -> dict[str, Any]:
         image = self.image_id(ref)
         assert image is not None, ref
         doc = self.images[image]
         return {"Id": image, "Config": doc.get("config") or {}, "RootFS": {"Layers": doc.get("layers") or []},
-                "RepoDigests": []}
+                "RepoDigests": list(self.repo_digests.get(image, []))}
 
     def images_with_label(self, label: str, *, every: bool = False) -> list[dict[str, Any]]:
         return [{"Id": i, "Labels": (d.get("config") or {}).get("Labels") or {}, "Created": n, "ParentId": ""}
@@ -290,6 +294,7 @@ class FakeEngine:
         block = text.rpartition("\nLABEL ")[2]
         labels = {k: v.replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\") for k, v in _LABEL.findall(block)}
         parent = text.split("FROM ", 1)[1].split()[0]
+        parent = self.image_id(parent) or parent  # (an ID, or a `repo@digest` this engine holds)
         layers = [*(self.images.get(parent, {}).get("layers") or []), sha(context)]
         self.layer_tars.setdefault(sha(context), context)  # (its layer: a tar whose digest is its diff_id)
         sink(f"Successfully built from {parent}")
@@ -302,9 +307,16 @@ class FakeEngine:
         config = json.loads(body)["config"]["digest"]
         doc = json.loads(self.registry.blob(parsed.repository, config))
         self.pulled.append(ref)
-        image = self.add(doc, ref)
+        image = self.add(doc, *(() if parsed.digest else (ref,)))
         assert image == config, "a pulled image's ID is its config digest"
+        self._digested(image, parsed.at(str(self.registry.manifest_digest(parsed.repository, parsed.reference))))
         return image
+
+    def _digested(self, image: str, ref: str) -> None:
+        """The engine remembers the manifest digest an image was pulled or pushed as (its RepoDigests)."""
+        held = self.repo_digests.setdefault(image, [])
+        if ref not in held:
+            held.append(ref)
 
     def push(self, ref: str, sink: LineSink | None = None, *, auth: tuple[str, str] | None = None) -> str:
         parsed = parse(ref)
@@ -313,7 +325,9 @@ class FakeEngine:
         self.pushed.append(ref)
         blobs = tuple(self.registry.put_blob(parsed.repository, self.layer_tars.get(d) or layer_tar({}))
                       for d in self.images[image].get("layers") or [])
-        return self.registry.image_of(parsed.repository, parsed.reference, image, blobs)
+        digest = self.registry.image_of(parsed.repository, parsed.reference, image, blobs)
+        self._digested(image, parsed.at(digest))
+        return digest
 
     def tag(self, image: str, ref: str) -> None:
         self.local_tags[ref] = image

@@ -321,3 +321,30 @@ def test_the_input_modules_are_short_and_the_loaders_functions_shorter() -> None
     body = "        x = 1\n" * 39
     source = f"def f():\n{body}class L:\n    def g(self):\n{body}        y = 2\n"  # f: 40 lines, L.g: 41
     assert long_functions(source, 40) == ["L.g (41 lines)"]
+
+
+BASE_HOME = "imagebuilder/plan/bases.py"  # the one place a base image's name is resolved (issue 48)
+
+
+def base_lookups(source: str) -> list[str]:
+    """`line: call` for each call of the engine that resolves a base image by its name (`image_id`, `inspect` or
+    `pull` of an argument that names `base_image`, or is a name `base`) in a module's source."""
+    found = []
+    for call in (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)):
+        if isinstance(call.func, ast.Attribute) and call.func.attr in ("image_id", "inspect", "pull") \
+                and any("base_image" in ast.unparse(a) or ast.unparse(a) == "base" for a in call.args):
+            found.append(f"{call.lineno}: {ast.unparse(call)}")
+    return found
+
+
+def test_base_images_are_resolved_in_one_place() -> None:
+    """A base image's name is resolved by `plan/bases.py` alone (from the lock beside the matrix, else the engine),
+    once per command; the keys, a root's FROM, the run's records and build records read `Plan.bases`. Seen failing on
+    the tree before issue 48, where plan/cache.py (`base_ids`), steps/stage.py (`check_bases`, `record_bases`,
+    `Stage.build`) and run/keytags.py (`built_on`) each asked the engine (the self-check below is stage.py's)."""
+    found = [f"{p.relative_to(ROOT).as_posix()}:{line}" for p in sorted(PACKAGE.rglob("*.py"))
+             if p.relative_to(ROOT).as_posix() != BASE_HOME for line in base_lookups(p.read_text(encoding="utf-8"))]
+    assert found == []
+    before = ("def build(run, node):\n    parent_id = engine.image_id(node.base_image) or node.base_image\n"
+              "def base_ids(plan, engine):\n    for base in bases:\n        image = engine.image_id(base)\n")
+    assert base_lookups(before) == ["2: engine.image_id(node.base_image)", "5: engine.image_id(base)"]

@@ -20,8 +20,8 @@ from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.ledger import BuildStatus, NodeRecord, PublishStatus, VerifyStatus
+from imagebuilder.plan import bases, keys
 from imagebuilder.plan import cache as cache_mod
-from imagebuilder.plan import keys
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan, State
 from imagebuilder.plan.render import Renderer
@@ -48,7 +48,7 @@ def machine(registry: FakeRegistry) -> FakeEngine:
 
 
 def decided(plan: Plan, engine: FakeEngine, trust: Trust | None = None) -> tuple[Plan, Registries]:
-    keyed = keys.assign(plan, cache_mod.base_ids(plan, engine))
+    keyed = bases.keyed(bases.resolve(plan, engine))
     pool = registries(engine.registry)
     return cache_mod.decide(keyed, cache_mod.Cache(engine, pool, BuildTrust(trust) if trust else None)), pool
 
@@ -335,7 +335,7 @@ def test_verify_and_publish_take_the_registrys_vouched_key_tag_and_say_why_not(c
     builder = Keys.load(tmp_path / "stage" / "cache" / "keys", {})
     runner = machine(registry)
     labels = {"io.imagebuilder.key": str(chain.nodes[-1].key or ""), "stale": "yes"}
-    keyed = keys.assign(chain, cache_mod.base_ids(chain, runner))
+    keyed = bases.keyed(bases.resolve(chain, runner))
     runner.add({"config": {"Labels": {**labels, "io.imagebuilder.key": str(keyed.nodes[-1].key)}}})  # stale, here
     vouched = cache_mod.decide(keyed, cache_mod.Cache(runner, registries(registry), BuildTrust(builder.build_trust),
                                                       staged=True))

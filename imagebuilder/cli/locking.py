@@ -1,0 +1,73 @@
+"""The commands of the lock file beside the matrix: `lock` writes it, `outdated` says what moved upstream since."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import NOTHING_TO_DO, EngineUnavailable, InputError
+from .context import Context, load_plan
+from .options import matrix_option, nothing_to_do_option, strict_option
+from .root import cli
+
+
+@cli.command("lock")
+@matrix_option
+@strict_option
+@click.option("--update", is_flag=True, help="Resolve the named base images (default: every one) again: an image a "
+              "registry gave is pulled again by its name (with --offline: the image this engine has is pinned).")
+@click.argument("names", nargs=-1, metavar="[NAME...]")
+@click.pass_obj
+def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, names: tuple[str, ...]) -> int:
+    """Write the lock file beside the matrix (matrix.lock.yaml for matrix.yaml): each base image the matrix names,
+    pinned by its image ID and, when a registry gave it, its manifest digest; and the base of each entry. What the
+    lock pins already is kept (`--update` takes what the names name now); review the file and commit it. While it is
+    there, every command builds on what it pins, and a matrix it does not cover is refused."""
+    from ..commands import lock as lock_cmd
+
+    if names and not update:
+        raise InputError(f"lock {' '.join(names)}: names are the base images to update; add --update")
+    _, plan = load_plan(ctx, matrix_file, strict=strict, locked=False)
+    done = lock_cmd.lock(plan, matrix_file, ctx.engine(), update=names if update else None,
+                         offline=not ctx.check_index)
+    for change in done.changes:
+        ctx.out.print(change.line(), highlight=False, soft_wrap=True)
+    said = "wrote" if done.changed else "unchanged:"
+    ctx.out.print(f"{said} {done.lock.file} ({len(done.lock.bases)} base image(s), {len(done.lock.entries)} "
+                  "entries)", highlight=False, soft_wrap=True)
+    return 0
+
+
+@cli.command()
+@matrix_option
+@strict_option
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON ({lock, bases: [...]}).")
+@nothing_to_do_option
+@click.pass_obj
+def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothing_to_do_code: bool) -> int:
+    """For each base image the lock file pins, what its name names now (on this engine; in its registry, for an image
+    a registry gave) and the exact nodes taking it would rebuild. `moved`, `current`, or `unknown` when it could not
+    be asked (no engine, no answer, or --offline, which asks no registry): never taken as current. Changes nothing:
+    `imagebuilder lock --update NAME` takes a move. Nothing to do: every base current."""
+    from ..commands import lock as lock_cmd
+    from ..ports.registry import Registries
+
+    _, plan = load_plan(ctx, matrix_file, strict=strict)
+    try:
+        engine = ctx.engine()
+    except EngineUnavailable:
+        engine = None
+    registries = Registries.of_engine(engine.insecure_registries if engine else tuple, ctx.registry_trust,
+                                      scope=ctx.registry_hosts) if ctx.check_index else None
+    drift = lock_cmd.outdated(plan, engine, registries)
+    if as_json:
+        click.echo(json.dumps({"lock": plan.locked, "bases": [d.to_json() for d in drift]}, indent=2))
+    else:
+        for line in lock_cmd.lines(drift, plan.locked or ""):
+            ctx.out.print(line, highlight=False, soft_wrap=True)
+    current = all(d.status == lock_cmd.CURRENT for d in drift)
+    if current and not as_json:
+        ctx.out.print("nothing to do: every locked base image is current", highlight=False)
+    return NOTHING_TO_DO if current and nothing_to_do_code else 0

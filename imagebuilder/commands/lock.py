@@ -1,0 +1,214 @@
+"""`imagebuilder lock` and `imagebuilder outdated`: the lock file beside the matrix written (each base image pinned by
+its image ID and, when a registry knows it, its manifest digest), and each locked base compared with what its name
+names upstream now, with the exact nodes a change would rebuild. What a name resolves to is `plan/bases.py`'s;
+these flows return what they found and print nothing.
+
+What cannot be asked (no engine, `--offline`, a registry that does not answer) is `unknown`, never `current`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError, ImageBuilderError, InputError, Where, did_you_mean
+from ..input import lock as lock_mod
+from ..input.lock import Lock, LockedBase, LockedEntry
+from ..plan import bases
+from ..plan.plan import Base, Plan
+from ..ports import Engine
+from ..ports.registry import Registries
+
+CURRENT, MOVED, UNKNOWN = "current", "moved", "unknown"
+
+
+@dataclass(frozen=True)
+class Change:
+    """What `lock` did to one base: pinned it anew (`was` None), kept it, took a new image, or dropped it (`now`
+    None); `rebuilds`: the nodes whose keys the new image changes."""
+
+    name: str
+    was: LockedBase | None
+    now: LockedBase | None
+    rebuilds: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        if self.was is None and self.now is not None:
+            return f"pinned   {self.name}: {_said(self.now)}"
+        if self.now is None:
+            return f"dropped  {self.name} (the matrix no longer names it)"
+        if self.was == self.now:
+            return f"kept     {self.name}: {_said(self.now)}"
+        assert self.was is not None
+        return (f"updated  {self.name}: {_said(self.was)} -> {_said(self.now)}; rebuilds {len(self.rebuilds)} "
+                f"node(s): {', '.join(self.rebuilds) or 'none'}")
+
+
+@dataclass(frozen=True)
+class Locking:
+    """What `lock` wrote: the lock, each base's change, and whether the file's bytes changed."""
+
+    lock: Lock
+    changes: tuple[Change, ...]
+    changed: bool
+
+
+def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ...] | None,
+         offline: bool) -> Locking:
+    """Write the lock file of `matrix_file` for `plan` (the whole matrix, as loaded without its lock). A base the lock
+    pins already is kept; one it does not pin is pinned as the engine has it (pulled when it has none). `update`:
+    re-resolve these bases (empty: every base): an image a registry gave is pulled again by its name first (not
+    with `offline`: then the engine's image is taken as it is). A name to update that the matrix does not name is an
+    input error; so is a base that cannot be had, and a lock file it cannot read (but with `--update` of every base,
+    which writes one anew)."""
+    path = lock_mod.beside(matrix_file)
+    try:
+        old = lock_mod.read(path)
+    except InputError:
+        if update != ():  # (`--update` of every base needs nothing of the old file: it writes one anew)
+            raise
+        old = None
+    names = plan.base_names()
+    wanted = set(names) if update == () else set(update or ())
+    stranger = sorted(wanted - set(names))
+    if stranger:
+        raise InputError(f"lock --update {stranger[0]}: the matrix names no base image {stranger[0]!r}",
+                         where=_where(plan), hint=did_you_mean(stranger[0], names) or f"its base images: "
+                         f"{', '.join(names)}")
+    was = {b.name: b for b in (old.bases if old else ())}
+    now = {name: (was[name] if name in was and name not in wanted else
+                  _pin(engine, name, refresh=name in wanted and not offline)) for name in names}
+    before = plan.with_bases(tuple(Base(b.name, b.id) for b in was.values() if b.name in now))
+    changes = [Change(name, was.get(name), now[name],
+                      bases.rebuilds(before, name, now[name].id) if name in was and was[name] != now[name] else ())
+               for name in names]
+    changes += [Change(name, was[name], None) for name in sorted(set(was) - set(now))]
+    new = Lock(path, tuple(now.values()), tuple(LockedEntry(e.id, e.base_image) for e in plan.entries()))
+    text = new.text(matrix_file.name)
+    changed = not path.exists() or path.read_text(encoding="utf-8") != text
+    if changed:
+        lock_mod.write(new, matrix_file.name)
+    return Locking(new, tuple(changes), changed)
+
+
+def _pin(engine: Engine, name: str, *, refresh: bool) -> LockedBase:
+    """The base as the engine has it now: pulled first when the engine has none, or, with `refresh`, when a registry
+    gave it (its repo digest): what its name names there now."""
+    seen = bases.on_engine(engine, name)
+    if seen is None or (refresh and seen.digest):
+        try:
+            engine.pull(name)
+        except EngineError as exc:
+            if seen is None:
+                raise InputError(f"base image {name!r} is not on this engine and cannot be pulled ({exc.message})",
+                                 hint="pull or import it first") from None
+            raise InputError(f"lock --update {name}: its registry cannot be asked ({exc.message}); nothing was "
+                             "written", hint="with --offline, the image this engine has is pinned as it is") from None
+        seen = bases.on_engine(engine, name)
+    if seen is None:
+        raise InputError(f"base image {name!r}: pulled, but the engine has no image of that name")
+    return seen
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One locked base against what its name names now: on this engine (`engine`), and in its registry when the
+    lock has a registry digest (`registry`: the digest its tag names there now). `status`: `current` when every
+    place asked says the locked image, `moved` when one says another, `unknown` when the one that counts (the
+    registry for a registry image, the engine for a local one) could not be asked (`why`). `nodes`: every node whose
+    key starts from this base: what taking a new image rebuilds (exactly those, `bases.rebuilds`)."""
+
+    name: str
+    locked: LockedBase
+    engine: LockedBase | None
+    registry: str | None
+    status: str
+    why: str
+    nodes: tuple[str, ...]
+    new_id: str | None = None  # the new image's ID, when it is known without pulling it
+
+    @property
+    def rebuilds(self) -> tuple[str, ...]:
+        return self.nodes if self.status == MOVED else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "why": self.why,
+                "locked": {"id": self.locked.id, "digest": self.locked.digest, "source": self.locked.source},
+                "engine": None if self.engine is None else {"id": self.engine.id, "digest": self.engine.digest},
+                "registry": None if self.registry is None else {"digest": self.registry},
+                "new_id": self.new_id, "rebuilds": list(self.rebuilds), "nodes": list(self.nodes)}
+
+
+def outdated(plan: Plan, engine: Engine | None, registries: Registries | None) -> tuple[Drift, ...]:
+    """Each base the plan's lock pins, compared with what its name names now (`Drift`). `engine` None: no engine
+    answers; `registries` None: registries are not asked (`--offline`). A plan without a lock is an input error."""
+    if not plan.locked:
+        raise InputError("there is no lock file beside the matrix: nothing is pinned, so nothing can be outdated",
+                         hint="write one with `imagebuilder lock`")
+    return tuple(_drift(plan, base, engine, registries) for base in plan.bases)
+
+
+def _drift(plan: Plan, base: Base, engine: Engine | None, registries: Registries | None) -> Drift:
+    locked = LockedBase(base.name, base.id, base.digest)
+    seen, engine_why = None, "no engine answers"
+    if engine is not None:
+        try:
+            seen = bases.on_engine(engine, base.name)
+            engine_why = f"this engine has no image {base.name}"
+        except ImageBuilderError as exc:  # (no answer is an answer: unknown)
+            engine_why = f"the engine did not answer ({exc.message})"
+    if locked.digest is not None:  # a registry's image: its registry says whether it moved
+        status, why, digest, new_id = _registry(locked, registries)
+        if status == CURRENT and seen is not None and seen.id != locked.id:
+            why = f"this engine's {base.name} is image {seen.id}, not the locked one; builds use the lock"
+        if status == MOVED and new_id is None and seen is not None and _sha(seen.digest) == _sha(digest):
+            new_id = seen.id
+    elif seen is None:
+        status, why, digest, new_id = UNKNOWN, f"{engine_why}: a local image is known to this engine alone", None, None
+    elif seen.id == locked.id:
+        status, why, digest, new_id = CURRENT, "", None, None
+    else:
+        status, why, digest, new_id = MOVED, f"this engine's {base.name} is now image {seen.id}", None, seen.id
+    nodes = bases.rebuilds(plan, base.name, new_id or f"moved {base.name}")
+    return Drift(base.name, locked, seen, digest, status, why, nodes, new_id)
+
+
+def _registry(locked: LockedBase, registries: Registries | None) -> tuple[str, str, str | None, str | None]:
+    """(status, why, the digest the registry's tag names now, that image's ID when known) for a registry image."""
+    if registries is None:
+        return UNKNOWN, "--offline: its registry was not asked", None, None
+    try:
+        digest, image = bases.in_registry(registries, locked.name)
+    except ImageBuilderError as exc:  # (no answer is an answer: unknown)
+        return UNKNOWN, f"its registry did not answer ({exc.message})", None, None
+    if digest is None:
+        return UNKNOWN, f"its registry has no {locked.name} (the tag is gone)", None, None
+    if _sha(digest) == _sha(locked.digest):
+        return CURRENT, "", digest, None
+    return MOVED, f"its registry's {locked.name} is now {digest}", digest, image
+
+
+def _sha(digest: str | None) -> str:
+    return (digest or "").rpartition("@")[2]
+
+
+def _said(base: LockedBase) -> str:
+    return f"image {base.id[:19]}" + (f" ({base.digest.rpartition('@')[2][:19]})" if base.digest else " (local)")
+
+
+def _where(plan: Plan) -> Where | None:
+    """Where the matrix is (its first entry), for an error about a name given on the command line."""
+    return plan.nodes[0].entry.where if plan.nodes else None
+
+
+def lines(drift: tuple[Drift, ...], lock_file: str) -> list[str]:
+    """`outdated` for a person: a count, then a line per base and, under a move, the nodes it rebuilds."""
+    counts = {s: sum(d.status == s for d in drift) for s in (MOVED, UNKNOWN, CURRENT)}
+    out = [f"{lock_file}: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    for d in drift:
+        out.append(f"{d.status:<8} {d.name}  locked {_said(d.locked)}" + (f"; {d.why}" if d.why else ""))
+        if d.status == MOVED:
+            out.append(f"         rebuilds {len(d.nodes)} node(s): {', '.join(d.nodes) or 'none'}")
+        elif d.status == UNKNOWN:
+            out.append(f"         not known to be current; if it moved, {len(d.nodes)} node(s) rebuild")
+    return out

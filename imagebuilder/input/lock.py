@@ -1,0 +1,191 @@
+"""The lock file: a matrix's inputs pinned, in a reviewed, committed text file beside it (`matrix.yaml` →
+`matrix.lock.yaml`).
+
+What it pins (version 1): every base image the matrix names, by its image ID (the config digest, what the roots'
+keys start from) and, when a registry knows it, its manifest digest `repo@sha256:…` (what a root's FROM names); and
+which base each entry builds on. An image imported or built on an engine (no registry has it) has an ID only: its
+`source` says `local`. The document is sorted and stable: the same inputs write the same bytes.
+
+Room for what later versions pin: each entry is a mapping (`base_image` now; its wheels by file name, source and
+sha256, and what pins its OS packages, later), so a later version adds keys under `entries.<id>` and a reader of
+this version refuses a file it does not understand (its `version`), never half-reads one.
+
+This module reads and writes the document; what an image name resolves to is `plan/bases.py`'s to say.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError, unknown_key
+from .source import Document, load
+
+FORMAT = 1
+SUFFIX = ".lock.yaml"
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST_REF = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
+ANEW = "`imagebuilder lock --update` writes it anew (every base resolved again)"
+SOURCES = ("registry", "local")  # registry: the ID and the manifest digest; local: the engine's image ID alone
+HEADER = ("# imagebuilder lock file for {matrix}: its inputs, pinned. Written by `imagebuilder lock`; review it and\n"
+          "# commit it beside the matrix. `imagebuilder outdated` says what moved upstream and what that rebuilds;\n"
+          "# `imagebuilder lock --update [NAME...]` takes it. docs/guide/locking.md says what each field means.\n")
+
+
+@dataclass(frozen=True)
+class LockedBase:
+    """A base image as the lock pins it: the name as the matrix writes it, its image ID, and its registry manifest
+    digest (`repo@sha256:…`) when one is known. Without one (`source: local`) it is an image this engine has, by ID
+    alone: another machine must load the same image to build from this lock."""
+
+    name: str
+    id: str
+    digest: str | None = None
+
+    @property
+    def source(self) -> str:
+        return "registry" if self.digest else "local"
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "digest": self.digest, "source": self.source}
+
+
+@dataclass(frozen=True)
+class LockedEntry:
+    """An entry as the lock pins it: the base image it builds on (its wheels and OS packages: a later version)."""
+
+    id: str
+    base_image: str
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"base_image": self.base_image}
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A lock file: its path, its bases by name and its entries by id (each sorted)."""
+
+    file: Path
+    bases: tuple[LockedBase, ...] = ()
+    entries: tuple[LockedEntry, ...] = ()
+    lines: tuple[tuple[str, int], ...] = ()  # (dotted key, line) as read: where an error about a key points
+
+    def base(self, name: str) -> LockedBase | None:
+        return next((b for b in self.bases if b.name == name), None)
+
+    def entry(self, entry_id: str) -> LockedEntry | None:
+        return next((e for e in self.entries if e.id == entry_id), None)
+
+    def line(self, key: str) -> int | None:
+        """The line `key` (dotted: `bases.<name>`) was read from; None for a lock not read from a file."""
+        return dict(self.lines).get(key)
+
+    def text(self, matrix_name: str) -> str:
+        """The document: a header, then version, bases and entries, each sorted by name (stable bytes)."""
+        doc = {"version": FORMAT,
+               "bases": {b.name: b.to_doc() for b in sorted(self.bases, key=lambda b: b.name)},
+               "entries": {e.id: e.to_doc() for e in sorted(self.entries, key=lambda e: e.id)}}
+        body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=200, allow_unicode=True)
+        return HEADER.format(matrix=matrix_name) + body
+
+
+def beside(matrix_file: Path) -> Path:
+    """The lock file of a matrix: `<name>.lock.yaml` in its folder."""
+    return matrix_file.with_name(matrix_file.stem + SUFFIX)
+
+
+def read(path: Path) -> Lock | None:
+    """The lock file at `path`, checked: None when there is none. Anything it does not understand (another version,
+    an unknown key, an ID that is not `sha256:<64 hex>`) is an input error naming the file, line and key."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    doc = load(path)
+    value = doc.value
+    if not isinstance(value, dict):
+        raise InputError("a lock file is a mapping (version, bases, entries)", where=doc.where(()),
+                         hint=ANEW)
+    for key in value:
+        if key not in ("version", "bases", "entries"):
+            raise unknown_key(key, ("version", "bases", "entries"), doc.where((key,)))
+    if str(value.get("version")) != str(FORMAT):
+        raise InputError(f"lock file version {value.get('version')!r}: this imagebuilder reads version {FORMAT}",
+                         where=doc.where(("version",)), hint=ANEW + ", or use the "
+                         "imagebuilder that wrote it")
+    bases = tuple(_base(doc, name, one) for name, one in _mapping(doc, "bases").items())
+    entries = tuple(_entry(doc, name, one) for name, one in _mapping(doc, "entries").items())
+    named = {b.name for b in bases}
+    for entry in entries:
+        if entry.base_image not in named:
+            raise InputError(f"entry {entry.id} builds on {entry.base_image!r}, which `bases` does not pin",
+                             where=doc.where(("entries", entry.id, "base_image")),
+                             hint=ANEW)
+    lines = tuple((".".join(str(p) for p in path_), mark[0]) for path_, mark in doc.marks.items()
+                  if len(path_) == 2)
+    return Lock(path, bases, entries, lines)
+
+
+def write(lock: Lock, matrix_name: str) -> None:
+    """Write the lock file whole (a temporary file renamed over it: a reader never sees half of one)."""
+    text = lock.text(matrix_name)
+    folder = lock.file.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{lock.file.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, lock.file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _mapping(doc: Document, key: str) -> dict[str, Any]:
+    value = doc.value.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{key} is a mapping (name: what is pinned)", where=doc.where((key,)))
+    return value
+
+
+def _fields(doc: Document, path: tuple[str, str], value: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"expected a mapping of {', '.join(allowed)}", where=doc.where(path), hint=ANEW)
+    for key in value:
+        if key not in allowed:
+            raise unknown_key(key, allowed, doc.where((*path, key)))
+    return value
+
+
+def _base(doc: Document, name: str, value: Any) -> LockedBase:
+    path = ("bases", name)
+    one = _fields(doc, path, value, ("id", "digest", "source"))
+    image_id, digest, source = one.get("id"), one.get("digest"), one.get("source")
+    if not isinstance(image_id, str) or not IMAGE_ID.fullmatch(image_id):
+        raise InputError(f"id {image_id!r} is not an image ID (sha256:<64 hex>)", where=doc.where((*path, "id")),
+                         hint=ANEW)
+    if digest is not None and (not isinstance(digest, str) or not DIGEST_REF.fullmatch(digest)):
+        raise InputError(f"digest {digest!r} is not a manifest digest (repository@sha256:<64 hex>), nor null",
+                         where=doc.where((*path, "digest")), hint=ANEW)
+    locked = LockedBase(name, image_id, digest)
+    if source is not None and source != locked.source:
+        raise InputError(f"source {source!r} does not agree with the digest (a base with a registry digest is "
+                         f"`registry`; one without is `local`)", where=doc.where((*path, "source")),
+                         hint=ANEW)
+    return locked
+
+
+def _entry(doc: Document, name: str, value: Any) -> LockedEntry:
+    path = ("entries", name)
+    one = _fields(doc, path, value, ("base_image",))
+    base = one.get("base_image")
+    if not isinstance(base, str) or not base:
+        raise InputError("base_image is the name of a base image under `bases`",
+                         where=doc.where((*path, "base_image")), hint=ANEW)
+    return LockedEntry(name, base)

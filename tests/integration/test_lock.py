@@ -1,0 +1,123 @@
+"""The lock file on the real engine and registry (issue 48, base images): a base image re-tagged upstream to a new
+digest is named by `outdated` with exactly the nodes it rebuilds; a build without `lock --update` keeps the locked
+image (FROM its locked digest: nothing rebuilds); a locked image this engine cannot have stops the build with exit 2
+before anything builds; after `lock --update` a build rebuilds those nodes and nothing else. Tiny layers, no smoke
+suite, nothing pushed but the test's own base images: well under a minute."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import tarfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from imagebuilder.ports.engine import DockerEngine
+
+from .conftest import REGISTRY, CliRun, itest_matrix, report
+
+PYTHON_BASE = ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
+               "&& rm -rf /var/lib/apt/lists/*\n")
+
+
+def image(engine: DockerEngine, dockerfile: str, name: str) -> str:
+    """Build a one-file context on the engine, tag it `name` and push it to the test registry: its image ID."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    built = engine.build(out.getvalue(), network="host", sink=lambda line: None)
+    engine.tag(built, name)
+    engine.push(name)
+    return built
+
+
+def built(folder: Path) -> dict[str, str]:
+    """node id -> its build status, from a run's report."""
+    return {n["node"]: n["build"] for n in report(folder)["nodes"]}
+
+
+def test_a_base_retagged_upstream_rebuilds_exactly_its_nodes_once_the_lock_takes_it(
+        engine: DockerEngine, registry: str, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    names = f"{REGISTRY}/itest/lockbase-{uuid.uuid4().hex[:8]}"
+    a, b = f"{names}:a", f"{names}:b"  # the test's own base images (debian:bookworm itself is never re-tagged)
+    python = image(engine, PYTHON_BASE, f"{names}:python")  # (the engine's build cache after the first time)
+    for name in (a, b):
+        image(engine, f"FROM {python}\nLABEL io.imagebuilder.itest.base={name}\n", name)  # (new IDs every run)
+    for layer in ("tiny", "top"):
+        (tmp_path / "layers" / layer).mkdir(parents=True)
+        (tmp_path / "layers" / layer / "Dockerfile.j2").write_text(f"FROM {{{{ parent_image }}}}\nRUN echo {layer} "
+                                                                   f"> /{layer}\n")
+    matrix = itest_matrix(tmp_path, repository, layers="[tiny, top]", body=f"""
+        layers_path: [layers]
+        matrix: {{torch: ["2.13.0"], accelerator: [cpu], python: ["3.11"], base_image: ['{a}', '{b}']}}
+        """)
+    lock_file = tmp_path / "matrix.lock.yaml"
+
+    def build(folder: str) -> CliRun:
+        return cli("build", "--matrix", str(matrix), "--report", str(tmp_path / folder), "--no-push", "--no-smoke")
+
+    run = cli("lock", "--matrix", str(matrix))
+    assert run.code == 0, run.text
+    pinned = lock_file.read_text()
+    assert pinned.count("source: registry") == 2 and f"{names}@sha256:" in pinned
+    run = build("r1")
+    assert run.code == 0, run.text[-3000:]
+    first = built(tmp_path / "r1")
+    assert set(first.values()) == {"built"} and len(first) == 4
+    on_a = sorted(n for n in first if "lockbase" in n and n.split("/")[0].endswith("-a"))
+    on_b = sorted(set(first) - set(on_a))
+    assert len(on_a) == len(on_b) == 2
+
+    # Upstream, `a` is re-tagged to another image: a new digest in the registry (and on this engine).
+    moved = image(engine, f"FROM {a}\nLABEL io.imagebuilder.itest.moved={uuid.uuid4().hex}\n", a)
+    run = cli("outdated", "--matrix", str(matrix), "--json")
+    assert run.code == 0, run.text
+    drift = {d["name"]: d for d in json.loads(run.out)["bases"]}
+    assert (drift[a]["status"], sorted(drift[a]["rebuilds"]), drift[a]["new_id"]) == ("moved", on_a, moved)
+    assert (drift[b]["status"], drift[b]["rebuilds"]) == ("current", [])
+    text = cli("outdated", "--matrix", str(matrix))
+    assert f"moved    {a}" in text.out and "rebuilds 2 node(s)" in text.out, text.text
+
+    # The build does not take it: the lock is its input (FROM the locked digest), so nothing rebuilds.
+    run = build("r2")
+    assert run.code == 0, run.text[-3000:]
+    assert set(built(tmp_path / "r2").values()) == {"cached"}
+    assert re.search(rf"{re.escape(a)} names image {moved}.*keeps image", run.out.replace("\n", " ")), run.out[-3000:]
+
+    # A lock that pins an image this engine does not have and the registry cannot give: refused, nothing built.
+    refused = tmp_path / "refused"
+    refused.mkdir()
+    shutil.copytree(tmp_path / "layers", refused / "layers")
+    shutil.copy(matrix, refused / "matrix.yaml")
+    gone = f"sha256:{'0' * 64}"
+    locked_b = re.search(rf"{re.escape(b)}:\n    id: (sha256:[0-9a-f]{{64}})\n    digest: (\S+)", pinned)
+    assert locked_b is not None
+    (refused / "matrix.lock.yaml").write_text(pinned.replace(locked_b.group(1), gone.replace("0", "1"))
+                                              .replace(locked_b.group(2), f"{names}@{gone}"))
+    run = cli("build", "--matrix", str(refused / "matrix.yaml"), "--report", str(refused / "r"), "--no-push",
+              "--no-smoke")
+    assert run.code == 2, run.text[-3000:]
+    assert f"{refused / 'matrix.lock.yaml'}:" in run.err and "cannot be pulled by its locked digest" in run.err
+    assert f"the lock pins image sha256:{'1' * 64}" in run.err and "Nothing was built" in run.err
+    assert "Traceback" not in run.text and not (refused / "r").exists()
+
+    # `lock --update a` takes it; the next build rebuilds exactly a's nodes.
+    run = cli("lock", "--matrix", str(matrix), "--update", a)
+    assert run.code == 0, run.text
+    assert f"updated  {a}" in run.out and "rebuilds 2 node(s)" in run.out and f"kept     {b}" in run.out
+    assert lock_file.read_text() != pinned
+    run = build("r3")
+    assert run.code == 0, run.text[-3000:]
+    third = built(tmp_path / "r3")
+    assert sorted(n for n, s in third.items() if s == "built") == on_a
+    assert sorted(n for n, s in third.items() if s == "cached") == on_b
+    roots = {n["node"]: n for n in report(tmp_path / "r3")["nodes"] if n["node"].endswith("/tiny")}
+    assert {(n["base"] or {}).get("id") for k, n in roots.items() if k in on_a} == {moved}
+    assert cli("outdated", "--matrix", str(matrix), "--exit-code-nothing-to-do").code == 3

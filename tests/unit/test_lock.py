@@ -1,0 +1,425 @@
+"""The lock file beside the matrix (issue 48, base images), on the in-memory ports: what `lock` pins and keeps, the
+keys it makes (a node's key follows the lock, not the tag), what `outdated` says and the exact nodes a move
+rebuilds, what cannot be asked (unknown, never current), and each refusal seen refusing: a matrix the lock does not
+cover, and a locked image a run cannot have (nothing is built)."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from imagebuilder.commands import lock as lock_cmd
+from imagebuilder.errors import EngineError, InputError
+from imagebuilder.evidence.signing import Keys
+from imagebuilder.evidence.spec import Specs
+from imagebuilder.input import lock as lock_mod
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.ledger import BuildStatus, NodeRecord
+from imagebuilder.plan import bases
+from imagebuilder.plan import cache as cache_mod
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.plan import Plan
+from imagebuilder.plan.render import Renderer
+from imagebuilder.steps.run import RunOptions, execute
+from imagebuilder.steps.stage import Stage
+
+from ..conftest import MatrixWriter
+from .fakes import FakeEngine, FakeRegistry, registries
+
+A = "127.0.0.1:5000/bases/a:1"  # a registry's image: locked by ID and manifest digest
+B = "debian:bookworm"  # imported on the engine: locked by ID alone
+MATRIX = f"""
+version: 1
+base_image: {B}
+registry: 127.0.0.1:5000/ml
+repository: pytorch
+layers: [base, business, task]
+matrix: {{torch: [2.6.0, 2.7.1], accelerator: [cpu], python: ['3.11'], base_image: ['{A}', '{B}']}}
+"""
+
+
+def world() -> FakeEngine:
+    """An engine with B imported and A pulled from the registry (so it knows A's manifest digest)."""
+    engine = FakeEngine(FakeRegistry())
+    engine.add({"config": {"Labels": {"base": "b", "v": "1"}}}, B)
+    engine.add({"config": {"Labels": {"base": "a", "v": "1"}}}, A)
+    engine.push(A)
+    return engine
+
+
+def move(engine: FakeEngine, name: str, version: str, *, push: bool = True) -> str:
+    """The name names a new image on `engine` (and, pushed, in the registry): its ID."""
+    image = engine.add({"config": {"Labels": {"base": name, "v": version}}}, name)
+    if push:
+        engine.push(name)
+    return image
+
+
+def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
+    """The plan as `load_plan` makes it: pinned by the lock beside the matrix (when `locked` and there is one)."""
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+    return bases.locked(plan, lock_mod.read(lock_mod.beside(path))) if locked else plan
+
+
+def lock(path: Path, table: CompatTable, engine: FakeEngine, update: tuple[str, ...] | None = None,
+         offline: bool = False) -> lock_cmd.Locking:
+    return lock_cmd.lock(load(path, table, locked=False), path, engine, update=update, offline=offline)
+
+
+def keys_of(plan: Plan) -> dict[str, str]:
+    return {n.id: n.key for n in bases.keyed(plan).nodes}
+
+
+def on(plan: Plan, name: str) -> list[str]:
+    """Every node of the entries built on base `name`."""
+    return [n.id for n in plan.nodes if n.entry.base_image == name]
+
+
+@pytest.fixture
+def matrix(write_matrix: MatrixWriter) -> Path:
+    return write_matrix(MATRIX)
+
+
+# -- the document ----------------------------------------------------------------------------------------------------
+
+def test_the_lock_pins_each_base_by_id_and_registry_digest_sorted_and_stable(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    done = lock(matrix, table, engine)
+    path = matrix.with_name("matrix.lock.yaml")
+    assert done.changed and done.lock.file == path
+    text = path.read_text()
+    assert text.startswith("# imagebuilder lock file for matrix.yaml")
+    read = lock_mod.read(path)
+    assert read is not None
+    assert [b.name for b in read.bases] == sorted([A, B])  # sorted by name, whatever order the matrix gives
+    a, b = read.base(A), read.base(B)
+    assert a is not None and b is not None
+    assert a.id == engine.image_id(A)
+    assert a.digest == f"127.0.0.1:5000/bases/a@{engine.registry.tagged[('bases/a', '1')]}"
+    assert a.source == "registry"
+    assert b.id == engine.image_id(B) and b.digest is None and b.source == "local"  # imported: its ID alone
+    assert {e.id: e.base_image for e in read.entries} == {e.id: e.base_image for e in load(matrix, table).entries()}
+    assert [line.split(":")[0] for line in text.splitlines() if not line.startswith(("#", " "))] == \
+        ["version", "bases", "entries"]
+    again = lock(matrix, table, engine)  # the same inputs write the same bytes (and say so)
+    assert not again.changed and path.read_text() == text
+    assert [c.line().split()[0] for c in again.changes] == ["kept", "kept"]
+
+
+@pytest.mark.parametrize(("edit", "needle", "key"), [
+    (lambda t: t.replace("version: 1", "version: 2"), "lock file version '2': this imagebuilder reads version 1",
+     "version"),
+    (lambda t: t.replace("    source: local", "    source: local\n    sha: x"), "unknown key 'sha'",
+     "bases.debian:bookworm.sha"),
+    (lambda t: t.replace("id: sha256:", "id: sha512:", 1), "is not an image ID (sha256:<64 hex>)", ".id"),
+    (lambda t: t.replace("source: local", "source: registry"), "source 'registry' does not agree with the digest",
+     "bases.debian:bookworm.source"),
+    (lambda t: t.replace(f"    base_image: {B}", "    base_image: c:1", 1), "builds on 'c:1', which `bases` does "
+     "not pin", "base_image"),
+])
+def test_a_lock_file_it_does_not_understand_is_refused_naming_file_line_and_key(
+        matrix: Path, table: CompatTable, edit: object, needle: str, key: str) -> None:
+    lock(matrix, table, world())
+    path = lock_mod.beside(matrix)
+    path.write_text(edit(path.read_text()))  # type: ignore[operator]
+    with pytest.raises(InputError) as caught:
+        load(matrix, table)
+    said = str(caught.value)
+    assert needle in said and said.startswith(f"{path}:") and key in said, said
+    assert caught.value.exit_code == 2
+
+
+# -- lock and lock --update ------------------------------------------------------------------------------------------
+
+def test_lock_keeps_what_it_pins_and_update_takes_what_the_name_names_now(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    first = lock(matrix, table, engine).lock
+    other = FakeEngine(engine.registry)  # another machine pushes a new A: the registry's tag moved, not this engine's
+    new_a = move(other, A, "2")
+    kept = lock(matrix, table, engine)
+    assert kept.lock == first and not kept.changed  # `lock` keeps what it pins
+    with pytest.raises(InputError, match=r"lock --update debian:bokworm: the matrix names no base image") as caught:
+        lock(matrix, table, engine, update=("debian:bokworm",))
+    assert caught.value.hint == "did you mean 'debian:bookworm'?"
+    plan = load(matrix, table)
+    updated = lock(matrix, table, engine, update=(A,))  # pulled again by its name: the registry's new image
+    change = next(c for c in updated.changes if c.name == A)
+    assert change.now is not None and change.now.id == new_a and engine.pulled[-1] == A
+    assert change.rebuilds == tuple(on(plan, A))
+    assert change.line().startswith(f"updated  {A}: image ") and "rebuilds 6 node(s)" in change.line()
+    assert updated.lock.base(B) == first.base(B)  # not named: kept
+
+
+def test_update_that_cannot_ask_the_registry_writes_nothing_unless_offline(matrix: Path, table: CompatTable,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    path = lock_mod.beside(matrix)
+    before = path.read_text()
+    move(engine, A, "2", push=False)  # this engine's A is another image (built here; no digest of A's repository)
+    engine.repo_digests[str(engine.image_id(A))] = [f"127.0.0.1:5000/bases/a@sha256:{'0' * 64}"]
+
+    def down(ref: str, *args: object, **kwargs: object) -> str:
+        raise EngineError(f"pull {ref}: registry 127.0.0.1:5000 unreachable")
+    monkeypatch.setattr(engine, "pull", down)
+    with pytest.raises(InputError, match=r"its registry cannot be asked .*nothing was written") as caught:
+        lock(matrix, table, engine, update=())
+    assert caught.value.hint and "--offline" in caught.value.hint
+    assert path.read_text() == before
+    offline = lock(matrix, table, engine, update=(), offline=True)  # the engine's image, as it is
+    assert offline.changed and offline.lock.base(A) is not None and offline.lock.base(A).id == engine.image_id(A)
+
+
+# -- keys ------------------------------------------------------------------------------------------------------------
+
+def test_a_key_follows_the_lock_not_the_tag(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    unlocked = bases.resolve(load(matrix, table), engine)  # no lock file yet: the engine's images
+    assert unlocked.locked is None and {b.name for b in unlocked.bases} == {A, B}
+    before = keys_of(unlocked)
+    lock(matrix, table, engine)
+    assert keys_of(load(matrix, table)) == before  # adopting the lock rebuilds nothing (keys start from the same IDs)
+    move(engine, B, "2", push=False)  # the tag moves upstream (here: on this engine); the lock does not
+    assert keys_of(bases.resolve(load(matrix, table, locked=False), engine)) != before  # without a lock: it would
+    assert keys_of(load(matrix, table)) == before  # with the lock: no key changes
+    lock(matrix, table, engine, update=(B,))  # the lock takes it: exactly B's nodes change
+    after = keys_of(load(matrix, table))
+    changed = [n for n in before if before[n] != after[n]]
+    assert changed == on(load(matrix, table), B) and len(changed) == 6
+
+
+# -- outdated --------------------------------------------------------------------------------------------------------
+
+def test_outdated_names_a_move_and_exactly_the_nodes_it_rebuilds(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    plan = load(matrix, table)
+    drift = {d.name: d for d in lock_cmd.outdated(plan, engine, registries(engine.registry))}
+    assert {n: d.status for n, d in drift.items()} == {A: "current", B: "current"}
+    assert drift[A].rebuilds == () and drift[A].nodes == tuple(on(plan, A))
+    new_a = move(FakeEngine(engine.registry), A, "2")  # the registry's tag moves
+    new_b = move(engine, B, "2", push=False)  # this engine's B is another image
+    drift = {d.name: d for d in lock_cmd.outdated(plan, engine, registries(engine.registry))}
+    assert {n: d.status for n, d in drift.items()} == {A: "moved", B: "moved"}
+    assert drift[A].new_id == new_a and drift[B].new_id == new_b
+    assert drift[A].registry is not None and drift[A].registry.startswith("127.0.0.1:5000/bases/a@sha256:")
+    before = keys_of(plan)
+    lock(matrix, table, engine, update=(A,))
+    after = keys_of(load(matrix, table))
+    assert drift[A].rebuilds == tuple(n for n in before if before[n] != after[n]) == tuple(on(plan, A))
+    assert drift[B].rebuilds == tuple(on(plan, B))
+    text = lock_cmd.lines(tuple(drift.values()), "matrix.lock.yaml")
+    assert text[0] == "matrix.lock.yaml: 2 moved, 0 unknown, 0 current"
+    assert text[2] == f"         rebuilds 6 node(s): {', '.join(on(plan, A))}"
+    assert json.loads(json.dumps([d.to_json() for d in drift.values()]))[0]["rebuilds"] == on(plan, A)
+
+
+def test_what_cannot_be_asked_is_unknown_never_current(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    plan = load(matrix, table)
+
+    def statuses(engine_: FakeEngine | None, pool: object) -> dict[str, tuple[str, str]]:
+        return {d.name: (d.status, d.why) for d in lock_cmd.outdated(plan, engine_, pool)}  # type: ignore[arg-type]
+
+    offline = statuses(engine, None)  # --offline: no registry asked
+    assert offline[A] == ("unknown", "--offline: its registry was not asked") and offline[B][0] == "current"
+    assert statuses(None, registries(engine.registry)) == {  # no engine: the local image cannot be asked
+        A: ("current", ""), B: ("unknown", "no engine answers: a local image is known to this engine alone")}
+
+    class Down:
+        def __call__(self, host: str) -> object:
+            raise EngineError(f"registry {host} unreachable (connection refused)")
+
+        def at(self, ref: str) -> object:
+            return self(ref.split("/")[0])
+    assert statuses(engine, Down())[A] == ("unknown", "its registry did not answer (registry 127.0.0.1:5000 "
+                                                       "unreachable (connection refused))")
+    engine.registry.tagged.pop(("bases/a", "1"))  # the tag is gone
+    assert statuses(engine, registries(engine.registry))[A][0] == "unknown"
+    engine.local_tags.pop(B)  # this engine has no B any more
+    assert statuses(engine, registries(engine.registry))[B] == (
+        "unknown", f"this engine has no image {B}: a local image is known to this engine alone")
+    drift = lock_cmd.outdated(plan, engine, None)
+    assert all(d.rebuilds == () and d.nodes for d in drift)  # said as what a move would rebuild, never as current
+    assert lock_cmd.lines(drift, "f")[-1] == "         not known to be current; if it moved, 6 node(s) rebuild"
+
+
+def test_outdated_without_a_lock_is_an_input_error(matrix: Path, table: CompatTable) -> None:
+    with pytest.raises(InputError, match="there is no lock file beside the matrix"):
+        lock_cmd.outdated(load(matrix, table), world(), None)
+
+
+# -- the refusals ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda t: t.replace(f"base_image: ['{A}', '{B}']", f"base_image: ['{A}', '{B}', 'c:1']"),
+     "base image 'c:1' (entry 2.6.0-cpu-py3.11-runtime-c-1) is not pinned by the lock file"),
+    (lambda t: t.replace("torch: [2.6.0, 2.7.1]", "torch: [2.6.0, 2.7.1, 2.9.0]"),
+     "entry 2.9.0-cpu-py3.11-runtime-127.0.0.1-5000-bases-a-1 is not in the lock file"),
+])
+def test_a_matrix_the_lock_does_not_cover_is_refused(matrix: Path, table: CompatTable, edit: object,
+                                                    needle: str) -> None:
+    engine = world()
+    engine.add({"config": {"Labels": {"base": "c"}}}, "c:1")
+    lock(matrix, table, engine)
+    load(matrix, table)  # covered: loads
+    matrix.write_text(edit(matrix.read_text()))  # type: ignore[operator]
+    with pytest.raises(InputError) as caught:
+        load(matrix, table)
+    assert needle in str(caught.value) and caught.value.exit_code == 2
+    assert caught.value.hint == f"run `imagebuilder lock` to pin it, then review and commit {lock_mod.beside(matrix)}"
+    assert str(caught.value).startswith(f"{matrix}:")  # the matrix's line of the entry
+    lock(matrix, table, engine)
+    load(matrix, table)  # once `lock` ran: covered again
+
+
+def test_the_command_line_refuses_an_uncovered_matrix_with_exit_2(matrix: Path, table: CompatTable,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder import cli
+
+    engine = world()
+    monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "table", lambda self: table)
+    assert cli.main(["--offline", "lock", "--matrix", str(matrix)]) == 0
+    assert "wrote " + str(lock_mod.beside(matrix)) in capsys.readouterr().out
+    assert cli.main(["--offline", "outdated", "--matrix", str(matrix), "--exit-code-nothing-to-do"]) == 0  # A unknown
+    out = capsys.readouterr().out
+    assert f"unknown  {A}" in out and "nothing to do" not in out
+    assert cli.main(["--offline", "lock", "--matrix", str(matrix), B]) == 2
+    assert "names are the base images to update; add --update" in capsys.readouterr().err
+    matrix.write_text(matrix.read_text().replace("torch: [2.6.0, 2.7.1]", "torch: [2.6.0, 2.7.1, 2.9.0]"))
+    for argv in (["outdated"], ["render", "--out", str(matrix.parent / "out")], ["plan"]):
+        assert cli.main(["--offline", *argv, "--matrix", str(matrix)]) == 2, argv
+        err = capsys.readouterr().err
+        assert "is not in the lock file" in err and "run `imagebuilder lock`" in err and "Traceback" not in err
+    assert not (matrix.parent / "out").exists()
+
+
+def test_outdated_exits_3_only_when_every_base_is_known_current(matrix: Path, table: CompatTable,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder import cli
+
+    engine = world()
+    local = matrix.with_name("local.yaml")
+    local.write_text(matrix.read_text().replace(f"base_image: ['{A}', '{B}']", ""))  # B alone: asked on the engine
+    monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "table", lambda self: table)
+    assert cli.main(["--offline", "lock", "--matrix", str(local)]) == 0
+    assert cli.main(["--offline", "outdated", "--matrix", str(local), "--exit-code-nothing-to-do"]) == 3
+    assert "nothing to do: every locked base image is current" in capsys.readouterr().out
+    move(engine, B, "2", push=False)
+    assert cli.main(["--offline", "outdated", "--matrix", str(local), "--json", "--exit-code-nothing-to-do"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["lock"] == str(local.with_name("local.lock.yaml"))
+    plan = load(local, table)
+    assert [(b["name"], b["status"], b["rebuilds"]) for b in said["bases"]] == [(B, "moved", on(plan, B))]
+
+
+def run_stage(plan: Plan, engine: FakeEngine, folder: Path) -> dict[str, NodeRecord]:
+    """Stage the decided plan on the fakes, as `build` does after `bases.resolve(pull=True)`."""
+    decided = cache_mod.decide(bases.keyed(plan), cache_mod.Cache(engine, registries(engine.registry)))
+    records = execute(engine, decided, registries(engine.registry), Specs(decided),
+                      Keys.load(folder / "keys", {}), (Stage(),), Console(file=io.StringIO()),
+                      RunOptions(report_dir=folder, cache_dir=folder / "cache", logs="none"))
+    return {r.node: r for r in records}
+
+
+def from_line(engine: FakeEngine, index: int) -> str:
+    """The FROM of the `index`th build's Dockerfile."""
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(engine.builds[index][0])) as tar:
+        member = tar.extractfile("Dockerfile")
+        assert member is not None
+        return next(line for line in member.read().decode().splitlines() if line.startswith("FROM "))
+
+
+def test_a_run_builds_from_the_lock_when_the_tag_moved(matrix: Path, table: CompatTable, tmp_path: Path) -> None:
+    engine = world()
+    locked = lock(matrix, table, engine).lock
+    a, b = locked.base(A), locked.base(B)
+    assert a is not None and b is not None and a.digest is not None
+    move(engine, A, "2")  # both names now name other images, here and (A) in the registry
+    move(engine, B, "2", push=False)
+    said: list[str] = []
+    plan = bases.resolve(load(matrix, table), engine, pull=True, say=said.append)
+    assert [x.reference for x in plan.bases] == [a.digest, b.id]  # FROM repo@digest (held under it), else the ID
+    assert len(said) == 2 and "keeps image" in said[0] and "the build uses it" in said[0]
+    records = run_stage(plan.only("2.6.0-*"), engine, tmp_path)
+    assert {r.build for r in records.values()} == {BuildStatus.BUILT}
+    roots = [n for n in plan.only("2.6.0-*").nodes if n.parent is None]
+    assert [records[n.id].parent_image for n in roots] == [a.id, b.id]
+    assert [(records[n.id].base or {}).get("id") for n in roots] == [a.id, b.id]
+    froms = [from_line(engine, i) for i in range(len(engine.builds))]
+    assert f"FROM {a.digest}" in froms and f"FROM {b.id}" in froms  # the roots: the locked images, not the tags
+    engine.repo_digests.pop(a.id)  # the locked image is here by ID only (loaded, not pulled): FROM its ID
+    assert bases.resolve(load(matrix, table), engine, pull=True).bases[0].reference == a.id
+
+
+def test_a_locked_image_a_run_cannot_have_is_refused_before_anything_builds(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    locked = lock(matrix, table, engine).lock
+    b, a = locked.base(B), locked.base(A)
+    assert a is not None and b is not None and a.digest is not None
+    engine.images.pop(b.id)  # the locked (local) image is gone; the name names another
+    new_b = move(engine, B, "2", push=False)
+    plan = load(matrix, table)
+    with pytest.raises(InputError) as caught:
+        bases.resolve(plan, engine, pull=True)
+    said, path = str(caught.value), lock_mod.beside(matrix)
+    line = lock_mod.read(path).line(f"bases.{B}")  # type: ignore[union-attr]
+    assert line is not None and said.startswith(f"{path}:{line}: bases.{B}: base image '{B}': the lock pins image "
+                           f"{b.id}, which is not on this engine and has no registry digest to pull it by; its image "
+                           f"here is {new_b}. Nothing was built"), said
+    assert caught.value.exit_code == 2 and caught.value.hint and f"lock --update {B}" in caught.value.hint
+    assert engine.builds == []
+    engine.images[b.id] = {"config": {"Labels": {"base": "b", "v": "1"}}}  # B back (by ID); A's manifest gone
+    engine.images.pop(a.id)
+    engine.registry.manifests.pop(a.digest.rpartition("@")[2])
+    with pytest.raises(InputError, match=r"which is not on this engine and cannot be pulled by its locked digest"):
+        bases.resolve(plan, engine, pull=True)
+    assert engine.builds == []
+    assert bases.resolve(plan, engine).bases == plan.bases  # a plan (no pull) keys from the lock alone
+
+
+def test_a_locked_digest_that_is_another_image_is_refused(matrix: Path, table: CompatTable) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    path = lock_mod.beside(matrix)
+    other = move(engine, "127.0.0.1:5000/bases/a:other", "x")
+    text = path.read_text()
+    a = lock_mod.read(path)
+    assert a is not None and a.base(A) is not None
+    path.write_text(text.replace(str(a.base(A).id), other))  # type: ignore[union-attr]  # hand-edited: ID ≠ digest's
+    with pytest.raises(InputError, match=r"but its locked digest .* is image sha256:"):
+        bases.resolve(load(matrix, table), engine, pull=True)
+
+
+def test_without_a_lock_file_nothing_is_pinned(write_matrix: MatrixWriter, table: CompatTable) -> None:
+    path = write_matrix(textwrap.dedent(MATRIX))
+    plan = load(path, table)
+    assert plan.bases == () and plan.locked is None and not lock_mod.beside(path).exists()
+
+
+def test_a_lock_file_it_cannot_read_is_written_anew_only_by_update_of_every_base(matrix: Path,
+                                                                                table: CompatTable) -> None:
+    engine = world()
+    lock(matrix, table, engine)
+    path = lock_mod.beside(matrix)
+    good = path.read_text()
+    path.write_text(good.replace("version: 1", "version: 2"))
+    with pytest.raises(InputError, match="lock file version '2'") as caught:
+        lock(matrix, table, engine)  # keeping what it pins needs the file read
+    assert caught.value.hint is not None and "`imagebuilder lock --update` writes it anew" in caught.value.hint
+    with pytest.raises(InputError, match="lock file version '2'"):
+        lock(matrix, table, engine, update=(A,))
+    assert lock(matrix, table, engine, update=()).changed and path.read_text() == good
