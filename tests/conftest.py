@@ -36,15 +36,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # development images, with their own devel chain; the registry faults; the three-machine steps; the gate's own
 # builds; the reliability tests) join the CUDA unit, so that both workers end at about the same time
 # (ci_time.json, fresh clone of 180110b: 1747 s of no-chain integration against 1855 s of the chain's, 145 s of
-# unit tests; since then the CUDA module builds one entry, not two (-230 s), the development images one leaf
-# (-85 s), and three chain tests smoke nothing (-170 s), so test_reliability's 63 s moved over). (A scheduler
-# of our own: xdist's `loadgroup` marks do not survive pytest 9's node ids.)
+# unit tests; since then the CUDA module builds one entry, not two, the development images one leaf, and three
+# chain tests smoke nothing, so test_reliability's 63 s moved over; fresh clone of 40d1f35: 1510 s against 1648 s,
+# so test_lock's ~45 s, which needs no chain either, joins them). (A scheduler of our own: xdist's `loadgroup`
+# marks do not survive pytest 9's node ids.)
 WORK_UNITS = (("tests/integration/test_cuda_image.py", "no-chain"),
               ("tests/integration/test_dev_images.py", "no-chain"),
               ("tests/integration/test_registry_faults.py", "no-chain"),
               ("tests/integration/test_steps.py", "no-chain"),
               ("tests/integration/test_gate.py", "no-chain"),
               ("tests/integration/test_reliability.py", "no-chain"),
+              ("tests/integration/test_lock.py", "no-chain"),
               ("tests/integration/", "integration"))
 
 
