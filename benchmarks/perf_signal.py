@@ -39,11 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 MUTANT = ROOT / "tests" / "mutants" / "slowdown" / "sitecustomize.py"
-# (name, fraction, targets): each slowdown the gate must refuse, naming the metrics the targets feed
-MUTANTS = (("slow5_all", 0.05, ("matmul", "copy", "train", "all_reduce")),
-           ("slow10_all", 0.10, ("matmul", "copy", "train", "all_reduce")),
-           ("slow5_matmul", 0.05, ("matmul",)), ("slow5_copy", 0.05, ("copy",)), ("slow5_train", 0.05, ("train",)),
-           ("slow5_all_reduce", 0.05, ("all_reduce",)))
+# (name, fraction, targets, by): each slowdown the gate must refuse, naming the metrics the targets feed; `by`: what
+# the added GPU time is (the mutant's docstring): a spin (under-delivers where the GPU is power-bound: the clock
+# rises around an idle spin) or bf16 matmuls (compute, as the work)
+EVERY = ("matmul", "copy", "train", "all_reduce")
+MUTANTS = (("slow5_all", 0.05, EVERY, "spin"), ("slow10_all", 0.10, EVERY, "spin"),
+           ("slow5_matmul", 0.05, ("matmul",), "spin"), ("slow5_copy", 0.05, ("copy",), "spin"),
+           ("slow5_train", 0.05, ("train",), "spin"), ("slow5_all_reduce", 0.05, ("all_reduce",), "spin"),
+           ("fill5_all", 0.05, EVERY, "matmul"), ("fill5_matmul", 0.05, ("matmul",), "matmul"),
+           ("fill5_train", 0.05, ("train",), "matmul"), ("fill3_all", 0.03, EVERY, "matmul"))
 FEEDS = {"matmul": ("bench.matmul.bf16.",), "copy": ("bench.memory.copy",), "train": ("bench.train.samples_per_s",),
          "all_reduce": ("bench.all_reduce.busbw.",)}
 EXPECT = {"accelerator": "cu130", "throughput_floor": 0.6}
@@ -61,13 +65,14 @@ def smi() -> dict[str, Any]:
     return {"gpus": rows, "other_processes": apps}
 
 
-def one(mutant: tuple[str, float, tuple[str, ...]] | None) -> dict[str, Any]:
+def one(mutant: tuple[str, float, tuple[str, ...], str] | None) -> dict[str, Any]:
     """One run of the suite's throughput checks in a fresh process (with the mutant first on its path)."""
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
         if mutant is not None:
             shutil.copy(MUTANT, Path(folder) / "sitecustomize.py")
-            (Path(folder) / "slowdown.json").write_text(json.dumps({"fraction": mutant[1], "targets": mutant[2]}))
+            (Path(folder) / "slowdown.json").write_text(json.dumps({"fraction": mutant[1], "targets": mutant[2],
+                                                                    "by": mutant[3]}))
             env["PYTHONPATH"] = folder
         report = Path(folder) / "report.json"
         before = smi()
@@ -77,7 +82,7 @@ def one(mutant: tuple[str, float, tuple[str, ...]] | None) -> dict[str, Any]:
                               capture_output=True, text=True, env=env, timeout=400)
         doc = json.loads(report.read_text()) if report.exists() else {}
     return {"mutant": None if mutant is None else {"name": mutant[0], "fraction": mutant[1],
-                                                   "targets": list(mutant[2])},
+                                                   "targets": list(mutant[2]), "by": mutant[3]},
             "exit": proc.returncode, "seconds": round(time.monotonic() - t0, 1), "smi_before": before,
             "checks": doc.get("checks") or [], "stderr_tail": proc.stderr[-600:]}
 
