@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser sigstore env demo test unit integration lint docs reference golden clean
+.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser sigstore env demo test test-setup unit integration lint docs reference golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -92,9 +92,15 @@ integration: cuda-wheels env registry-services browser sigstore
 	$(BIN)/python -m pytest tests -m "integration or browser" -v --durations=20 $(PYTEST_ARGS)
 
 # Lint and build the docs strictly once, then every test once (what .ci/run runs), on two workers: the CUDA
-# images build beside the other integration tests (tests/conftest.py: WORK_UNITS).
-test: cuda-wheels env registry-services browser sigstore lint docs
+# images build beside the other integration tests (tests/conftest.py: WORK_UNITS). The set-up runs side by side
+# where nothing orders it (the venv's download beside the engine, the base image's seeding, the browser; lint
+# once the venv is there): its parts wait on the network or on one core. apt takes one script at a time
+# (.ci/apt.sh).
+test:
+	$(MAKE) -j4 --output-sync=line test-setup
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
+
+test-setup: cuda-wheels env registry-services browser sigstore lint docs
 
 golden: venv
 	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py tests/unit/test_plan_view.py tests/unit/test_emit.py -q --update-golden

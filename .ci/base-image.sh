@@ -3,6 +3,7 @@
 # otherwise seed it from Debian's package mirror (debootstrap + docker import).
 #   .ci/base-image.sh debian:bookworm [SUITE]
 set -euo pipefail
+. "$(dirname "$0")/apt.sh"
 name=${1:?usage: base-image.sh NAME:TAG [SUITE]}
 if docker image inspect "$name" >/dev/null 2>&1; then echo "base image: $name present"; exit 0; fi
 if timeout 60 docker pull "$name" >/dev/null 2>&1; then echo "base image: pulled $name"; exit 0; fi
@@ -17,8 +18,7 @@ if [ -z "$suite" ]; then
 fi
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 command -v debootstrap >/dev/null 2>&1 || {
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap >/dev/null
+  apt_install debootstrap
 }
 dir=$(mktemp -d /var/tmp/imagebuilder-seed.XXXXXX)
 trap 'rm -rf "$dir"' EXIT

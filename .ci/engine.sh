@@ -2,11 +2,11 @@
 # Make sure a Docker engine answers: install Debian's docker.io if needed and start dockerd in the
 # background (overlay2). Safe to run twice; does nothing when an engine already answers.
 set -euo pipefail
+. "$(dirname "$0")/apt.sh"
 if docker info >/dev/null 2>&1; then echo "engine: already running"; exit 0; fi
 if ! command -v dockerd >/dev/null 2>&1; then
   echo "engine: installing docker.io"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io >/dev/null
+  apt_install docker.io
 fi
 log=${IMAGEBUILDER_DOCKERD_LOG:-/var/log/imagebuilder-dockerd.log}
 echo "engine: starting dockerd (log: $log)"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Serve a real registry (Debian's docker-registry) on 127.0.0.1:${PORT:-5000}. Safe to run twice.
 set -euo pipefail
+. "$(dirname "$0")/apt.sh"
 port=${REGISTRY_PORT:-5000}
 url="http://127.0.0.1:$port/v2/"
 if curl -fsS "$url" >/dev/null 2>&1; then echo "registry: already serving on 127.0.0.1:$port"; exit 0; fi
 if ! command -v docker-registry >/dev/null 2>&1; then
   echo "registry: installing docker-registry"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-registry >/dev/null
+  apt_install docker-registry
 fi
 root=${REGISTRY_ROOT:-/var/lib/imagebuilder-registry/$port}
 conf=$root/config.yml

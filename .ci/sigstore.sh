@@ -3,11 +3,11 @@
 # libraries (@sigstore/verify, @sigstore/bundle), pinned by tests/sigstore/package-lock.json, on Debian's Node
 # (nodejs, npm). Safe to run twice; does nothing when the pinned packages are installed.
 set -euo pipefail
+. "$(dirname "$0")/apt.sh"
 cd "$(dirname "$0")/.."
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "sigstore: installing Debian's nodejs and npm"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >/dev/null
+  apt_install nodejs npm
 fi
 lock=tests/sigstore/package-lock.json
 if [ -e tests/sigstore/node_modules/.package-lock.json ] && \

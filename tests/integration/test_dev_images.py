@@ -5,6 +5,7 @@ its own per container."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import textwrap
 import time
@@ -22,24 +23,32 @@ from imagebuilder.ports.engine import MANAGED_LABEL, DockerEngine
 
 from .conftest import REGISTRY, CliRun, cpu_matrix, itest_matrix, report
 
-# One line, so one leaf and one smoke run (~85 s on the CI machine): the leaf's suite runs the layer checks of its
-# whole lineage, jupyter's and ssh's; the services are started from each layer's own image.
+# One line, so one leaf: the leaf's suite runs the layer checks of its whole lineage, jupyter's and ssh's; the
+# services are started from each layer's own image.
 DEV_LAYERS = "[base, jupyter, ssh]"
+# What these images add to a runtime one, and so what is checked here: the toolchain (a C++ extension built and
+# loaded), the user and the layers' own checks. The rest of the suite (gloo, the compiled FSDP step, throughput:
+# ~60 s on the CI machine) is the same torch as every CPU image of the session and runs in the CPU chain's build.
+DEV_CHECKS = "toolchain,health,layers"
 
 
 @pytest.fixture(scope="module")
 def dev_images(engine: DockerEngine, registry: str, wheelhouse: Path, base_image: str,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The devel flavor of the CPU chain with both development layers on it (ssh on jupyter), built and
-    smoke-tested once."""
+    """The devel flavor of the CPU chain with both development layers on it (ssh on jupyter), built once; the
+    leaf's DEV_CHECKS run on it (`smoke --only`, what its labels ask, as in a build) and stand as its smoke report."""
     from .conftest import run_cli
 
     tmp = tmp_path_factory.mktemp("dev")
     repository = f"itest-dev-{uuid.uuid4().hex[:8]}"
     matrix = cpu_matrix(tmp, repository, wheelhouse, layers=DEV_LAYERS, flavor="devel")
-    run = run_cli("build", "--matrix", str(matrix), "--report", str(tmp / "r"), "--no-push")
+    run = run_cli("build", "--matrix", str(matrix), "--report", str(tmp / "r"), "--no-push", "--no-smoke")
     assert run.code == 0, run.text[-6000:]
     nodes = {n["node"].rsplit("/", 1)[1]: n for n in report(tmp / "r")["nodes"]}
+    (leaf,) = [n for n in nodes.values() if n["leaf"]]
+    smoke = run_cli("smoke", str(leaf["image"]), "--only", DEV_CHECKS)
+    assert smoke.code == 0, smoke.text[-6000:]
+    leaf["smoke_report"] = json.loads(smoke.out)
     yield nodes
     for image in engine.api.images(name=f"{REGISTRY}/itest/{repository}"):
         for ref in image.get("RepoTags") or []:

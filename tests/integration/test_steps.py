@@ -24,7 +24,9 @@ def write_matrix(tmp_path: Path, repository: str, wheelhouse: Path) -> Path:
     (layers / "leaf").mkdir()
     (layers / "leaf" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo leaf > /opt/leaf\n")
     (layers / "failing").mkdir()
-    (layers / "failing" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\n")
+    # (with torch.compile switched off, so its suite fails in seconds, not after a ~50 s compiled FSDP step: what
+    # fails here is the flow's subject, not how)
+    (layers / "failing" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nENV TORCHDYNAMO_DISABLE=1\n")
     (layers / "failing" / "layer.yaml").write_text("smoke:\n  - sh -c 'echo this check fails on purpose; exit 3'\n")
     matrix = cpu_matrix(tmp_path, repository, wheelhouse, layers="[base, leaf]", extra=f"""
 layers_path: [layers]
