@@ -10,7 +10,7 @@ REPORT ?= reports/demo
 MATRIX ?= examples/demo.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels browser sigstore env demo test test-setup unit integration lint docs reference golden clean
+.PHONY: help venv engine registry compose registry-services base-image wheelhouse cuda-wheels seed browser sigstore env demo test test-setup unit integration lint docs reference golden clean
 
 help:
 	@echo "make demo   - set everything up and build the example matrix (examples/demo.yaml) into 127.0.0.1:5000"
@@ -97,10 +97,15 @@ integration: cuda-wheels env registry-services browser sigstore
 # once the venv is there): its parts wait on the network or on one core. apt takes one script at a time
 # (.ci/apt.sh).
 test:
-	$(MAKE) -j4 --output-sync=line test-setup
+	$(MAKE) -j4 --output-sync=line --no-print-directory test-setup
 	$(BIN)/python -m pytest tests -v -n 2 --durations=30 $(PYTEST_ARGS)
 
-test-setup: cuda-wheels env registry-services browser sigstore lint docs
+test-setup: cuda-wheels seed env registry-services browser sigstore lint docs
+
+# Debian's root file system for the base image, seeded in the background from the start (.ci/seed.sh): it waits on
+# Debian's mirror, and `base-image`, which takes it, first waits for the venv that reads the matrix.
+seed:
+	@(setsid bash .ci/seed.sh bookworm >/var/tmp/imagebuilder-seed.log 2>&1 &)
 
 golden: venv
 	$(BIN)/python -m pytest tests/unit/test_render.py tests/unit/test_bake.py tests/unit/test_plan_view.py tests/unit/test_emit.py -q --update-golden
