@@ -10,7 +10,6 @@ import io
 import json
 import os
 import re
-import stat
 import tarfile
 import threading
 import time
@@ -493,18 +492,63 @@ def _short(exc: BaseException) -> str:
 
 
 def _folder_files(folder: str) -> Iterator[tuple[str, int, BinaryIO]]:
-    """The regular files under one layer's folder (overlay2 `diff`), as paths in the image."""
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
+    """The regular files under one layer's folder (overlay2 `diff`), as paths in the image, in os.walk's order
+    (a folder's files, then its folders). Each file is opened on its first read: a scan reads few of them (a
+    torch layer holds ~27,000 files, of which a shapes-only scan reads ~3,500), and skips the rest by path and
+    size."""
+    pending = [(folder, "")]
+    while pending:
+        real, inside = pending.pop()
+        try:
+            with os.scandir(real) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        folders = []
+        for entry in entries:
+            path = f"{inside}/{entry.name}"
             try:
-                st = os.lstat(path)
-                if not stat.S_ISREG(st.st_mode):
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append((entry.path, path))
+                    continue
+                if not entry.is_file(follow_symlinks=False):
                     continue  # links, and the character devices that are overlay whiteouts
-                with open(path, "rb") as stream:
-                    yield "/" + os.path.relpath(path, folder), st.st_size, stream
+                size = entry.stat(follow_symlinks=False).st_size
             except OSError:
                 continue
+            stream = _FileOnRead(entry.path)
+            try:
+                yield path, size, cast(BinaryIO, stream)
+            finally:
+                stream.close()
+        pending.extend(reversed(folders))
+
+
+class _FileOnRead(io.RawIOBase):
+    """A file opened on its first read; one that cannot be opened any more reads as empty (as before: skipped)."""
+
+    opener = io.FileIO
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file: io.FileIO | None = None
+        self.gone = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.file is None and not self.gone:
+            try:
+                self.file = self.opener(self.path, "rb")
+            except OSError:
+                self.gone = True
+        return 0 if self.file is None else int(self.file.readinto(buffer) or 0)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        super().close()
 
 
 class _ChunkReader(io.RawIOBase):
