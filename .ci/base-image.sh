@@ -15,7 +15,7 @@ if [ -z "$suite" ]; then
     *) echo "base image: cannot pull $name and do not know which Debian suite to seed it from" >&2; exit 1 ;;
   esac
 fi
-bash "$(dirname "$0")/seed.sh" "$suite"  # (or waits for the one `make test` started, or takes what it left)
+root=$(bash "$(dirname "$0")/seed.sh" "$suite")  # (or waits for the one `make test` started, or takes what it left)
 echo "base image: importing $name ($suite, minbase)"
-docker import -c 'CMD ["bash"]' -c 'ENV LANG=C.UTF-8' "/var/tmp/imagebuilder-seed/$suite.tar" "$name" >/dev/null
+docker import -c 'CMD ["bash"]' -c 'ENV LANG=C.UTF-8' "$root" "$name" >/dev/null
 echo "base image: $name seeded ($(docker image inspect -f '{{.Size}}' "$name" | numfmt --to=iec))"
