@@ -139,7 +139,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     from ..input import lock as lock_mod
     from ..input import lookups
     from ..input import matrix as matrix_mod
-    from ..plan import bases
+    from ..plan import bases, wheels
     from ..plan import plan as plan_mod
     from ..plan.render import Renderer
 
@@ -156,8 +156,9 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     plan = plan_mod.make(matrix, renderer or Renderer())
-    if locked:
-        plan = bases.locked(plan, lock_mod.read(lock_mod.beside(matrix_file)))
+    if locked:  # (its bases, then its wheelhouses: each file the file it pins, before anything runs)
+        lock = lock_mod.read(lock_mod.beside(matrix_file))
+        plan = wheels.locked(bases.locked(plan, lock), lock)
     return matrix, plan.only(only)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..errors import EngineError, ImageBuilderError, InputError, Where, did_you_mean
 from ..input import lock as lock_mod
-from ..input.lock import Lock, LockedBase, LockedEntry
-from ..plan import bases
+from ..input.lock import Lock, LockedBase, LockedEntry, LockedWheelhouse
+from ..plan import bases, wheels
 from ..plan.plan import Base, Plan
 from ..ports import Engine
 from ..ports.registry import Registries
@@ -45,11 +45,35 @@ class Change:
 
 
 @dataclass(frozen=True)
+class WheelChange:
+    """What `lock` did to one file of a wheelhouse: pinned it anew (`was` None), kept it, took its new bytes, or
+    dropped it (`now` None: gone from the folder); `rebuilds`: the nodes whose keys the new pin changes."""
+
+    wheelhouse: str
+    name: str
+    was: str | None
+    now: str | None
+    rebuilds: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        said = f"{self.name} (wheelhouse {self.wheelhouse})"
+        if self.was is None:
+            return f"pinned   {said}: {_sha(self.now)}"
+        if self.now is None:
+            return f"dropped  {said} (gone from the folder)"
+        if self.was == self.now:
+            return f"kept     {said}: {_sha(self.now)}"
+        return (f"updated  {said}: {_sha(self.was)} -> {_sha(self.now)}; rebuilds {len(self.rebuilds)} node(s): "
+                f"{', '.join(self.rebuilds) or 'none'}")
+
+
+@dataclass(frozen=True)
 class Locking:
-    """What `lock` wrote: the lock, each base's change, and whether the file's bytes changed."""
+    """What `lock` wrote: the lock, each base's and each wheelhouse file's change, and whether the file's bytes
+    changed."""
 
     lock: Lock
-    changes: tuple[Change, ...]
+    changes: tuple[Change | WheelChange, ...]
     changed: bool
 
 
@@ -69,26 +93,59 @@ def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ..
             raise
         old = None
     names = plan.base_names()
-    wanted = set(names) if update == () else set(update or ())
-    stranger = sorted(wanted - set(names))
+    folders = sorted({e.build.wheelhouse for e in plan.entries() if e.build.wheelhouse})
+    files = {name for folder in folders for name in wheels.served_files(folder)} | {
+        name for house in (old.wheelhouses if old else ()) for name, _ in house.files}
+    wanted = set(names) | files if update == () else set(update or ())
+    stranger = sorted(wanted - set(names) - files)
     if stranger:
-        raise InputError(f"lock --update {stranger[0]}: the matrix names no base image {stranger[0]!r}",
-                         where=_where(plan), hint=did_you_mean(stranger[0], names) or f"its base images: "
-                         f"{', '.join(names)}")
+        listed = f"its base images: {', '.join(names)}" + (f"; its wheelhouses' files: {', '.join(sorted(files))}"
+                                                           if files else "")
+        raise InputError(f"lock --update {stranger[0]}: the matrix names no base image or wheelhouse file "
+                         f"{stranger[0]!r}", where=_where(plan),
+                         hint=did_you_mean(stranger[0], [*names, *files]) or listed)
     was = {b.name: b for b in (old.bases if old else ())}
     now = {name: (was[name] if name in was and name not in wanted else
                   _pin(engine, name, refresh=name in wanted and not offline)) for name in names}
     before = plan.with_bases(tuple(Base(b.name, b.id) for b in was.values() if b.name in now))
-    changes = [Change(name, was.get(name), now[name],
+    changes: list[Change | WheelChange] = [Change(name, was.get(name), now[name],
                       bases.rebuilds(before, name, now[name].id) if name in was and was[name] != now[name] else ())
                for name in names]
     changes += [Change(name, was[name], None) for name in sorted(set(was) - set(now))]
-    new = Lock(path, tuple(now.values()), tuple(LockedEntry(e.id, e.base_image) for e in plan.entries()))
+    houses = tuple(_house(path, folder, old, wanted) for folder in folders)
+    for folder, house in zip(folders, houses, strict=True):
+        changes += _wheel_changes(plan, old, house, folder)
+    home = Lock(path)
+    new = Lock(path, tuple(now.values()), tuple(LockedEntry(e.id, e.base_image, home.path_in(e.build.wheelhouse)
+                                                            if e.build.wheelhouse else None) for e in plan.entries()),
+               (), houses)
     text = new.text(matrix_file.name)
     changed = not path.exists() or path.read_text(encoding="utf-8") != text
     if changed:
         lock_mod.write(new, matrix_file.name)
     return Locking(new, tuple(changes), changed)
+
+
+def _house(path: Path, folder: Path, old: Lock | None, wanted: set[str]) -> LockedWheelhouse:
+    """A wheelhouse as the lock will pin it: each file it serves now; one the old lock pinned and `wanted` does not
+    name keeps its old pin (`lock` alone never takes new bytes of a pinned file: `--update NAME` does)."""
+    name = Lock(path).path_in(folder)
+    before = old.wheelhouse(name) if old else None
+    kept = dict(before.files) if before else {}
+    return LockedWheelhouse(name, tuple(
+        (file, kept[file] if file in kept and file not in wanted else wheels.file_hash(folder / file))
+        for file in wheels.served_files(folder)))
+
+
+def _wheel_changes(plan: Plan, old: Lock | None, house: LockedWheelhouse, folder: Path) -> list[WheelChange]:
+    """Each file's change against the old lock; a new pin names the nodes that take wheels from the folder."""
+    pinned = old.wheelhouse(house.path) if old else None
+    before = dict(pinned.files) if pinned else {}
+    takers = tuple(n.id for n in plan.nodes if n.entry.build.wheelhouse == folder)
+    now = dict(house.files)
+    out = [WheelChange(house.path, name, before.get(name), pin,
+                       takers if name in before and before[name] != pin else ()) for name, pin in house.files]
+    return out + [WheelChange(house.path, name, pin, None) for name, pin in sorted(before.items()) if name not in now]
 
 
 def _pin(engine: Engine, name: str, *, refresh: bool) -> LockedBase:

@@ -1,14 +1,17 @@
 """The lock file: a matrix's inputs pinned, in a reviewed, committed text file beside it (`matrix.yaml` →
 `matrix.lock.yaml`).
 
-What it pins (version 1): every base image the matrix names, by its image ID (the config digest, what the roots'
-keys start from) and, when a registry knows it, its manifest digest `repo@sha256:…` (what a root's FROM names); and
-which base each entry builds on. An image imported or built on an engine (no registry has it) has an ID only: its
-`source` says `local`. The document is sorted and stable: the same inputs write the same bytes.
+What it pins (version 2): every base image the matrix names, by its image ID (the config digest, what the roots'
+keys start from) and, when a registry knows it, its manifest digest `repo@sha256:…` (what a root's FROM names);
+every wheelhouse an entry takes wheels from (`build.wheelhouse`), each file it serves by name and sha256; and, per
+entry, the base it builds on and the wheelhouse it takes wheels from. An image imported or built on an engine (no
+registry has it) has an ID only: its `source` says `local`. The document is sorted and stable: the same inputs
+write the same bytes. A wheelhouse is named as the matrix's folder resolves, relative to the lock's folder when it
+lies under it.
 
-Room for what later versions pin: each entry is a mapping (`base_image` now; its wheels by file name, source and
-sha256, and what pins its OS packages, later), so a later version adds keys under `entries.<id>` and a reader of
-this version refuses a file it does not understand (its `version`), never half-reads one.
+Version 1 (bases and entries' bases only) is read as a lock that pins no wheelhouse. Room for what later versions
+pin (wheels an index serves, OS packages): a later version adds keys, and a reader of this version refuses a file
+it does not understand (its `version`), never half-reads one.
 
 This module reads and writes the document; what an image name resolves to is `plan/bases.py`'s to say.
 """
@@ -27,11 +30,14 @@ import yaml
 from ..errors import InputError, unknown_key
 from .source import Document, load
 
-FORMAT = 1
+FORMAT = 2
+READS = ("1", "2")  # the versions this imagebuilder reads (1: no wheelhouses)
 SUFFIX = ".lock.yaml"
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+FILE_HASH = IMAGE_ID  # a wheelhouse file's pin: sha256:<64 hex> of its bytes
 DIGEST_REF = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
 ANEW = "`imagebuilder lock --update` writes it anew (every base resolved again)"
+TOP = ("version", "bases", "wheelhouses", "entries")
 SOURCES = ("registry", "local")  # registry: the ID and the manifest digest; local: the engine's image ID alone
 HEADER = ("# imagebuilder lock file for {matrix}: its inputs, pinned. Written by `imagebuilder lock`; review it and\n"
           "# commit it beside the matrix. `imagebuilder outdated` says what moved upstream and what that rebuilds;\n"
@@ -57,14 +63,31 @@ class LockedBase:
 
 
 @dataclass(frozen=True)
+class LockedWheelhouse:
+    """A wheelhouse folder as the lock pins it: its path as the lock writes it (`path_in`) and each file it serves,
+    by name, with the sha256 of its bytes (`sha256:<hex>`), sorted by name."""
+
+    path: str
+    files: tuple[tuple[str, str], ...] = ()
+
+    def pin(self, name: str) -> str | None:
+        return dict(self.files).get(name)
+
+    def to_doc(self) -> dict[str, str]:
+        return dict(self.files)
+
+
+@dataclass(frozen=True)
 class LockedEntry:
-    """An entry as the lock pins it: the base image it builds on (its wheels and OS packages: a later version)."""
+    """An entry as the lock pins it: the base image it builds on, and the wheelhouse it takes wheels from (as
+    `Lock.wheelhouses` names it; None: none). Wheels an index serves and OS packages: a later version."""
 
     id: str
     base_image: str
+    wheelhouse: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
-        return {"base_image": self.base_image}
+        return {"base_image": self.base_image, **({"wheelhouse": self.wheelhouse} if self.wheelhouse else {})}
 
 
 @dataclass(frozen=True)
@@ -75,12 +98,21 @@ class Lock:
     bases: tuple[LockedBase, ...] = ()
     entries: tuple[LockedEntry, ...] = ()
     lines: tuple[tuple[str, int], ...] = ()  # (dotted key, line) as read: where an error about a key points
+    wheelhouses: tuple[LockedWheelhouse, ...] = ()
 
     def base(self, name: str) -> LockedBase | None:
         return next((b for b in self.bases if b.name == name), None)
 
     def entry(self, entry_id: str) -> LockedEntry | None:
         return next((e for e in self.entries if e.id == entry_id), None)
+
+    def wheelhouse(self, path: str) -> LockedWheelhouse | None:
+        return next((w for w in self.wheelhouses if w.path == path), None)
+
+    def path_in(self, folder: Path) -> str:
+        """How this lock names a folder: relative to the lock's own folder when it lies under it, else absolute."""
+        folder, home = folder.resolve(), self.file.parent.resolve()
+        return str(folder.relative_to(home)) if folder.is_relative_to(home) else str(folder)
 
     def line(self, key: str) -> int | None:
         """The line `key` (dotted: `bases.<name>`) was read from; None for a lock not read from a file."""
@@ -90,6 +122,8 @@ class Lock:
         """The document: a header, then version, bases and entries, each sorted by name (stable bytes)."""
         doc = {"version": FORMAT,
                "bases": {b.name: b.to_doc() for b in sorted(self.bases, key=lambda b: b.name)},
+               **({"wheelhouses": {w.path: w.to_doc() for w in sorted(self.wheelhouses, key=lambda w: w.path)}}
+                  if self.wheelhouses else {}),
                "entries": {e.id: e.to_doc() for e in sorted(self.entries, key=lambda e: e.id)}}
         body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=200, allow_unicode=True)
         return HEADER.format(matrix=matrix_name) + body
@@ -108,26 +142,31 @@ def read(path: Path) -> Lock | None:
     doc = load(path)
     value = doc.value
     if not isinstance(value, dict):
-        raise InputError("a lock file is a mapping (version, bases, entries)", where=doc.where(()),
+        raise InputError("a lock file is a mapping (version, bases, wheelhouses, entries)", where=doc.where(()),
                          hint=ANEW)
     for key in value:
-        if key not in ("version", "bases", "entries"):
-            raise unknown_key(key, ("version", "bases", "entries"), doc.where((key,)))
-    if str(value.get("version")) != str(FORMAT):
-        raise InputError(f"lock file version {value.get('version')!r}: this imagebuilder reads version {FORMAT}",
+        if key not in TOP:
+            raise unknown_key(key, TOP, doc.where((key,)))
+    if str(value.get("version")) not in READS:
+        raise InputError(f"lock file version {value.get('version')!r}: this imagebuilder reads versions "
+                         f"{', '.join(READS)}",
                          where=doc.where(("version",)), hint=ANEW + ", or use the "
                          "imagebuilder that wrote it")
     bases = tuple(_base(doc, name, one) for name, one in _mapping(doc, "bases").items())
     entries = tuple(_entry(doc, name, one) for name, one in _mapping(doc, "entries").items())
+    houses = tuple(_wheelhouse(doc, str(name), one) for name, one in _mapping(doc, "wheelhouses").items())
     named = {b.name for b in bases}
     for entry in entries:
         if entry.base_image not in named:
             raise InputError(f"entry {entry.id} builds on {entry.base_image!r}, which `bases` does not pin",
                              where=doc.where(("entries", entry.id, "base_image")),
                              hint=ANEW)
+        if entry.wheelhouse is not None and entry.wheelhouse not in {w.path for w in houses}:
+            raise InputError(f"entry {entry.id} takes wheels from {entry.wheelhouse!r}, which `wheelhouses` does not "
+                             "pin", where=doc.where(("entries", entry.id, "wheelhouse")), hint=ANEW)
     lines = tuple((".".join(str(p) for p in path_), mark[0]) for path_, mark in doc.marks.items()
-                  if len(path_) == 2)
-    return Lock(path, bases, entries, lines)
+                  if len(path_) == 2 or (len(path_) == 3 and path_[0] == "wheelhouses"))
+    return Lock(path, bases, entries, lines, houses)
 
 
 def write(lock: Lock, matrix_name: str) -> None:
@@ -183,9 +222,25 @@ def _base(doc: Document, name: str, value: Any) -> LockedBase:
 
 def _entry(doc: Document, name: str, value: Any) -> LockedEntry:
     path = ("entries", name)
-    one = _fields(doc, path, value, ("base_image",))
-    base = one.get("base_image")
+    one = _fields(doc, path, value, ("base_image", "wheelhouse"))
+    base, house = one.get("base_image"), one.get("wheelhouse")
     if not isinstance(base, str) or not base:
         raise InputError("base_image is the name of a base image under `bases`",
                          where=doc.where((*path, "base_image")), hint=ANEW)
-    return LockedEntry(name, base)
+    if house is not None and (not isinstance(house, str) or not house):
+        raise InputError("wheelhouse is the name of a wheelhouse under `wheelhouses`, or absent",
+                         where=doc.where((*path, "wheelhouse")), hint=ANEW)
+    return LockedEntry(name, base, house)
+
+
+def _wheelhouse(doc: Document, name: str, value: Any) -> LockedWheelhouse:
+    path = ("wheelhouses", name)
+    if not isinstance(value, dict):
+        raise InputError("a wheelhouse is a mapping of file name: sha256:<64 hex>", where=doc.where(path), hint=ANEW)
+    for file, pin in value.items():
+        if not isinstance(file, str) or "/" in file or file in ("", ".", ".."):
+            raise InputError(f"{file!r} is not a file name", where=doc.where((*path, file)), hint=ANEW)
+        if not isinstance(pin, str) or not FILE_HASH.fullmatch(pin):
+            raise InputError(f"{file}: {pin!r} is not a file's hash (sha256:<64 hex>)",
+                             where=doc.where((*path, file)), hint=ANEW)
+    return LockedWheelhouse(name, tuple(sorted(value.items())))

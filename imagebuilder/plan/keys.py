@@ -99,6 +99,7 @@ class _Hasher:
 
     blobs: dict[int, tuple[bytes, str]] = dataclasses.field(default_factory=dict)
     listings: dict[Path, str] = dataclasses.field(default_factory=dict)
+    pinned: dict[Path, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)  # the lock's pins
 
     def blob(self, data: bytes) -> str:
         hit = self.blobs.get(id(data))
@@ -108,12 +109,16 @@ class _Hasher:
         return hit[1]
 
     def wheelhouse(self, folder: Path | None) -> str | None:
-        """Names and sizes of the wheels pip may take from a wheelhouse (their content is named by the pins)."""
+        """Names and sizes of the wheels pip may take from a wheelhouse (their content is named by the pins); with a
+        lock (`pinned`), each file it serves by name and locked sha256: a re-locked file changes the key."""
         if folder is None:
             return None
         if folder not in self.listings:
             wheels = sorted((p.name, p.stat().st_size) for p in folder.glob("*.whl")) if folder.is_dir() else []
-            self.listings[folder] = _sha(json.dumps(wheels).encode())
+            if (locked := self.pinned.get(folder)) is not None:
+                self.listings[folder] = _sha(json.dumps({"locked": sorted(locked)}).encode())
+            else:
+                self.listings[folder] = _sha(json.dumps(wheels).encode())
         return self.listings[folder]
 
 
@@ -127,7 +132,7 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
     known = {b.name for b in plan.bases}
     plan = plan.with_bases((*plan.bases, *(Base(name, image) for name, image in base_ids.items()
                                            if name not in known and image)))
-    hasher = _Hasher()
+    hasher = _Hasher(pinned={w.folder: w.files for w in plan.wheelhouses})
     keyed: dict[str, Node] = {}
     for node in plan.nodes:
         parent_key = base_ids.get(node.base_image or "", "") if node.parent is None else keyed[node.parent].key
@@ -148,7 +153,7 @@ def identities(plan: Plan) -> dict[str, str]:
     """node id -> what its image is made of: its key; before its base image is resolved (no engine, a base not
     pulled yet), the same key with the base image's name standing in for its ID. Nodes of several entries with
     one identity are one image: built once (`cache.decide`), one bake target, staged once (`waves.waves`)."""
-    hasher = _Hasher()
+    hasher = _Hasher(pinned={w.folder: w.files for w in plan.wheelhouses})
     same: dict[str, str] = {}
     for node in plan.nodes:
         below = same[node.parent] if node.parent else f"base {node.base_image}"

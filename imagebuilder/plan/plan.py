@@ -13,6 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, Where
@@ -113,6 +114,17 @@ class Node:
 
 
 @dataclass(frozen=True)
+class PinnedWheelhouse:
+    """A wheelhouse folder as the lock pins it (`plan/wheels.py` checked its files against the lock when the plan
+    was loaded): each file it may serve by name, with the sha256 of its bytes (`sha256:<hex>`), and where the lock
+    pins it. Keys name these hashes; the run serves these files only, each with its hash for pip to check."""
+
+    folder: Path
+    files: tuple[tuple[str, str], ...]
+    lock: Where
+
+
+@dataclass(frozen=True)
 class Plan:
     nodes: tuple[Node, ...]
     # alias reference -> every node of the whole matrix it names, in plan order (the last one is its target);
@@ -121,6 +133,8 @@ class Plan:
     # the base images its roots build on, resolved (`plan/bases.py`): from the lock beside the matrix when there is
     # one (pinned when the plan is loaded), else as the engine names them (when it is decided)
     bases: tuple[Base, ...] = ()
+    # the wheelhouses its builds take wheels from, as the lock beside the matrix pins them (none without a lock)
+    wheelhouses: tuple[PinnedWheelhouse, ...] = ()
 
     @functools.cached_property
     def _index(self) -> dict[str, Node]:
@@ -182,6 +196,13 @@ class Plan:
 
     def with_nodes(self, nodes: list[Node]) -> Plan:
         return dataclasses.replace(self, nodes=tuple(nodes))
+
+    def pinned(self, folder: Path | None) -> PinnedWheelhouse | None:
+        """The lock's pins of a wheelhouse folder; None: not pinned (no lock, or no such folder)."""
+        return next((w for w in self.wheelhouses if folder is not None and w.folder == folder), None)
+
+    def with_wheelhouses(self, wheelhouses: tuple[PinnedWheelhouse, ...]) -> Plan:
+        return dataclasses.replace(self, wheelhouses=wheelhouses)
 
     def with_bases(self, bases: tuple[Base, ...]) -> Plan:
         return dataclasses.replace(self, bases=tuple(sorted(bases, key=lambda b: b.name)))

@@ -53,6 +53,7 @@ from typing import Any, BinaryIO
 
 from ..plan.plan import Plan, State
 from ..plan.render import build_args, declared, stable_port, wheelhouse_port
+from ..plan.wheels import served, served_files
 from ..ports.credentials import docker_config
 from ..ports.reference import is_loopback
 from ..secrets.index_auth import Credentials, index_credentials
@@ -160,10 +161,12 @@ class Served:
 
 @contextlib.contextmanager
 def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None,
-                  upstream: Upstream | None = None, wheelhouses: Iterable[Path] = ()) -> Iterator[Served]:
+                  upstream: Upstream | None = None, wheelhouses: Iterable[Path] = (),
+                  pinned: Mapping[Path, tuple[tuple[str, str], ...]] | None = None) -> Iterator[Served]:
     """A proxy on 127.0.0.1 for each index URL that needs credentials and a server for each wheelhouse folder,
     each serving only requests that carry this run's token (see above); other plain-HTTP origins through
-    `upstream`'s proxy where it has one."""
+    `upstream`'s proxy where it has one. `pinned`: a locked wheelhouse's files (name, `sha256:<hex>`): only they
+    are listed and served, each link with its `#sha256=` for pip to check the bytes it gets."""
     upstream = upstream or Upstream()
     servers: list[http.server.ThreadingHTTPServer] = []
     urls: dict[str, str] = {}
@@ -171,7 +174,8 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
     token = secrets.token_urlsafe(24)
     routes: dict[str, tuple[str, str, str, str]] = {}  # own address -> (scheme, netloc, Authorization, root path)
     expected = "Basic " + base64.b64encode(f"{PROXY_USER}:{token}".encode()).decode()
-    handler = functools.partial(_IndexProxy, routes, expected, context, upstream)
+    pins = {str(folder): dict(files) for folder, files in (pinned or {}).items()}
+    handler = functools.partial(_IndexProxy, routes, expected, context, upstream, pins)
 
     def start(port: int, route: tuple[str, str, str, str]) -> str:
         """A server of this run on `port` (or any free one) for `route`: its own address."""
@@ -219,8 +223,9 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def __init__(self, routes: Mapping[str, tuple[str, str, str, str]], expected: str, context: ssl.SSLContext,
-                 upstream: Upstream, *args: Any) -> None:
+                 upstream: Upstream, pins: Mapping[str, Mapping[str, str]], *args: Any) -> None:
         self.routes, self.expected, self.ssl_context, self.upstream = routes, expected, context, upstream
+        self.pins = pins
         super().__init__(*args)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -276,15 +281,19 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         """`/`: the folder's files as links (pip's find-links); `/<name>`: that file. The folder's own regular files
         only (a link to one counts, as it does in the node's key: `keys.wheelhouse`): no subfolder, no `..`, no
         name that is not UTF-8 (404). A file that goes away or changes size while it is sent ends the answer short,
-        never with another file's bytes."""
+        never with another file's bytes. A locked wheelhouse lists and serves the files its lock pins only, each
+        link with the pinned hash (`#sha256=`: pip refuses a download whose bytes are not those)."""
         plain = urllib.parse.unquote(urllib.parse.urlsplit(path).path or "/")
+        pins = self.pins.get(str(folder))
         if plain == "/":
-            links = "".join(f'<a href="{urllib.parse.quote(name)}">{html.escape(name)}</a><br>\n'
-                            for name in sorted(_files(folder)))
+            names = [n for n in served_files(folder) if pins is None or n in pins]
+            links = "".join(f'<a href="{urllib.parse.quote(name)}{_fragment(pins, name)}">{html.escape(name)}</a><br>\n'
+                            for name in names)
             data = f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode()
             return self.answer(200, "text/html; charset=utf-8", len(data), io.BytesIO(data) if body else None)
         name = plain[1:]
-        if "/" in name or name in ("", ".", "..") or not _served(folder / name):
+        unpinned = pins is not None and name not in pins
+        if "/" in name or name in ("", ".", "..") or unpinned or not served(folder / name):
             return self.refuse(404, "no such file in this wheelhouse")
         try:
             handle = (folder / name).open("rb")
@@ -359,22 +368,9 @@ class _IndexProxy(http.server.BaseHTTPRequestHandler):
         return kind.startswith(_REWRITTEN)
 
 
-def _served(entry: Path) -> bool:
-    """Whether a wheelhouse serves this entry of its folder: a regular file (or a link to one) whose name is
-    UTF-8."""
-    try:
-        entry.name.encode()
-        return entry.is_file()
-    except (OSError, UnicodeEncodeError):
-        return False
-
-
-def _files(folder: Path) -> list[str]:
-    """The names of the files a wheelhouse serves (`_served`)."""
-    try:
-        return [entry.name for entry in folder.iterdir() if _served(entry)]
-    except OSError:
-        return []
+def _fragment(pins: Mapping[str, str] | None, name: str) -> str:
+    """A find-links link's hash fragment: `#sha256=<hex>` of a locked file; "" for a wheelhouse with no lock."""
+    return "" if pins is None else "#" + pins[name].replace(":", "=", 1)
 
 
 def index_credentials_of(plan: Plan, env: Mapping[str, str]) -> dict[str, Credentials]:

@@ -79,7 +79,8 @@ def execute(engine: Engine, plan: Plan, registries: Registries, specs: Specs, ke
     cafile = next((e.build.ca_bundle for e in plan.entries() if e.build.ca_bundle), None)
     interrupted = False
     upstream = Upstream.of_config(os.environ)  # the Docker client config's proxies, which builds are given too
-    with serve_indexes(index_auth, cafile, upstream, wheelhouses) as proxied, \
+    pinned = {w.folder: w.files for w in plan.wheelhouses}  # (a locked wheelhouse serves what its lock pins only)
+    with serve_indexes(index_auth, cafile, upstream, wheelhouses, pinned) as proxied, \
             Terminal(console, len(plan.nodes), options.logs) as display:
         if proxied.urls or proxied.wheelhouses:  # masked wherever a build might print it (pip's errors name it)
             secrets = {**secrets, "the run's index proxy token": proxied.token}

@@ -21,7 +21,7 @@ from imagebuilder.input import lock as lock_mod
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.ledger import BuildStatus, NodeRecord
-from imagebuilder.plan import bases
+from imagebuilder.plan import bases, wheels
 from imagebuilder.plan import cache as cache_mod
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan
@@ -64,7 +64,10 @@ def move(engine: FakeEngine, name: str, version: str, *, push: bool = True) -> s
 def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
     """The plan as `load_plan` makes it: pinned by the lock beside the matrix (when `locked` and there is one)."""
     plan = plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
-    return bases.locked(plan, lock_mod.read(lock_mod.beside(path))) if locked else plan
+    if not locked:
+        return plan
+    pinned = lock_mod.read(lock_mod.beside(path))
+    return wheels.locked(bases.locked(plan, pinned), pinned)
 
 
 def lock(path: Path, table: CompatTable, engine: FakeEngine, update: tuple[str, ...] | None = None,
@@ -113,7 +116,7 @@ def test_the_lock_pins_each_base_by_id_and_registry_digest_sorted_and_stable(mat
 
 
 @pytest.mark.parametrize(("edit", "needle", "key"), [
-    (lambda t: t.replace("version: 1", "version: 2"), "lock file version '2': this imagebuilder reads version 1",
+    (lambda t: t.replace("version: 2", "version: 3"), "lock file version '3': this imagebuilder reads versions 1, 2",
      "version"),
     (lambda t: t.replace("    source: local", "    source: local\n    sha: x"), "unknown key 'sha'",
      "bases.debian:bookworm.sha"),
@@ -416,10 +419,121 @@ def test_a_lock_file_it_cannot_read_is_written_anew_only_by_update_of_every_base
     lock(matrix, table, engine)
     path = lock_mod.beside(matrix)
     good = path.read_text()
-    path.write_text(good.replace("version: 1", "version: 2"))
-    with pytest.raises(InputError, match="lock file version '2'") as caught:
+    path.write_text(good.replace("version: 2", "version: 3"))
+    with pytest.raises(InputError, match="lock file version '3'") as caught:
         lock(matrix, table, engine)  # keeping what it pins needs the file read
     assert caught.value.hint is not None and "`imagebuilder lock --update` writes it anew" in caught.value.hint
-    with pytest.raises(InputError, match="lock file version '2'"):
+    with pytest.raises(InputError, match="lock file version '3'"):
         lock(matrix, table, engine, update=(A,))
     assert lock(matrix, table, engine, update=()).changed and path.read_text() == good
+
+
+# -- wheelhouses -----------------------------------------------------------------------------------------------------
+
+TORCH = "torch-2.6.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+VISION = "torchvision-0.21.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+@pytest.fixture
+def housed(write_matrix: MatrixWriter, tmp_path: Path) -> Path:
+    """The matrix, its entries on B taking wheels from a wheelhouse beside it (two files), those on A from none."""
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / TORCH).write_bytes(b"torch wheel")
+    (tmp_path / "wheels" / VISION).write_bytes(b"vision wheel")
+    return write_matrix(MATRIX + f"include:\n  - {{base_image: '{B}', build: {{wheelhouse: wheels}}}}\n")
+
+
+def sha(data: bytes) -> str:
+    import hashlib
+
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def test_the_lock_pins_each_wheelhouse_file_by_sha256_and_each_entry_names_its_wheelhouse(
+        housed: Path, table: CompatTable) -> None:
+    done = lock(housed, table, world())
+    read = lock_mod.read(lock_mod.beside(housed))
+    assert read is not None and [w.path for w in read.wheelhouses] == ["wheels"]  # (relative: beside the lock)
+    assert read.wheelhouses[0].files == ((TORCH, sha(b"torch wheel")), (VISION, sha(b"vision wheel")))
+    assert {e.id: e.wheelhouse for e in read.entries} == {
+        e.id: ("wheels" if e.base_image == B else None) for e in load(housed, table, locked=False).entries()}
+    assert sorted(c.line().split()[0] for c in done.changes) == ["pinned"] * 4  # two bases, two files
+    assert f"{TORCH}: sha256:" in lock_mod.beside(housed).read_text()
+    plan = load(housed, table)
+    assert [(w.folder, w.files) for w in plan.wheelhouses] == [(housed.parent / "wheels", read.wheelhouses[0].files)]
+
+
+@pytest.mark.parametrize("change", ["replaced", "added", "removed"])
+def test_a_wheelhouse_file_the_lock_does_not_pin_as_it_is_stops_everything_naming_file_and_hashes(
+        housed: Path, table: CompatTable, change: str) -> None:
+    lock(housed, table, world())
+    path = lock_mod.beside(housed)
+    folder = housed.parent / "wheels"
+    if change == "replaced":  # another file under the same name (same size: the key used to be names and sizes)
+        (folder / TORCH).write_bytes(b"torch WHEEL")
+    elif change == "added":
+        (folder / "evil-1.0-py3-none-any.whl").write_bytes(b"not locked")
+    else:
+        (folder / VISION).unlink()
+    with pytest.raises(InputError) as caught:
+        load(housed, table)
+    said = str(caught.value)
+    assert said.startswith(f"{path}:") and caught.value.exit_code == 2, said
+    assert caught.value.hint is not None and "imagebuilder lock --update" in caught.value.hint
+    if change == "replaced":
+        line = path.read_text().splitlines().index(next(t for t in path.read_text().splitlines() if TORCH in t)) + 1
+        assert said.startswith(f"{path}:{line}:"), said
+        assert f"{TORCH} is not the file the lock pins: expected {sha(b'torch wheel')}, found {sha(b'torch WHEEL')}" \
+            in said
+    elif change == "added":
+        assert f"evil-1.0-py3-none-any.whl ({sha(b'not locked')}) is not in the lock file" in said
+    else:
+        assert f"{VISION}, which the lock file pins ({sha(b'vision wheel')}), is gone" in said
+    unlocked = load(housed, table, locked=False)  # (without the lock the same matrix loads: the lock is the gate)
+    assert unlocked.wheelhouses == ()
+
+
+def test_lock_keeps_a_pinned_file_until_update_names_it_and_exactly_the_wheelhouse_nodes_rebuild(
+        housed: Path, table: CompatTable) -> None:
+    engine = world()
+    lock(housed, table, engine)
+    before = keys_of(load(housed, table))
+    folder = housed.parent / "wheels"
+    (folder / TORCH).write_bytes(b"torch WHEEL")  # (the same size: the key follows the pin, not names and sizes)
+    again = lock(housed, table, engine)  # `lock` alone never takes new bytes of a pinned file
+    assert [c.line().split()[0] for c in again.changes] == ["kept"] * 4 and not again.changed
+    with pytest.raises(InputError, match="is not the file the lock pins"):
+        load(housed, table)
+    updated = lock(housed, table, engine, update=(TORCH,))
+    change = next(c for c in updated.changes if isinstance(c, lock_cmd.WheelChange) and c.name == TORCH)
+    takers = [n.id for n in load(housed, table).nodes if n.entry.build.wheelhouse == folder]
+    assert change.was == sha(b"torch wheel") and change.now == sha(b"torch WHEEL")
+    assert change.rebuilds == tuple(takers) and len(takers) == 6
+    assert change.line().startswith(f"updated  {TORCH} (wheelhouse wheels): ") and "rebuilds 6 node(s)" in change.line()
+    after = keys_of(load(housed, table))
+    assert [n for n in before if before[n] != after[n]] == takers  # the wheelhouse's nodes, and nothing else
+    with pytest.raises(InputError, match=r"names no base image or wheelhouse file 'torch\.whl'") as caught:
+        lock(housed, table, engine, update=("torch.whl",))
+    assert caught.value.hint is not None and TORCH in caught.value.hint
+
+
+def test_a_locked_wheelhouse_serves_only_its_pinned_files_each_with_its_hash_for_pip(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    from imagebuilder.run.loopback import serve_indexes
+
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / TORCH).write_bytes(b"torch wheel")
+    (folder / "extra.whl").write_bytes(b"not pinned")
+    with serve_indexes({}, wheelhouses=[folder], pinned={folder: ((TORCH, sha(b"torch wheel")),)}) as served:
+        url = served.wheelhouses[folder]
+        build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": served.build_args()["http_proxy"]}))
+        page = build.open(url).read().decode()
+        pin = sha(b"torch wheel").removeprefix("sha256:")
+        assert f'href="{TORCH.replace("+", "%2B")}#sha256={pin}"' in page and "extra" not in page
+        assert build.open(url + TORCH.replace("+", "%2B")).read() == b"torch wheel"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            build.open(url + "extra.whl")
+        assert info.value.code == 404

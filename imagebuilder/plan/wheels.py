@@ -1,0 +1,109 @@
+"""The wheelhouses a plan's builds take wheels from (`build.wheelhouse`), held to the lock beside the matrix.
+
+A wheelhouse serves each regular file of its folder (`served_files`: what the run's server lists as pip's
+find-links). With a lock, the lock is the input: every file the folder serves must be pinned, by name, with the
+sha256 of its bytes, and be that file. `locked` checks this when the plan is loaded, before anything is built or
+pushed: a file replaced under the same name (a re-uploaded wheel, a tampered mirror), a new file, or a pinned file
+that is gone is an input error naming the lock file and line, the file, and the expected and found hashes. The
+plan then carries the pins (`Plan.wheelhouses`): each node's key names them (`keys`), and the run's server lists
+only the pinned files, each link with its `#sha256=` (`run/loopback.py`), so pip itself refuses bytes that changed
+between this check and the build.
+
+`pins` reads a folder as `imagebuilder lock` writes it. Wheels an index serves are not pinned here (yet): the docs
+say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..errors import InputError, Where
+from ..input.lock import Lock
+from .bases import RUN_LOCK
+from .plan import PinnedWheelhouse, Plan
+
+UPDATE = ("if the new file is meant, `imagebuilder lock --update {name}` pins it (the nodes that take wheels from "
+          "this wheelhouse rebuild); review and commit {file}")
+
+
+def served(entry: Path) -> bool:
+    """Whether a wheelhouse serves this entry of its folder: a regular file (or a link to one) whose name is
+    UTF-8."""
+    try:
+        entry.name.encode()
+        return entry.is_file()
+    except (OSError, UnicodeEncodeError):
+        return False
+
+
+def served_files(folder: Path) -> list[str]:
+    """The names of the files a wheelhouse serves (`served`), sorted."""
+    try:
+        return sorted(entry.name for entry in folder.iterdir() if served(entry))
+    except OSError:
+        return []
+
+
+def file_hash(path: Path) -> str:
+    """`sha256:<hex>` of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def pins(folder: Path) -> tuple[tuple[str, str], ...]:
+    """Each file the folder serves, with its hash: what `imagebuilder lock` writes for it."""
+    return tuple((name, file_hash(folder / name)) for name in served_files(folder))
+
+
+def locked(plan: Plan, lock: Lock | None) -> Plan:
+    """The plan with its wheelhouses pinned by `lock` (None: no lock file, the plan as it is). Each entry's
+    wheelhouse must be the one the lock gives it, and each of its files the file the lock pins (see above)."""
+    if lock is None:
+        return plan
+    file = str(lock.file)
+    pinned: dict[Path, PinnedWheelhouse] = {}
+    for entry in plan.entries():
+        folder, given = entry.build.wheelhouse, lock.entry(entry.id)
+        if given is None:  # (an entry the lock does not cover: `bases.locked` refuses it)
+            continue
+        want = lock.path_in(folder) if folder is not None else None
+        if given.wheelhouse != want:
+            said = f"takes wheels from the wheelhouse {want!r}" if want else "takes no wheelhouse"
+            pins_ = f"gives it {given.wheelhouse!r}" if given.wheelhouse else "pins no wheelhouse for it"
+            raise InputError(f"entry {entry.id} {said}; the lock file {file} {pins_}", where=entry.where,
+                             hint=RUN_LOCK.format(file=file))
+        if folder is None or want is None or folder in pinned:
+            continue
+        house = lock.wheelhouse(want)
+        if house is None:  # (`input/lock.py` refuses a lock whose entry names a wheelhouse it does not pin)
+            raise InputError(f"wheelhouse {want} (entry {entry.id}) is not pinned by the lock file {file}",
+                             where=entry.where, hint=RUN_LOCK.format(file=file))
+        pinned[folder] = _checked(folder, house.files, file, want, lock)
+    return plan.with_wheelhouses(tuple(pinned[f] for f in sorted(pinned)))
+
+
+def _checked(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: str, lock: Lock) -> PinnedWheelhouse:
+    """The wheelhouse's pins, once every file it serves is the file they pin (else an input error, above)."""
+    here = served_files(folder)
+    for wheel, pin in files:
+        where = Where(file, lock.line(f"wheelhouses.{name}.{wheel}"), key=f"wheelhouses.{name}.{wheel}")
+        if wheel not in here:
+            raise InputError(f"wheelhouse {folder}: {wheel}, which the lock file pins ({pin}), is gone",
+                             where=where, hint=UPDATE.format(name=wheel, file=file))
+        found = file_hash(folder / wheel)
+        if found != pin:
+            raise InputError(f"wheelhouse {folder}: {wheel} is not the file the lock pins: expected {pin}, found "
+                             f"{found} (a file replaced under the same name is never built from)", where=where,
+                             hint=UPDATE.format(name=wheel, file=file))
+    known = {wheel for wheel, _ in files}
+    for wheel in here:
+        if wheel not in known:
+            raise InputError(f"wheelhouse {folder}: {wheel} ({file_hash(folder / wheel)}) is not in the lock file "
+                             f"{file} (it is new since the lock was written; builds take only what the lock names)",
+                             where=Where(file, lock.line(f"wheelhouses.{name}"), key=f"wheelhouses.{name}"),
+                             hint=UPDATE.format(name=wheel, file=file))
+    return PinnedWheelhouse(folder, files, Where(file, lock.line(f"wheelhouses.{name}"), key=f"wheelhouses.{name}"))
