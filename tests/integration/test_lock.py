@@ -121,3 +121,47 @@ def test_a_base_retagged_upstream_rebuilds_exactly_its_nodes_once_the_lock_takes
     roots = {n["node"]: n for n in report(tmp_path / "r3")["nodes"] if n["node"].endswith("/tiny")}
     assert {(n["base"] or {}).get("id") for k, n in roots.items() if k in on_a} == {moved}
     assert cli("outdated", "--matrix", str(matrix), "--exit-code-nothing-to-do").code == 3
+
+
+def test_a_wheel_replaced_under_its_name_stops_the_build_naming_the_file_and_both_hashes(
+        engine: DockerEngine, registry: str, base_image: str, repository: str, tmp_path: Path,
+        cli: Callable[..., CliRun]) -> None:
+    """Issue 48: a wheelhouse the lock pins file by file. The same name with other bytes (the same size: the key
+    used to be names and sizes) stops `build` with exit 2 before anything runs, naming the lock file and line, the
+    file and both hashes; `lock --update FILE` takes it and the next build rebuilds the node that takes wheels."""
+    import hashlib
+
+    python = image(engine, PYTHON_BASE, f"{REGISTRY}/itest/lockbase-{uuid.uuid4().hex[:8]}:python")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = "imagebuilder_itest_tiny-1.0-py3-none-any.whl"
+    (wheels / name).write_bytes(b"first bytes")
+    (tmp_path / "layers" / "tiny").mkdir(parents=True)
+    (tmp_path / "layers" / "tiny" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo tiny > /tiny\n")
+    matrix = itest_matrix(tmp_path, repository, layers="[tiny]", body=f"""
+        layers_path: [layers]
+        build: {{wheelhouse: wheels}}
+        matrix: {{torch: ["2.13.0"], accelerator: [cpu], python: ["3.11"], base_image: ['{python}']}}
+        """)
+
+    def build(folder: str) -> CliRun:
+        return cli("build", "--matrix", str(matrix), "--report", str(tmp_path / folder), "--no-push", "--no-smoke")
+
+    first, second = (f"sha256:{hashlib.sha256(b).hexdigest()}" for b in (b"first bytes", b"other bytes"))
+    run = cli("lock", "--matrix", str(matrix))
+    assert run.code == 0 and f"pinned   {name} (wheelhouse wheels): " in run.out, run.text
+    lock_file = tmp_path / "matrix.lock.yaml"
+    assert f"wheelhouses:\n  wheels:\n    {name}: {first}\n" in lock_file.read_text()
+    assert build("r1").code == 0
+    (wheels / name).write_bytes(b"other bytes")
+    run = build("r2")
+    line = lock_file.read_text().splitlines().index(f"    {name}: {first}") + 1
+    assert run.code == 2, run.text[-3000:]
+    assert run.err.startswith(f"error: {lock_file}:{line}:") or f"{lock_file}:{line}:" in run.err, run.err
+    assert f"{name} is not the file the lock pins: expected {first}, found {second}" in run.err, run.err
+    assert "Traceback" not in run.text and not (tmp_path / "r2").exists()
+    run = cli("lock", "--matrix", str(matrix), "--update", name)
+    assert run.code == 0 and f"updated  {name} (wheelhouse wheels): " in run.out and "rebuilds 1 node(s)" in run.out
+    run = build("r3")
+    assert run.code == 0, run.text[-3000:]
+    assert built(tmp_path / "r3") == dict.fromkeys(built(tmp_path / "r1"), "built")  # (its key follows the pin)
