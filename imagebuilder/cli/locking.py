@@ -16,27 +16,31 @@ from .root import cli
 @cli.command("lock")
 @matrix_option
 @strict_option
-@click.option("--update", is_flag=True, help="Resolve the named base images (default: every one) again: an image a "
-              "registry gave is pulled again by its name (with --offline: the image this engine has is pinned).")
+@click.option("--update", is_flag=True, help="Resolve the named base images and wheelhouse files (default: every "
+              "one) again: an image a registry gave is pulled again by its name (with --offline: the image this "
+              "engine has is pinned); a wheelhouse file is hashed again.")
 @click.argument("names", nargs=-1, metavar="[NAME...]")
 @click.pass_obj
 def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, names: tuple[str, ...]) -> int:
     """Write the lock file beside the matrix (matrix.lock.yaml for matrix.yaml): each base image the matrix names,
-    pinned by its image ID and, when a registry gave it, its manifest digest; and the base of each entry. What the
-    lock pins already is kept (`--update` takes what the names name now); review the file and commit it. While it is
-    there, every command builds on what it pins, and a matrix it does not cover is refused."""
+    pinned by its image ID and, when a registry gave it, its manifest digest; each file of each wheelhouse, by its
+    sha256; and the base and wheelhouse of each entry. What the lock pins already is kept (`--update` takes what the
+    names name now); review the file and commit it. While it is there, every command builds on what it pins, a
+    matrix it does not cover is refused, and so is a wheelhouse file that is not the file it pins."""
     from ..commands import lock as lock_cmd
 
     if names and not update:
-        raise InputError(f"lock {' '.join(names)}: names are the base images to update; add --update")
+        raise InputError(f"lock {' '.join(names)}: names are the base images and wheelhouse files to update; add "
+                         "--update")
     _, plan = load_plan(ctx, matrix_file, strict=strict, locked=False)
     done = lock_cmd.lock(plan, matrix_file, ctx.engine(), update=names if update else None,
                          offline=not ctx.check_index)
     for change in done.changes:
         ctx.out.print(change.line(), highlight=False, soft_wrap=True)
     said = "wrote" if done.changed else "unchanged:"
-    ctx.out.print(f"{said} {done.lock.file} ({len(done.lock.bases)} base image(s), {len(done.lock.entries)} "
-                  "entries)", highlight=False, soft_wrap=True)
+    files = sum(len(w.files) for w in done.lock.wheelhouses)
+    ctx.out.print(f"{said} {done.lock.file} ({len(done.lock.bases)} base image(s), {files} wheelhouse file(s), "
+                  f"{len(done.lock.entries)} entries)", highlight=False, soft_wrap=True)
     return 0
 
 

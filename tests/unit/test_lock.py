@@ -297,7 +297,7 @@ def test_the_command_line_refuses_an_uncovered_matrix_with_exit_2(matrix: Path, 
     out = capsys.readouterr().out
     assert f"unknown  {A}" in out and "nothing to do" not in out
     assert cli.main(["--offline", "lock", "--matrix", str(matrix), B]) == 2
-    assert "names are the base images to update; add --update" in capsys.readouterr().err
+    assert "names are the base images and wheelhouse files to update; add --update" in capsys.readouterr().err
     matrix.write_text(matrix.read_text().replace("torch: [2.6.0, 2.7.1]", "torch: [2.6.0, 2.7.1, 2.9.0]"))
     for argv in (["outdated"], ["render", "--out", str(matrix.parent / "out")], ["plan"]):
         assert cli.main(["--offline", *argv, "--matrix", str(matrix)]) == 2, argv
