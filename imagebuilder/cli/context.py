@@ -132,10 +132,11 @@ class Context:
 
 def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, strict: bool = False,
               only: str | None = None, renderer: Renderer | None = None, *,
-              locked: bool = True) -> tuple[Matrix, Plan]:
+              locked: bool = True, wheel_files: bool = True) -> tuple[Matrix, Plan]:
     """The matrix and its plan (`only`: those nodes and their parents). With a lock file beside the matrix, its bases
     are pinned by it (`bases.locked`: a matrix it does not cover is an input error); `locked=False`: as if there were
-    none (`imagebuilder lock`, which writes it)."""
+    none (`imagebuilder lock`, which writes it); `wheel_files=False`: a locked wheelhouse's pins taken as the lock
+    gives them, its files unread (`outdated`, which compares them instead of refusing a change)."""
     from ..input import lock as lock_mod
     from ..input import lookups
     from ..input import matrix as matrix_mod
@@ -158,7 +159,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     plan = plan_mod.make(matrix, renderer or Renderer())
     if locked:  # (its bases, then its wheelhouses: each file the file it pins, before anything runs)
         lock = lock_mod.read(lock_mod.beside(matrix_file))
-        plan = wheels.locked(bases.locked(plan, lock), lock)
+        plan = wheels.locked(bases.locked(plan, lock), lock, check=wheel_files)
     return matrix, plan.only(only)
 
 

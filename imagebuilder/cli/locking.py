@@ -53,12 +53,13 @@ def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, na
 def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothing_to_do_code: bool) -> int:
     """For each base image the lock file pins, what its name names now (on this engine; in its registry, for an image
     a registry gave) and the exact nodes taking it would rebuild. `moved`, `current`, or `unknown` when it could not
-    be asked (no engine, no answer, or --offline, which asks no registry): never taken as current. Changes nothing:
-    `imagebuilder lock --update NAME` takes a move. Nothing to do: every base current."""
+    be asked (no engine, no answer, or --offline, which asks no registry): never taken as current. The same for each
+    wheelhouse file: its bytes now against its pin, a new file and a gone one. Changes nothing: `imagebuilder lock
+    --update NAME` takes a move. Nothing to do: every base and every wheelhouse file current."""
     from ..commands import lock as lock_cmd
     from ..ports.registry import Registries
 
-    _, plan = load_plan(ctx, matrix_file, strict=strict)
+    _, plan = load_plan(ctx, matrix_file, strict=strict, wheel_files=False)
     try:
         engine = ctx.engine()
     except EngineUnavailable:
@@ -66,12 +67,15 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
     registries = Registries.of_engine(engine.insecure_registries if engine else tuple, ctx.registry_trust,
                                       scope=ctx.registry_hosts) if ctx.check_index else None
     drift = lock_cmd.outdated(plan, engine, registries)
+    files = lock_cmd.wheel_drift(plan)
     if as_json:
-        click.echo(json.dumps({"lock": plan.locked, "bases": [d.to_json() for d in drift]}, indent=2))
+        click.echo(json.dumps({"lock": plan.locked, "bases": [d.to_json() for d in drift],
+                               "wheelhouses": [f.to_json() for f in files]}, indent=2))
     else:
-        for line in lock_cmd.lines(drift, plan.locked or ""):
+        for line in [*lock_cmd.lines(drift, plan.locked or ""), *lock_cmd.wheel_lines(files)]:
             ctx.out.print(line, highlight=False, soft_wrap=True)
-    current = all(d.status == lock_cmd.CURRENT for d in drift)
+    current = all(d.status == lock_cmd.CURRENT for d in drift) and all(f.status == lock_cmd.CURRENT for f in files)
     if current and not as_json:
-        ctx.out.print("nothing to do: every locked base image is current", highlight=False)
+        ctx.out.print("nothing to do: every locked base image " + ("and wheelhouse file " if files else "") +
+                      "is current", highlight=False)
     return NOTHING_TO_DO if current and nothing_to_do_code else 0

@@ -258,6 +258,57 @@ def _where(plan: Plan) -> Where | None:
     return plan.nodes[0].entry.where if plan.nodes else None
 
 
+@dataclass(frozen=True)
+class WheelDrift:
+    """One file of a locked wheelhouse against the folder now: `current` (the pinned bytes), `moved` (other bytes:
+    `now` its hash; a new file: `locked` None; a gone one: `now` None). `nodes`: the nodes that take wheels from the
+    wheelhouse: what taking it rebuilds."""
+
+    wheelhouse: str
+    name: str
+    locked: str | None
+    now: str | None
+    nodes: tuple[str, ...]
+
+    @property
+    def status(self) -> str:
+        return CURRENT if self.locked == self.now else MOVED
+
+    @property
+    def rebuilds(self) -> tuple[str, ...]:
+        return self.nodes if self.status == MOVED else ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"wheelhouse": self.wheelhouse, "file": self.name, "status": self.status, "locked": self.locked,
+                "now": self.now, "rebuilds": list(self.rebuilds), "nodes": list(self.nodes)}
+
+
+def wheel_drift(plan: Plan) -> tuple[WheelDrift, ...]:
+    """Each file of each wheelhouse the plan's lock pins (and each new one), against the folder's bytes now."""
+    out: list[WheelDrift] = []
+    for house in plan.wheelhouses:
+        takers = tuple(n.id for n in plan.nodes if n.entry.build.wheelhouse == house.folder)
+        here, pins = set(wheels.served_files(house.folder)), dict(house.files)
+        for file in sorted(here | set(pins)):
+            out.append(WheelDrift(house.name, file, pins.get(file),
+                                  wheels.file_hash(house.folder / file) if file in here else None, takers))
+    return tuple(out)
+
+
+def wheel_lines(files: tuple[WheelDrift, ...]) -> list[str]:
+    """`outdated`'s wheelhouse lines: a count, then each moved file and the nodes taking it rebuilds."""
+    if not files:
+        return []
+    moved = [f for f in files if f.status == MOVED]
+    out = [f"wheelhouse files: {len(moved)} moved, {len(files) - len(moved)} current"]
+    for f in moved:
+        said = "new (not in the lock)" if f.locked is None else "gone" if f.now is None else \
+            f"locked {_sha(f.locked)[:19]}, now {_sha(f.now)[:19]}"
+        out.append(f"{MOVED:<8} {f.name} (wheelhouse {f.wheelhouse}): {said}")
+        out.append(f"         rebuilds {len(f.nodes)} node(s): {', '.join(f.nodes) or 'none'}")
+    return out
+
+
 def lines(drift: tuple[Drift, ...], lock_file: str) -> list[str]:
     """`outdated` for a person: a count, then a line per base and, under a move, the nodes it rebuilds."""
     counts = {s: sum(d.status == s for d in drift) for s in (MOVED, UNKNOWN, CURRENT)}

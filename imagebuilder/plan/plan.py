@@ -120,6 +120,7 @@ class PinnedWheelhouse:
     pins it. Keys name these hashes; the run serves these files only, each with its hash for pip to check."""
 
     folder: Path
+    name: str  # as the lock names it (`wheelhouses.<name>`)
     files: tuple[tuple[str, str], ...]
     lock: Where
 

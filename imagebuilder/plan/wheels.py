@@ -59,9 +59,10 @@ def pins(folder: Path) -> tuple[tuple[str, str], ...]:
     return tuple((name, file_hash(folder / name)) for name in served_files(folder))
 
 
-def locked(plan: Plan, lock: Lock | None) -> Plan:
+def locked(plan: Plan, lock: Lock | None, *, check: bool = True) -> Plan:
     """The plan with its wheelhouses pinned by `lock` (None: no lock file, the plan as it is). Each entry's
-    wheelhouse must be the one the lock gives it, and each of its files the file the lock pins (see above)."""
+    wheelhouse must be the one the lock gives it, and (`check`) each of its files the file the lock pins (see
+    above); `check=False`: the pins as the lock gives them, files unread (`outdated`, which compares them)."""
     if lock is None:
         return plan
     file = str(lock.file)
@@ -82,12 +83,15 @@ def locked(plan: Plan, lock: Lock | None) -> Plan:
         if house is None:  # (`input/lock.py` refuses a lock whose entry names a wheelhouse it does not pin)
             raise InputError(f"wheelhouse {want} (entry {entry.id}) is not pinned by the lock file {file}",
                              where=entry.where, hint=RUN_LOCK.format(file=file))
-        pinned[folder] = _checked(folder, house.files, file, want, lock)
+        where = Where(file, lock.line(f"wheelhouses.{want}"), key=f"wheelhouses.{want}")
+        if check:
+            _check(folder, house.files, file, want, lock, where)
+        pinned[folder] = PinnedWheelhouse(folder, want, house.files, where)
     return plan.with_wheelhouses(tuple(pinned[f] for f in sorted(pinned)))
 
 
-def _checked(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: str, lock: Lock) -> PinnedWheelhouse:
-    """The wheelhouse's pins, once every file it serves is the file they pin (else an input error, above)."""
+def _check(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: str, lock: Lock, house: Where) -> None:
+    """Every file the wheelhouse serves is the file its pins name (else an input error, above)."""
     here = served_files(folder)
     for wheel, pin in files:
         where = Where(file, lock.line(f"wheelhouses.{name}.{wheel}"), key=f"wheelhouses.{name}.{wheel}")
@@ -104,6 +108,4 @@ def _checked(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: 
         if wheel not in known:
             raise InputError(f"wheelhouse {folder}: {wheel} ({file_hash(folder / wheel)}) is not in the lock file "
                              f"{file} (it is new since the lock was written; builds take only what the lock names)",
-                             where=Where(file, lock.line(f"wheelhouses.{name}"), key=f"wheelhouses.{name}"),
-                             hint=UPDATE.format(name=wheel, file=file))
-    return PinnedWheelhouse(folder, files, Where(file, lock.line(f"wheelhouses.{name}"), key=f"wheelhouses.{name}"))
+                             where=house, hint=UPDATE.format(name=wheel, file=file))

@@ -537,3 +537,32 @@ def test_a_locked_wheelhouse_serves_only_its_pinned_files_each_with_its_hash_for
         with pytest.raises(urllib.error.HTTPError) as info:
             build.open(url + "extra.whl")
         assert info.value.code == 404
+
+
+def test_outdated_names_each_moved_wheelhouse_file_and_the_nodes_it_rebuilds_where_build_refuses(
+        housed: Path, table: CompatTable, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from imagebuilder import cli
+
+    engine = world()
+    engine.add({"config": {"Labels": {"base": "b", "v": "1"}}}, B)
+    monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "table", lambda self: table)
+    assert cli.main(["--offline", "lock", "--matrix", str(housed)]) == 0
+    assert "2 wheelhouse file(s)" in capsys.readouterr().out
+    folder = housed.parent / "wheels"
+    (folder / TORCH).write_bytes(b"torch WHEEL")
+    (folder / "new-1.0-py3-none-any.whl").write_bytes(b"new")
+    assert cli.main(["--offline", "build", "--matrix", str(housed)]) == 2  # build refuses; outdated reports
+    assert "is not the file the lock pins" in capsys.readouterr().err
+    assert cli.main(["--offline", "outdated", "--matrix", str(housed), "--json"]) == 0
+    files = {f["file"]: f for f in json.loads(capsys.readouterr().out)["wheelhouses"]}
+    takers = [n.id for n in load(housed, table, locked=False).nodes if n.entry.build.wheelhouse == folder]
+    assert {name: f["status"] for name, f in files.items()} == {TORCH: "moved", VISION: "current",
+                                                                "new-1.0-py3-none-any.whl": "moved"}
+    assert files[TORCH]["locked"] == sha(b"torch wheel") and files[TORCH]["now"] == sha(b"torch WHEEL")
+    assert files[TORCH]["rebuilds"] == takers and files[VISION]["rebuilds"] == [] and len(takers) == 6
+    assert files["new-1.0-py3-none-any.whl"]["locked"] is None
+    assert cli.main(["--offline", "outdated", "--matrix", str(housed), "--exit-code-nothing-to-do"]) == 0
+    out = capsys.readouterr().out
+    assert "wheelhouse files: 2 moved, 1 current" in out and f"moved    {TORCH} (wheelhouse wheels): locked " in out
+    assert "new (not in the lock)" in out and "rebuilds 6 node(s)" in out and "nothing to do" not in out
