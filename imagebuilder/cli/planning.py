@@ -76,8 +76,9 @@ def plan(ctx: Context, matrix_file: Path, strict: bool, only: str | None, regist
     try:
         the_plan, registries = decide(ctx, the_plan, rebuild=no_cache)
     except EngineUnavailable as exc:
-        ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: keys and cache statuses are unknown",
-                      highlight=False)
+        unknown = "cache statuses are unknown (keys from the lock)" if the_plan.locked else \
+            "keys and cache statuses are unknown"
+        ctx.err.print(f"[yellow]warning:[/] {escape(exc.message)}: {unknown}", highlight=False)
         the_plan = plan_cmd.undecided(the_plan)
     fmt = "json" if as_json else fmt
     if explain:

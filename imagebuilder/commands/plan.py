@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..choices import EMIT_FORMATS, MAX_JOBS
 from ..errors import InputError
-from ..plan import keys
+from ..plan import bases, keys
 from ..plan import plan as plan_mod
 from ..plan import waves as waves_mod
 from ..ports.registry import Registries
@@ -40,9 +40,13 @@ class Formatting:
 
 
 def undecided(plan: plan_mod.Plan) -> plan_mod.Plan:
-    """The plan without an engine: every node's key and status unknown (a node shared with an earlier one is
-    known to be the same, without keys)."""
-    unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to resolve the base image")
+    """The plan without an engine: every node's status unknown, and its key too unless a lock pins the bases (the
+    lock is the input: every key follows from it, no engine needed). A node shared with an earlier one is known to
+    be the same."""
+    if plan.locked:
+        plan = bases.keyed(plan)
+    unknown = plan_mod.Decision(plan_mod.State.UNKNOWN, "no engine to ask what is cached" if plan.locked else
+                                "no engine to resolve the base image")
     first = keys.first_of(keys.identities(plan))
     return plan.with_nodes([dataclasses.replace(n, decision=dataclasses.replace(
         unknown, same_as=None if first[n.id] == n.id else first[n.id])) for n in plan.nodes])

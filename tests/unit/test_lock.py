@@ -566,3 +566,17 @@ def test_outdated_names_each_moved_wheelhouse_file_and_the_nodes_it_rebuilds_whe
     out = capsys.readouterr().out
     assert "wheelhouse files: 2 moved, 1 current" in out and f"moved    {TORCH} (wheelhouse wheels): locked " in out
     assert "new (not in the lock)" in out and "rebuilds 6 node(s)" in out and "nothing to do" not in out
+
+
+def test_plan_without_an_engine_keys_a_locked_matrix_from_the_lock(matrix: Path, table: CompatTable) -> None:
+    from imagebuilder.commands import plan as plan_cmd
+
+    engine = world()
+    with_engine = keys_of(bases.resolve(load(matrix, table, locked=False), engine))
+    lock(matrix, table, engine)
+    shown = plan_cmd.undecided(load(matrix, table))  # (what `plan` shows when no engine answers)
+    assert {n.id: n.key for n in shown.nodes} == with_engine and all(with_engine.values())
+    assert {n.decision.reason for n in shown.nodes} == {"no engine to ask what is cached"}
+    bare = plan_cmd.undecided(load(matrix, table, locked=False))  # no lock: nothing to key from
+    assert {n.key for n in bare.nodes} == {""} and {n.decision.reason for n in bare.nodes} == {
+        "no engine to resolve the base image"}
