@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
 import tarfile
 import uuid
 from collections.abc import Callable
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from imagebuilder.ports.engine import DockerEngine
 
-from .conftest import REGISTRY, CliRun, itest_matrix, report
+from .conftest import REGISTRY, ROOT, CliRun, itest_matrix, report
 
 PYTHON_BASE = ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
                "&& rm -rf /var/lib/apt/lists/*\n")
@@ -131,13 +133,15 @@ def test_a_wheel_replaced_under_its_name_stops_the_build_naming_the_file_and_bot
     file and both hashes; `lock --update FILE` takes it and the next build rebuilds the node that takes wheels."""
     import hashlib
 
-    python = image(engine, PYTHON_BASE, f"{REGISTRY}/itest/lockbase-{uuid.uuid4().hex[:8]}:python")
+    python = f"{REGISTRY}/itest/lockbase-{uuid.uuid4().hex[:8]}:python"
+    image(engine, PYTHON_BASE, python)
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     name = "imagebuilder_itest_tiny-1.0-py3-none-any.whl"
     (wheels / name).write_bytes(b"first bytes")
     (tmp_path / "layers" / "tiny").mkdir(parents=True)
-    (tmp_path / "layers" / "tiny" / "Dockerfile.j2").write_text("FROM {{ parent_image }}\nRUN echo tiny > /tiny\n")
+    (tmp_path / "layers" / "tiny" / "Dockerfile.j2").write_text(  # (new keys every run, on any engine)
+        f"FROM {{{{ parent_image }}}}\nRUN echo tiny {uuid.uuid4().hex} > /tiny\n")
     matrix = itest_matrix(tmp_path, repository, layers="[tiny]", body=f"""
         layers_path: [layers]
         build: {{wheelhouse: wheels}}
@@ -154,6 +158,13 @@ def test_a_wheel_replaced_under_its_name_stops_the_build_naming_the_file_and_bot
     assert f"wheelhouses:\n  wheels:\n    {name}: {first}\n" in lock_file.read_text()
     assert build("r1").code == 0
     (wheels / name).write_bytes(b"other bytes")
+    # The shipped drift watcher (.github/workflows/drift.yml), run by a real Actions runner (act) on a commit of a
+    # repository that holds this matrix, its lock and the wheelhouse as it is now: it names the file that moved
+    # and takes it, printing the lock's diff (the pull request it would open is GitHub's, not act's).
+    said = drift_on_act(tmp_path, ["matrix.yaml", "matrix.lock.yaml", "layers", "wheels"])
+    assert f"moved    {name} (wheelhouse wheels): locked {first[:19]}, now {second[:19]}" in said, said[-4000:]
+    assert f"updated  {name} (wheelhouse wheels): " in said and "rebuilds 1 node(s)" in said, said[-4000:]
+    assert f"+    {name}: {second}" in said and f"-    {name}: {first}" in said, said[-4000:]
     run = build("r2")
     line = lock_file.read_text().splitlines().index(f"    {name}: {first}") + 1
     assert run.code == 2, run.text[-3000:]
@@ -165,3 +176,38 @@ def test_a_wheel_replaced_under_its_name_stops_the_build_naming_the_file_and_bot
     run = build("r3")
     assert run.code == 0, run.text[-3000:]
     assert built(tmp_path / "r3") == dict.fromkeys(built(tmp_path / "r1"), "built")  # (its key follows the pin)
+
+
+def drift_on_act(folder: Path, files: list[str]) -> str:
+    """`.github/workflows/drift.yml` run by act on a commit of the project with `files` of `folder` (the matrix,
+    its lock and what they name): its log. This machine is the runner (`-self-hosted`); its engine and registry are
+    the ones the matrix names."""
+    from .test_pipelines import act_binary, git
+
+    repo = folder / "drift-repo"
+    for name in ("pyproject.toml", "README.md", "imagebuilder", "templates", "layers", ".github/workflows/drift.yml"):
+        source, target = ROOT / name, repo / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, target)
+    for name in files:  # (the test's own layers over the project's)
+        source, target = folder / name, repo / name
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target)
+    (repo / ".gitignore").write_text("reports/\n", encoding="utf-8")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the project, a matrix, its lock and its wheelhouse")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("IMAGEBUILDER_")}, "NO_COLOR": "1",
+           "COLUMNS": "200", "XDG_CACHE_HOME": str(folder / "act-xdg"),
+           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")}
+    done = subprocess.run([act_binary(), "workflow_dispatch", "-W", ".github/workflows/drift.yml", "-P",
+                           "ubuntu-24.04=-self-hosted", "--var", "IMAGEBUILDER_MATRIX=matrix.yaml"], cwd=repo,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=900)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-6000:]
+    return said
