@@ -35,8 +35,8 @@ def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, na
     _, plan = load_plan(ctx, matrix_file, strict=strict, locked=False)
     done = lock_cmd.lock(plan, matrix_file, ctx.engine(), update=names if update else None,
                          offline=not ctx.check_index)
-    for change in done.changes:
-        ctx.out.print(change.line(), highlight=False, soft_wrap=True)
+    for change in done.changes:  # (names from registries and folders: printed as they are, never as markup)
+        ctx.out.print(change.line(), highlight=False, soft_wrap=True, markup=False)
     said = "wrote" if done.changed else "unchanged:"
     files = sum(len(w.files) for w in done.lock.wheelhouses)
     ctx.out.print(f"{said} {done.lock.file} ({len(done.lock.bases)} base image(s), {files} wheelhouse file(s), "
@@ -47,7 +47,8 @@ def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, na
 @cli.command()
 @matrix_option
 @strict_option
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON ({lock, bases: [...]}).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON ({lock, bases: [...], "
+              "wheelhouses: [...]}).")
 @nothing_to_do_option
 @click.pass_obj
 def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothing_to_do_code: bool) -> int:
@@ -73,7 +74,7 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
                                "wheelhouses": [f.to_json() for f in files]}, indent=2))
     else:
         for line in [*lock_cmd.lines(drift, plan.locked or ""), *lock_cmd.wheel_lines(files)]:
-            ctx.out.print(line, highlight=False, soft_wrap=True)
+            ctx.out.print(line, highlight=False, soft_wrap=True, markup=False)
     current = all(d.status == lock_cmd.CURRENT for d in drift) and all(f.status == lock_cmd.CURRENT for f in files)
     if current and not as_json:
         ctx.out.print("nothing to do: every locked base image " + ("and wheelhouse file " if files else "") +

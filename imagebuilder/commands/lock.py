@@ -127,14 +127,17 @@ def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ..
 
 
 def _house(path: Path, folder: Path, old: Lock | None, wanted: set[str]) -> LockedWheelhouse:
-    """A wheelhouse as the lock will pin it: each file it serves now; one the old lock pinned and `wanted` does not
-    name keeps its old pin (`lock` alone never takes new bytes of a pinned file: `--update NAME` does)."""
+    """A wheelhouse as the lock will pin it. New to the lock: every file it serves. Pinned already: `lock` alone
+    changes nothing (a file with new bytes keeps its pin, a new file is not taken, a gone one stays pinned: each
+    is refused until `--update` names it, or `--update` alone takes everything)."""
     name = Lock(path).path_in(folder)
     before = old.wheelhouse(name) if old else None
-    kept = dict(before.files) if before else {}
-    return LockedWheelhouse(name, tuple(
-        (file, kept[file] if file in kept and file not in wanted else wheels.file_hash(folder / file))
-        for file in wheels.served_files(folder)))
+    if before is None:
+        return LockedWheelhouse(name, wheels.pins(folder))
+    kept, here = dict(before.files), set(wheels.served_files(folder))
+    files = {file: pin for file, pin in kept.items() if file not in wanted or file in here}
+    files.update({file: wheels.file_hash(folder / file) for file in here if file in wanted})
+    return LockedWheelhouse(name, tuple(sorted(files.items())))
 
 
 def _wheel_changes(plan: Plan, old: Lock | None, house: LockedWheelhouse, folder: Path) -> list[WheelChange]:

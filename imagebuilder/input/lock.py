@@ -110,9 +110,12 @@ class Lock:
         return next((w for w in self.wheelhouses if w.path == path), None)
 
     def path_in(self, folder: Path) -> str:
-        """How this lock names a folder: relative to the lock's own folder when it lies under it, else absolute."""
-        folder, home = folder.resolve(), self.file.parent.resolve()
-        return str(folder.relative_to(home)) if folder.is_relative_to(home) else str(folder)
+        """How this lock names a folder: relative to the lock's own folder (`..` included, links not followed), so
+        the file means the same in any checkout; absolute only where no relative path leads there."""
+        try:
+            return os.path.relpath(os.path.abspath(folder), os.path.abspath(self.file.parent))
+        except ValueError:  # (another drive)
+            return os.path.abspath(folder)
 
     def line(self, key: str) -> int | None:
         """The line `key` (dotted: `bases.<name>`) was read from; None for a lock not read from a file."""

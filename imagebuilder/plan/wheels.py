@@ -23,16 +23,16 @@ from ..input.lock import Lock
 from .bases import RUN_LOCK
 from .plan import PinnedWheelhouse, Plan
 
-UPDATE = ("if the new file is meant, `imagebuilder lock --update {name}` pins it (the nodes that take wheels from "
+UPDATE = ("if the change is meant, `imagebuilder lock --update {name}` takes it (the nodes that take wheels from "
           "this wheelhouse rebuild); review and commit {file}")
 
 
 def served(entry: Path) -> bool:
-    """Whether a wheelhouse serves this entry of its folder: a regular file (or a link to one) whose name is
-    UTF-8."""
+    """Whether a wheelhouse serves this entry of its folder: a regular file (or a link to one) whose name is UTF-8,
+    printable and not hidden (`.DS_Store`, an editor's swap file: never a wheel)."""
     try:
         entry.name.encode()
-        return entry.is_file()
+        return entry.name.isprintable() and not entry.name.startswith(".") and entry.is_file()
     except (OSError, UnicodeEncodeError):
         return False
 
@@ -72,6 +72,8 @@ def locked(plan: Plan, lock: Lock | None, *, check: bool = True) -> Plan:
         if given is None:  # (an entry the lock does not cover: `bases.locked` refuses it)
             continue
         want = lock.path_in(folder) if folder is not None else None
+        if given.wheelhouse != want and not check:  # (`outdated`: a wheelhouse the lock does not pin is not watched)
+            continue
         if given.wheelhouse != want:
             said = f"takes wheels from the wheelhouse {want!r}" if want else "takes no wheelhouse"
             pins_ = f"gives it {given.wheelhouse!r}" if given.wheelhouse else "pins no wheelhouse for it"

@@ -500,11 +500,16 @@ def test_lock_keeps_a_pinned_file_until_update_names_it_and_exactly_the_wheelhou
     before = keys_of(load(housed, table))
     folder = housed.parent / "wheels"
     (folder / TORCH).write_bytes(b"torch WHEEL")  # (the same size: the key follows the pin, not names and sizes)
-    again = lock(housed, table, engine)  # `lock` alone never takes new bytes of a pinned file
+    (folder / "new-1.0-py3-none-any.whl").write_bytes(b"new")
+    (folder / ".DS_Store").write_bytes(b"hidden: never served, never pinned")
+    again = lock(housed, table, engine)  # `lock` alone takes nothing of a pinned wheelhouse: new bytes, new files
     assert [c.line().split()[0] for c in again.changes] == ["kept"] * 4 and not again.changed
     with pytest.raises(InputError, match="is not the file the lock pins"):
         load(housed, table)
     updated = lock(housed, table, engine, update=(TORCH,))
+    with pytest.raises(InputError, match=r"new-1\.0-py3-none-any\.whl \(sha256:[0-9a-f]+\) is not in the lock file"):
+        load(housed, table)  # (the new file: still not taken, --update named another)
+    (folder / "new-1.0-py3-none-any.whl").unlink()
     change = next(c for c in updated.changes if isinstance(c, lock_cmd.WheelChange) and c.name == TORCH)
     takers = [n.id for n in load(housed, table).nodes if n.entry.build.wheelhouse == folder]
     assert change.was == sha(b"torch wheel") and change.now == sha(b"torch WHEEL")
@@ -580,3 +585,51 @@ def test_plan_without_an_engine_keys_a_locked_matrix_from_the_lock(matrix: Path,
     bare = plan_cmd.undecided(load(matrix, table, locked=False))  # no lock: nothing to key from
     assert {n.key for n in bare.nodes} == {""} and {n.decision.reason for n in bare.nodes} == {
         "no engine to resolve the base image"}
+
+
+def test_a_version_1_lock_still_reads_and_a_wheelhouse_it_does_not_pin_is_refused_but_not_watched(
+        housed: Path, table: CompatTable) -> None:
+    from imagebuilder.commands import plan as plan_cmd
+
+    engine = world()
+    lock(housed, table, engine)
+    path = lock_mod.beside(housed)
+    text = path.read_text()
+    body = text[:text.index("wheelhouses:")] + text[text.index("entries:"):]
+    path.write_text(body.replace("version: 2", "version: 1").replace("    wheelhouse: wheels\n", ""))
+    read = lock_mod.read(path)
+    assert read is not None and read.wheelhouses == () and {b.name for b in read.bases} == {A, B}
+    with pytest.raises(InputError, match=r"takes wheels from the wheelhouse 'wheels'; the lock file .* pins no "
+                                         r"wheelhouse for it") as caught:
+        load(housed, table)
+    assert caught.value.hint is not None and "imagebuilder lock" in caught.value.hint
+    plan = plan_mod.make(matrix_mod.load(housed, table, env={}), Renderer())
+    watched = wheels.locked(bases.locked(plan, read), read, check=False)  # (`outdated`: bases only, no refusal)
+    assert watched.wheelhouses == () and lock_cmd.wheel_drift(watched) == ()
+    assert plan_cmd.undecided(watched).nodes[0].key  # (and keyed from the lock's bases without an engine)
+
+
+def test_a_wheelhouse_beside_the_matrix_folder_is_named_relative_to_the_lock(
+        write_matrix: MatrixWriter, tmp_path: Path, table: CompatTable) -> None:
+    (tmp_path / "shared" / "wheels").mkdir(parents=True)
+    (tmp_path / "shared" / "wheels" / TORCH).write_bytes(b"torch wheel")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "layers").symlink_to(tmp_path / "shared")  # (a link is named as written, not resolved)
+    matrix = write_matrix(MATRIX + "build: {wheelhouse: ../shared/wheels}\n", name="project/matrix.yaml")
+    done = lock(matrix, table, world())
+    assert [w.path for w in done.lock.wheelhouses] == ["../shared/wheels"]
+    assert {e.wheelhouse for e in done.lock.entries} == {"../shared/wheels"}
+    assert [w.name for w in load(matrix, table).wheelhouses] == ["../shared/wheels"]
+
+
+def test_plan_without_an_engine_keys_a_locked_wheelhouse_as_a_run_does(housed: Path, table: CompatTable) -> None:
+    from imagebuilder.commands import plan as plan_cmd
+
+    engine = world()
+    lock(housed, table, engine)
+    locked = load(housed, table)
+    run = keys_of(bases.resolve(locked, engine))  # (what a run keys: the lock's bases and pins)
+    assert {n.id: n.key for n in plan_cmd.undecided(locked).nodes} == run
+    unlocked = keys_of(bases.resolve(load(housed, table, locked=False), engine))
+    assert [n for n in run if run[n] != unlocked[n]] == [n.id for n in locked.nodes
+                                                          if n.entry.build.wheelhouse is not None]
