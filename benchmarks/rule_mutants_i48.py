@@ -1,8 +1,8 @@
 """Issue 48's rules (the lock is the input of the base images: its coverage, the locked image a run must have, the
 rebuild set, unknown never current; and of the wheelhouses: each file's bytes, the keys, what the run serves, what
 plain `lock` leaves alone, what `outdated` reads), each removed in turn (one string replaced in the source), and the
-unit test that must then fail: `python benchmarks/rule_mutants_i48.py` from the project root (the venv's Python); prints CAUGHT
-or MISSED per rule and restores every file. Results: benchmarks/results/rule_mutants_i48.txt."""
+unit test that must then fail: `python benchmarks/rule_mutants_i48.py` from the project root (the venv's Python);
+prints CAUGHT or MISSED per rule and restores every file. Results: benchmarks/results/rule_mutants_i48.txt."""
 import pathlib
 import sys
 
