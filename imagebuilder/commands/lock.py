@@ -144,7 +144,7 @@ def _wheel_changes(plan: Plan, old: Lock | None, house: LockedWheelhouse, folder
     """Each file's change against the old lock; a new pin names the nodes that take wheels from the folder."""
     pinned = old.wheelhouse(house.path) if old else None
     before = dict(pinned.files) if pinned else {}
-    takers = tuple(n.id for n in plan.nodes if n.entry.build.wheelhouse == folder)
+    takers = wheels.takers(plan, folder)
     now = dict(house.files)
     out = [WheelChange(house.path, name, before.get(name), pin,
                        takers if name in before and before[name] != pin else ()) for name, pin in house.files]
@@ -290,7 +290,7 @@ def wheel_drift(plan: Plan) -> tuple[WheelDrift, ...]:
     """Each file of each wheelhouse the plan's lock pins (and each new one), against the folder's bytes now."""
     out: list[WheelDrift] = []
     for house in plan.wheelhouses:
-        takers = tuple(n.id for n in plan.nodes if n.entry.build.wheelhouse == house.folder)
+        takers = wheels.takers(plan, house.folder)
         here, pins = set(wheels.served_files(house.folder)), dict(house.files)
         for file in sorted(here | set(pins)):
             out.append(WheelDrift(house.name, file, pins.get(file),

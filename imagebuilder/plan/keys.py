@@ -114,12 +114,17 @@ class _Hasher:
         if folder is None:
             return None
         if folder not in self.listings:
-            wheels = sorted((p.name, p.stat().st_size) for p in folder.glob("*.whl")) if folder.is_dir() else []
             if (locked := self.pinned.get(folder)) is not None:
                 self.listings[folder] = _sha(json.dumps({"locked": sorted(locked)}).encode())
             else:
+                wheels = sorted((p.name, p.stat().st_size) for p in folder.glob("*.whl")) if folder.is_dir() else []
                 self.listings[folder] = _sha(json.dumps(wheels).encode())
         return self.listings[folder]
+
+    @classmethod
+    def of(cls, plan: Plan) -> _Hasher:
+        """A hasher for one plan: its locked wheelhouses' pins (`Plan.wheelhouses`) name those folders."""
+        return cls(pinned={w.folder: w.files for w in plan.wheelhouses})
 
 
 def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
@@ -132,7 +137,7 @@ def assign(plan: Plan, base_ids: Mapping[str, str]) -> Plan:
     known = {b.name for b in plan.bases}
     plan = plan.with_bases((*plan.bases, *(Base(name, image) for name, image in base_ids.items()
                                            if name not in known and image)))
-    hasher = _Hasher(pinned={w.folder: w.files for w in plan.wheelhouses})
+    hasher = _Hasher.of(plan)
     keyed: dict[str, Node] = {}
     for node in plan.nodes:
         parent_key = base_ids.get(node.base_image or "", "") if node.parent is None else keyed[node.parent].key
@@ -153,7 +158,7 @@ def identities(plan: Plan) -> dict[str, str]:
     """node id -> what its image is made of: its key; before its base image is resolved (no engine, a base not
     pulled yet), the same key with the base image's name standing in for its ID. Nodes of several entries with
     one identity are one image: built once (`cache.decide`), one bake target, staged once (`waves.waves`)."""
-    hasher = _Hasher(pinned={w.folder: w.files for w in plan.wheelhouses})
+    hasher = _Hasher.of(plan)
     same: dict[str, str] = {}
     for node in plan.nodes:
         below = same[node.parent] if node.parent else f"base {node.base_image}"

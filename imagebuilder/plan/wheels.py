@@ -54,6 +54,11 @@ def file_hash(path: Path) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def takers(plan: Plan, folder: Path) -> tuple[str, ...]:
+    """The nodes that take wheels from a wheelhouse folder: what a change of one of its pins rebuilds."""
+    return tuple(n.id for n in plan.nodes if n.entry.build.wheelhouse == folder)
+
+
 def pins(folder: Path) -> tuple[tuple[str, str], ...]:
     """Each file the folder serves, with its hash: what `imagebuilder lock` writes for it."""
     return tuple((name, file_hash(folder / name)) for name in served_files(folder))
