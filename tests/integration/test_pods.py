@@ -8,8 +8,9 @@ the repository's public keys, each named for its role, and refused with the role
 writes its own report and exits is refused by the same judge, and writes no pass.
 
 The tool image is the chain's leaf with imagebuilder and its runtime dependencies (copied from this test's own
-environment, as `pip install` would place them) and the matrix, its layers and its wheelhouse at the paths the
-documents name: "the image with imagebuilder and this repository's matrix and layers"."""
+environment, as `pip install` would place them) and the matrix, its layers and its wheelhouse's listing (each wheel
+a stand-in of its name and size: all a key reads of it) at the paths the documents name: "the image with
+imagebuilder and this repository's matrix and layers"."""
 
 from __future__ import annotations
 
@@ -65,13 +66,17 @@ def tool_image(engine: DockerEngine, chain: Chain, matrix: Path, wheelhouse: Pat
         shutil.copytree(ROOT / name, context / "app" / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(chain.folder / "layers", context / "project" / "layers")
     shutil.copy2(matrix, context / "project" / matrix.name)
+    # The wheelhouse as the pod's imagebuilder reads it: a key names each wheel by its name and size (an unlocked
+    # wheelhouse's listing, keys._Hasher.wheelhouse) and no container of a verify pod installs one, so each wheel
+    # is a sparse stand-in of its size (torch's real one is ~190 MB the push gzipped again: ~10 CPU-s); a key that
+    # read a wheel's bytes would differ from the stage's, and the pod would find nothing staged.
     (context / "wheelhouse").mkdir()
     for wheel in wheelhouse.iterdir():
-        if wheel.is_file():
-            try:
-                (context / "wheelhouse" / wheel.name).hardlink_to(wheel)
-            except OSError:
-                shutil.copy2(wheel, context / "wheelhouse" / wheel.name)
+        if wheel.is_file() and wheel.suffix == ".whl":
+            with (context / "wheelhouse" / wheel.name).open("wb") as stand_in:
+                stand_in.truncate(wheel.stat().st_size)
+        elif wheel.is_file():
+            shutil.copy2(wheel, context / "wheelhouse" / wheel.name)
     (context / "Dockerfile").write_text(f"""\
 FROM {chain.nodes['task']['image']}
 COPY site /opt/imagebuilder/site
