@@ -544,6 +544,52 @@ def test_a_locked_wheelhouse_serves_only_its_pinned_files_each_with_its_hash_for
         assert info.value.code == 404
 
 
+def tiny_wheel(path: Path, marker: str) -> bytes:
+    """A minimal, valid pure-Python wheel `tiny 1.0` at `path` (its module says `marker`): its bytes."""
+    import zipfile
+
+    files = {"tiny/__init__.py": f"MARK = {marker!r}\n",
+             "tiny-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n",
+             "tiny-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                         "Tag: py3-none-any\n"}
+    files["tiny-1.0.dist-info/RECORD"] = "".join(f"{name},,\n" for name in [*files, "tiny-1.0.dist-info/RECORD"])
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+    return path.read_bytes()
+
+
+def test_pip_takes_a_locked_wheelhouse_file_only_with_the_bytes_its_lock_pinned(tmp_path: Path) -> None:
+    """The build's last line of defence, with the real pip (a file replaced between `build`'s check of the lock and
+    pip's download): the served link's `#sha256=` makes pip refuse bytes that are not the pinned ones."""
+    import os
+    import subprocess
+    import sys
+
+    from imagebuilder.run.loopback import serve_indexes
+
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    name = "tiny-1.0-py3-none-any.whl"
+    pinned = sha(tiny_wheel(folder / name, "locked"))
+
+    def download(pin: str, out: Path) -> subprocess.CompletedProcess[str]:
+        with serve_indexes({}, wheelhouses=[folder], pinned={folder: ((name, pin),)}) as served:
+            env = {**os.environ, **served.build_args(), "no_proxy": "", "NO_PROXY": "", "PIP_CONFIG_FILE": os.devnull}
+            return subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-cache-dir",
+                                   "--no-index", "--find-links", served.wheelhouses[folder], "-d", str(out),
+                                   "tiny==1.0"], capture_output=True, text=True, env=env, timeout=120)
+
+    ok = download(pinned, tmp_path / "first")
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "first" / name).read_bytes() == (folder / name).read_bytes()
+    tiny_wheel(folder / name, "replaced")  # the same name, other bytes; the run still serves the lock's pin
+    refused = download(pinned, tmp_path / "second")
+    assert refused.returncode != 0 and "DO NOT MATCH THE HASHES" in refused.stderr, refused.stderr
+    assert f"Expected sha256 {pinned.removeprefix('sha256:')}" in refused.stderr
+    assert f"Got        {sha((folder / name).read_bytes()).removeprefix('sha256:')}" in refused.stderr
+
+
 def test_outdated_names_each_moved_wheelhouse_file_and_the_nodes_it_rebuilds_where_build_refuses(
         housed: Path, table: CompatTable, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from imagebuilder import cli
