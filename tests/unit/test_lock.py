@@ -619,6 +619,25 @@ def test_outdated_names_each_moved_wheelhouse_file_and_the_nodes_it_rebuilds_whe
     assert "new (not in the lock)" in out and "rebuilds 6 node(s)" in out and "nothing to do" not in out
 
 
+def test_a_moved_wheelhouse_file_stops_only_the_runs_whose_nodes_take_it(
+        housed: Path, table: CompatTable, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--only` narrows what the lock judges: a file moved under B's entries stops a run of B's nodes, not of A's."""
+    from imagebuilder import cli
+
+    engine = world()
+    monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "table", lambda self: table)
+    assert cli.main(["--offline", "lock", "--matrix", str(housed)]) == 0
+    (housed.parent / "wheels" / TORCH).write_bytes(b"torch WHEEL")
+    plan = load(housed, table, locked=False)
+    a_leaf, b_leaf = (next(n.id for n in plan.nodes if n.leaf and n.entry.base_image == name) for name in (A, B))
+    capsys.readouterr()
+    assert cli.main(["--offline", "plan", "--matrix", str(housed), "--only", a_leaf]) == 0
+    assert cli.main(["--offline", "plan", "--matrix", str(housed), "--only", b_leaf]) == 2
+    assert "is not the file the lock pins" in capsys.readouterr().err
+    assert cli.main(["--offline", "plan", "--matrix", str(housed)]) == 2  # the whole matrix takes it too
+
+
 def test_plan_without_an_engine_keys_a_locked_matrix_from_the_lock(matrix: Path, table: CompatTable) -> None:
     from imagebuilder.commands import plan as plan_cmd
 
