@@ -139,6 +139,15 @@ def phase_of(classname: str) -> str:
     return "unit"
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo says ('' where it does not)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+
+
 def junit_summary(path: Path) -> dict[str, Any]:
     cases = []
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -183,7 +192,8 @@ def main() -> int:
         "label": args.label,
         "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "ci": bool(os.environ.get("CI"))},
+        "host": {"cpus": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
+                 "ci": bool(os.environ.get("CI"))},  # (runs compare on one CPU model: an Intel Xeon ran ~20 % slower)
         "command": "bash .ci/run",
         "exit": code,
         "wall_seconds": round(total, 1),
