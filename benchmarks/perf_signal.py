@@ -136,7 +136,7 @@ def judge(args: argparse.Namespace) -> None:
     driver = (runs[0]["smi_before"].get("gpus") or ["?,?"])[0].split(",")[1].strip()
     runner = Runner("gpu", tuple(names), count, driver, "single" if count == 1 else "nvlink")
     key = runner.noise_key()
-    clean = [r for r in runs if r["phase"] == "clean"]
+    clean = [r for r in runs if r["phase"] == "clean" and r["exit"] == 0]  # (a failed run measured nothing)
     measured: dict[str, dict[str, Any]] = {}
     for r in clean:
         for name, m in metrics_of(r["checks"]).items():
@@ -184,8 +184,8 @@ def judge(args: argparse.Namespace) -> None:
         data_path = ROOT / "imagebuilder" / "data" / "perf_noise.json"
         data = json.loads(data_path.read_text())
         data["kinds"].pop("gpu", None)  # (timed call by call before issue 47: superseded)
-        data["kinds"][key] = {"command": "python3 benchmarks/perf_signal.py run --phase clean --runs "
-                                         f"{len(clean)} (results/{path.name})",
+        data["kinds"][key] = {"command": f"python3 benchmarks/perf_signal.py run --kind {args.kind} --phase clean "
+                                         f"--runs {len(clean)} (results/{path.name})",
                               "date": clean[-1]["date"], "machine": {"gpus": runs[0]["smi_before"].get("gpus")},
                               "metrics": measured}
         data_path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

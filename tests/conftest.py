@@ -30,6 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if work_unit(item.nodeid) == "no-chain" and "cpu_chain" in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid} takes the session chain but is in the no-chain work unit "
                                     "(tests/conftest.py WORK_UNITS): its worker would build a chain of its own")
+    ids = [item.nodeid for item in items]
+    for test in NO_CHAIN_TESTS:  # (a renamed test would go back to the chain's worker without a word)
+        module = "tests/integration/" + test.split("::")[0]
+        if any(i.startswith(module + "::") for i in ids) and not any(_under(i, f"tests/integration/{test}")
+                                                                     for i in ids):
+            raise pytest.UsageError(f"tests/conftest.py NO_CHAIN_TESTS names {test}, which {module} no longer has")
 
 
 # Under pytest-xdist (`make test` runs `-n 2`) the integration tests keep to two workers, as two units of
@@ -62,9 +68,16 @@ WORK_UNITS = (*((f"tests/integration/{test}", "no-chain") for test in NO_CHAIN_T
               ("tests/integration/", "integration"))
 
 
+def _under(nodeid: str, prefix: str) -> bool:
+    """A folder or a module (`.../`, `.py`) holds its tests; a test's node id, that test (its parameters too)."""
+    if prefix.endswith(("/", ".py")):
+        return nodeid.startswith(prefix)
+    return nodeid == prefix or nodeid.startswith(prefix + "[")
+
+
 def work_unit(nodeid: str) -> str:
     """The unit of work a test belongs to (WORK_UNITS), or its own node id."""
-    return next((unit for prefix, unit in WORK_UNITS if nodeid.startswith(prefix)), nodeid)
+    return next((unit for prefix, unit in WORK_UNITS if _under(nodeid, prefix)), nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

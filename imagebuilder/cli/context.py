@@ -136,8 +136,9 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     """The matrix and its plan (`only`: those nodes and their parents). With a lock file beside the matrix, its bases
     are pinned by it (`bases.locked`: a matrix it does not cover is an input error); `locked=False`: as if there were
     none (`imagebuilder lock`, which writes it); `wheel_files=False`: a locked wheelhouse's pins taken as the lock
-    gives them, its files unread (`outdated`, which compares them instead of refusing a change). The lock judges the
-    nodes `only` selects: an input that moved under other entries stops nothing here."""
+    gives them, its files unread (`outdated`, which compares them instead of refusing a change). The lock covers the
+    whole matrix whatever `only` selects; the files hashed are those of the wheelhouses the selected nodes take: a
+    file that moved under other entries stops nothing here."""
     from ..input import lock as lock_mod
     from ..input import lookups
     from ..input import matrix as matrix_mod
@@ -157,11 +158,12 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                      index_versions=ctx.index_versions if ctx.check_index else None))
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    plan = plan_mod.make(matrix, renderer or Renderer()).only(only)
+    plan = plan_mod.make(matrix, renderer or Renderer())
     if locked:  # (its bases, then its wheelhouses: each file the file it pins, before anything runs)
         lock = lock_mod.read(lock_mod.beside(matrix_file))
-        plan = wheels.locked(bases.locked(plan, lock), lock, check=wheel_files)
-    return matrix, plan
+        taken = {n.entry.build.wheelhouse for n in plan.only(only).nodes} if only else None
+        plan = wheels.locked(bases.locked(plan, lock), lock, check=wheel_files, hashed=taken)
+    return matrix, plan.only(only)
 
 
 def decide(ctx: Context, plan: Plan, *, rebuild: bool = False, builds: bool = True,

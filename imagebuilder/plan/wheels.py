@@ -16,6 +16,7 @@ say so.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Set
 from pathlib import Path
 
 from ..errors import InputError, Where
@@ -64,10 +65,11 @@ def pins(folder: Path) -> tuple[tuple[str, str], ...]:
     return tuple((name, file_hash(folder / name)) for name in served_files(folder))
 
 
-def locked(plan: Plan, lock: Lock | None, *, check: bool = True) -> Plan:
+def locked(plan: Plan, lock: Lock | None, *, check: bool = True, hashed: Set[Path | None] | None = None) -> Plan:
     """The plan with its wheelhouses pinned by `lock` (None: no lock file, the plan as it is). Each entry's
     wheelhouse must be the one the lock gives it, and (`check`) each of its files the file the lock pins (see
-    above); `check=False`: the pins as the lock gives them, files unread (`outdated`, which compares them)."""
+    above); `check=False`: the pins as the lock gives them, files unread (`outdated`, which compares them).
+    `hashed`: only these wheelhouses' files are read (a run of some nodes: the wheelhouses they take)."""
     if lock is None:
         return plan
     file = str(lock.file)
@@ -91,7 +93,7 @@ def locked(plan: Plan, lock: Lock | None, *, check: bool = True) -> Plan:
             raise InputError(f"wheelhouse {want} (entry {entry.id}) is not pinned by the lock file {file}",
                              where=entry.where, hint=RUN_LOCK.format(file=file))
         where = Where(file, lock.line(f"wheelhouses.{want}"), key=f"wheelhouses.{want}")
-        if check:
+        if check and (hashed is None or folder in hashed):
             _check(folder, house.files, file, want, lock, where)
         pinned[folder] = PinnedWheelhouse(folder, want, house.files, where)
     return plan.with_wheelhouses(tuple(pinned[f] for f in sorted(pinned)))

@@ -1538,8 +1538,8 @@ GPU_MATMUL = 8192  # bf16 n^3 matmuls of 1.1 TFLOP each: the floor (throughput.c
 GPU_MATMUL_SMALL = 4096  # the second size (history only, no floor): 0.14 TFLOP, where launch and tiling show
 GPU_COPY = 1 << 29  # bf16 elements copied device to device (1 GiB read + 1 GiB written): the memory bandwidth
 # The training benchmark (throughput.train): a bf16 stack of `blocks` MLP blocks (width -> 4 width -> width),
-# torch.compile'd as a whole, AdamW, on a fixed batch of `batch` rows
-# per GPU; FSDP2 (fully_shard) over NCCL on two or more GPUs. Its blocks come from the GPU's memory
+# torch.compile'd (as a whole on one GPU; on two or more, each block compiled and then sharded by FSDP2's
+# fully_shard over NCCL), AdamW, on a fixed batch of `batch` rows per GPU. Its blocks come from the GPU's memory
 # (BENCH_TRAIN_BLOCK_BYTES each: weights, AdamW state and activations; as many as fit in BENCH_TRAIN_MEMORY of the
 # device, at most `blocks`): 8 on an 80 GB or larger GPU, a step of ~0.17 s on an H200 that keeps it busy.
 BENCH_TRAIN = {"width": 4096, "blocks": 8, "batch": 16384, "warmup": 3}
@@ -1804,7 +1804,10 @@ def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
         if dist is None:
             compiled = torch.compile(model)
         else:  # FSDP2's way, each block compiled and then sharded (a sharded model compiled whole, or blocks of
-            fully_shard = _fully_shard()[0]  # torch.nn's own classes, compiled nothing: seen on 2 H200s)
+            # torch.nn's own classes, compiled nothing: seen on 2 H200s). Each block is an instance of its own class
+            # (`_bench_block`), so Dynamo compiles each once: at most BENCH_TRAIN["blocks"] (8), Dynamo's default
+            # recompile limit; a deeper stack wants one class for its blocks (not measured on GPUs yet)
+            fully_shard = _fully_shard()[0]
             for block in model:
                 block.compile()
                 fully_shard(block)
