@@ -27,15 +27,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = FOLDER_MARKERS.get(folder[0]) if folder else None
         if marker is not None:
             item.add_marker(marker)
-        if work_unit(item.nodeid) == "no-chain" and "cpu_chain" in getattr(item, "fixturenames", ()):
-            raise pytest.UsageError(f"{item.nodeid} takes the session chain but is in the no-chain work unit "
-                                    "(tests/conftest.py WORK_UNITS): its worker would build a chain of its own")
-    ids = [item.nodeid for item in items]
-    for test in NO_CHAIN_TESTS:  # (a renamed test would go back to the chain's worker without a word)
-        module = "tests/integration/" + test.split("::")[0]
-        if any(i.startswith(module + "::") for i in ids) and not any(_under(i, f"tests/integration/{test}")
-                                                                     for i in ids):
-            raise pytest.UsageError(f"tests/conftest.py NO_CHAIN_TESTS names {test}, which {module} no longer has")
 
 
 # Under pytest-xdist (`make test` runs `-n 2`) the integration tests keep to two workers, as two units of
@@ -47,18 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # (ci_time.json, fresh clone of 180110b: 1747 s of no-chain integration against 1855 s of the chain's, 145 s of
 # unit tests; since then the CUDA module builds one entry, not two, the development images one leaf, and three
 # chain tests smoke nothing, so test_reliability's 63 s moved over; fresh clone of 40d1f35: 1510 s against 1648 s,
-# so test_lock's ~45 s, which needs no chain either, joins them; fresh clone of 21e87cc: the chain's worker 1759 s
-# of integration tests against 1512 s and every unit test (145 s) on the other, so six tests of chain modules that
-# build small matrices of their own, ~120 s, join them too, by node id). (A scheduler of our own: xdist's
-# `loadgroup` marks do not survive pytest 9's node ids.)
-NO_CHAIN_TESTS = ("test_build.py::test_layer_outside_the_repo_via_layers_path",
-                  "test_build.py::test_failing_smoke_check_pushes_nothing_for_that_entry",
-                  "test_build.py::test_a_failing_entry_does_not_stop_an_independent_one",
-                  "test_build.py::test_a_hanging_smoke_is_killed_and_counts_as_a_failure",
-                  "test_build.py::test_an_unreachable_registry_is_retried_then_fails_cleanly",
-                  "test_incremental.py::test_an_immutable_tag_is_never_overwritten_and_the_entry_stays_untagged")
-WORK_UNITS = (*((f"tests/integration/{test}", "no-chain") for test in NO_CHAIN_TESTS),
-              ("tests/integration/test_cuda_image.py", "no-chain"),
+# so test_lock's ~45 s, which needs no chain either, joins them). (A scheduler of our own: xdist's `loadgroup`
+# marks do not survive pytest 9's node ids.)
+WORK_UNITS = (("tests/integration/test_cuda_image.py", "no-chain"),
               ("tests/integration/test_dev_images.py", "no-chain"),
               ("tests/integration/test_registry_faults.py", "no-chain"),
               ("tests/integration/test_steps.py", "no-chain"),
@@ -68,24 +50,12 @@ WORK_UNITS = (*((f"tests/integration/{test}", "no-chain") for test in NO_CHAIN_T
               ("tests/integration/", "integration"))
 
 
-def _under(nodeid: str, prefix: str) -> bool:
-    """A folder or a module (`.../`, `.py`) holds its tests; a test's node id, that test (its parameters too)."""
-    if prefix.endswith(("/", ".py")):
-        return nodeid.startswith(prefix)
-    return nodeid == prefix or nodeid.startswith(prefix + "[")
-
-
-def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to (WORK_UNITS), or its own node id."""
-    return next((unit for prefix, unit in WORK_UNITS if _under(nodeid, prefix)), nodeid)
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class ByWorkUnit(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
+            return next((unit for prefix, unit in WORK_UNITS if nodeid.startswith(prefix)), nodeid)
 
     return ByWorkUnit(config, log)
 
