@@ -1771,8 +1771,7 @@ def _bench_block(width: int) -> Any:
 
 def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
     """One rank of the training benchmark: on two or more GPUs, NCCL's all_reduce at a latency-bound and a
-    bandwidth-bound size first; then the compiled bf16 stack trained (FSDP2 over the
-    ranks), windowed."""
+    bandwidth-bound size first; then the compiled bf16 stack trained (FSDP2 over the ranks), windowed."""
     import torch
 
     out: dict[str, Any] = {"rank": rank}
@@ -1851,14 +1850,13 @@ def train_record(got: list[dict[str, Any]], world: int) -> Record:
     if min(int(counters.get("frames") or 0), int(counters.get("graphs") or 0)) < 1:
         return record("throughput.train", "fail", reason="torch.compile compiled nothing: the stack ran eagerly",
                       value=counters)
+    measured = [size >> 20 for size in BENCH_ALL_REDUCE if f"all_reduce.{size >> 20}MiB" in first]  # (MiB)
     metrics = [metric("bench.train.samples_per_s", "samples/s", first["train"])]
-    metrics += [metric(f"bench.all_reduce.busbw.{size >> 20}MiB", "GB/s", first[f"all_reduce.{size >> 20}MiB"])
-                for size in BENCH_ALL_REDUCE if f"all_reduce.{size >> 20}MiB" in first]
+    metrics += [metric(f"bench.all_reduce.busbw.{mib}MiB", "GB/s", first[f"all_reduce.{mib}MiB"]) for mib in measured]
     return record("throughput.train", "pass", value=round(statistics.median(first["train"]), 1), unit="samples/s",
                   gpus=world, config=first.get("config"), steps_per_window=first.get("steps_per_window"),
-                  collective_calls_per_window={f"all_reduce.{size >> 20}MiB": first.get(
-                      f"all_reduce.{size >> 20}MiB.calls_per_window") for size in BENCH_ALL_REDUCE
-                      if f"all_reduce.{size >> 20}MiB" in first},
+                  collective_calls_per_window={f"all_reduce.{mib}MiB": first.get(
+                      f"all_reduce.{mib}MiB.calls_per_window") for mib in measured},
                   compile_s=max(float(g.get("compile_s") or 0.0) for g in got), metrics=metrics)
 
 
