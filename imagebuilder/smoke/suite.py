@@ -1534,6 +1534,7 @@ CPU_MATMUL_SMALL_PAUSE = 0.02  # seconds after every 10th repetition: the 100 sp
 BENCH_WINDOW_S = 0.02
 BENCH_WINDOWS = 15
 BENCH_WARMUP = 5
+BENCH_CALIBRATION = (1, 2, 4)  # calls in each window that sizes K (`_windowed`)
 GPU_MATMUL = 8192  # bf16 n^3 matmuls of 1.1 TFLOP each: the floor (throughput.cuda:N) and a metric
 GPU_MATMUL_SMALL = 4096  # the second size (history only, no floor): 0.14 TFLOP, where launch and tiling show
 GPU_COPY = 1 << 29  # bf16 elements copied device to device (1 GiB read + 1 GiB written): the memory bandwidth
@@ -1670,34 +1671,30 @@ def window_calls(per_call_s: float, window_s: float = BENCH_WINDOW_S) -> int:
 def _windowed(fn: Callable[[], Any], work: float, *, warmup: int = BENCH_WARMUP, windows: int = BENCH_WINDOWS,
               agree: Callable[[Any], Any] | None = None) -> tuple[list[float], int]:
     """The rate (`work` per call, per second) of each of `windows` windows of K back-to-back calls of `fn`
-    between one pair of CUDA events, after `warmup` calls, and K. `agree` (distributed runs): every rank's K
-    and window times made the same (a max over the ranks), so that collectives pair up and a window is as long as
-    its slowest rank's."""
+    between one pair of CUDA events, after `warmup` calls, and K. K comes from the GPU's clock too: the fastest
+    call of BENCH_CALIBRATION windows of one, two and four calls (host-timed calls once sized a run's windows at 3
+    calls where every other run had 20, and that run alone read 3.8 % slow: the host's hiccup, not the GPU's).
+    `agree` (distributed runs): every rank's K and window times made the same (a max over the ranks), so that
+    collectives pair up and a window is as long as its slowest rank's."""
     import torch
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    k = window_calls((time.perf_counter() - t0) / 3)
-    if agree is not None:
-        k = int(agree(float(k)))
-    rates = []
-    for _ in range(windows):
+    def timed(calls: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(k):
+        for _ in range(calls):
             fn()
         end.record()
         end.synchronize()
         took = start.elapsed_time(end) / 1000
-        if agree is not None:
-            took = float(agree(took))
-        rates.append(work * k / took)
-    return rates, k
+        return float(agree(took)) if agree is not None else took
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    k = window_calls(min(timed(calls) / calls for calls in BENCH_CALIBRATION))
+    if agree is not None:
+        k = int(agree(float(k)))
+    return [work * k / timed(k) for _ in range(windows)], k
 
 
 def _gpu_history_metrics(index: int) -> list[Record]:
@@ -1751,10 +1748,11 @@ def train_blocks(total_bytes: float, most: int = int(BENCH_TRAIN["blocks"])) -> 
     return max(1, min(most, int(total_bytes * BENCH_TRAIN_MEMORY / BENCH_TRAIN_BLOCK_BYTES)))
 
 
-def _bench_block(width: int) -> Any:
-    """One block of the training benchmark: width -> 4 width (GELU) -> width. Its forward is this file's code:
-    Dynamo does not start tracing in torch.nn's own modules, so a block compiled on its own (`Module.compile`,
-    as FSDP2 wants it) must not be an nn.Sequential."""
+def _bench_blocks(width: int, count: int) -> list[Any]:
+    """The training benchmark's blocks: width -> 4 width (GELU) -> width, `count` instances of one class (as
+    torchtitan's blocks: each compiled on its own, Dynamo compiles the class's code once). Its forward is this file's
+    code: Dynamo does not start tracing in torch.nn's own modules, so a block compiled on its own
+    (`Module.compile`, as FSDP2 wants it) must not be an nn.Sequential."""
     import torch
 
     class BenchBlock(torch.nn.Module):
@@ -1766,7 +1764,7 @@ def _bench_block(width: int) -> Any:
         def forward(self, x: Any) -> Any:
             return self.down(torch.nn.functional.gelu(self.up(x)))
 
-    return BenchBlock()
+    return [BenchBlock() for _ in range(count)]
 
 
 def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
@@ -1798,14 +1796,13 @@ def _bench_worker(rank: int, world: int, port: int, results: Any) -> None:
         cfg["blocks"] = train_blocks(torch.cuda.get_device_properties(rank).total_memory)
         width, batch = int(cfg["width"]), int(cfg["batch"])
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*(_bench_block(width) for _ in range(int(cfg["blocks"]))))
-        model = model.to(device="cuda", dtype=torch.bfloat16)
+        with torch.device("cuda"):  # (1.1 billion parameters initialised on the GPU, not on the host's CPU)
+            model = torch.nn.Sequential(*_bench_blocks(width, int(cfg["blocks"])))
+        model = model.to(dtype=torch.bfloat16)
         if dist is None:
             compiled = torch.compile(model)
         else:  # FSDP2's way, each block compiled and then sharded (a sharded model compiled whole, or blocks of
-            # torch.nn's own classes, compiled nothing: seen on 2 H200s). Each block is an instance of its own class
-            # (`_bench_block`), so Dynamo compiles each once: at most BENCH_TRAIN["blocks"] (8), Dynamo's default
-            # recompile limit; a deeper stack wants one class for its blocks (not measured on GPUs yet)
+            # torch.nn's own classes, compiled nothing: seen on 2 H200s)
             fully_shard = _fully_shard()[0]
             for block in model:
                 block.compile()
