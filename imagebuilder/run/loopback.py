@@ -22,7 +22,8 @@ anything else (Debian's mirror) are passed on as they came, with no credentials.
 from the build to its host directly, as before.
 
 A wheelhouse (`build.wheelhouse`) is one more address of the same servers: `http://127.0.0.1:<port>/` (the port
-stable per folder: the URL is a build arg, part of the cache key) lists the folder's files as pip's find-links,
+stable per folder: the URL is a build arg, part of the cache key; where another run on the machine holds that port,
+the builds are still given it, and this run's proxy answers for it) lists the folder's files as pip's find-links,
 and serves them, to requests with the run's token only; another process on the machine gets 407, as at an index
 proxy. The folder's own files only (a link to a file counts, as in the node's key): no subfolder, no `..`.
 
@@ -178,12 +179,17 @@ def serve_indexes(indexes: Mapping[str, Credentials], cafile: Path | None = None
     handler = functools.partial(_IndexProxy, routes, expected, context, upstream, pins)
 
     def start(port: int, route: tuple[str, str, str, str]) -> str:
-        """A server of this run on `port` (or any free one) for `route`: its own address."""
+        """A server of this run on `port` (or any free one) for `route`: the address its builds are given. That is
+        `127.0.0.1:<port>` also where another process holds the port (two runs at once of one wheelhouse or
+        index): every request a build makes comes through this run's proxy (http_proxy, with the run's token),
+        which routes by the address the request names, so the build args, and the engine's cache keys with
+        them, stay the same."""
         server = _server(port, handler)
         servers.append(server)
         own = f"127.0.0.1:{server.server_address[1]}"
         routes[own] = route
-        return own
+        stable = f"127.0.0.1:{port}"
+        return stable if routes.setdefault(stable, route) == route else own
 
     with _serving(servers):
         for url, creds in sorted(indexes.items()):

@@ -78,22 +78,12 @@ def registry(engine: DockerEngine) -> str:
 
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
-    """The CPU wheelhouse; under pytest-xdist, a copy of it per worker (hard links, so free). A run serves a
-    wheelhouse on a port of its folder's (`render.stable_port`), which goes into the pip steps' build args and so
-    into their cache keys; runs of the two workers at once would take turns at one port, and the one that found it
-    busy got another and missed the engine's cache: a torch install and a push of a new torch layer (a minute of
-    test_publishing in a CI run). With a folder each, each worker's runs always get their own port."""
+    """The CPU wheelhouse, one folder for every pytest-xdist worker: a run gives its builds the folder's stable
+    address whoever holds its port (`run/loopback.py`), so the workers' runs share the engine's build cache (a
+    torch layer built on one worker is a cached step on the other)."""
     if not list(WHEELHOUSE.glob("torch-*+cpu-*.whl")):
         _need(f"torch's CPU wheel in {WHEELHOUSE}", "run `make wheelhouse`")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        return WHEELHOUSE
-    own = WHEELHOUSE.parent / f"{WHEELHOUSE.name}-{worker}"
-    for wheel in WHEELHOUSE.iterdir():
-        if wheel.is_file() and not (own / wheel.name).exists():
-            own.mkdir(exist_ok=True)
-            os.link(wheel, own / wheel.name)
-    return own
+    return WHEELHOUSE
 
 
 @pytest.fixture(autouse=True)

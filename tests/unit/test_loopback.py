@@ -19,6 +19,7 @@ import pytest
 from imagebuilder.errors import InputError
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan.render import wheelhouse_port
 from imagebuilder.run.loopback import Credentials, Upstream, index_credentials, index_root, serve_indexes
 from imagebuilder.secrets.index_auth import plain_http_problem, scope_problem
 
@@ -224,6 +225,27 @@ def test_a_wheelhouse_is_served_to_the_runs_builds_only(tmp_path: Path) -> None:
             assert info.value.code == 404, path
     with pytest.raises(OSError):  # gone with the run
         urllib.request.urlopen(url, timeout=5)
+
+
+def test_two_runs_at_once_give_their_builds_one_wheelhouse_url(tmp_path: Path) -> None:
+    """The wheelhouse's URL is a build arg, so part of every pip step's cache key: a second run of the same folder
+    while the first holds its port (two CI jobs on one machine) gives its builds the same URL, which its own proxy
+    answers, with its own token; so the two runs share the engine's build cache."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / "torch-2.13.0+cpu-cp311-none-any.whl").write_bytes(b"wheel bytes")
+    with serve_indexes({}, wheelhouses=[folder]) as first, serve_indexes({}, wheelhouses=[folder]) as second:
+        assert first.wheelhouses[folder] == second.wheelhouses[folder] == f"http://127.0.0.1:{wheelhouse_port(folder)}/"
+        assert first.port != second.port  # (the port itself is the first run's)
+        for run, other in ((first, second), (second, first)):
+            build = urllib.request.build_opener(urllib.request.ProxyHandler({"http": run.build_args()["http_proxy"]}))
+            wheel = run.wheelhouses[folder] + "torch-2.13.0%2Bcpu-cp311-none-any.whl"
+            assert build.open(wheel).read() == b"wheel bytes"
+            stranger = urllib.request.build_opener(urllib.request.ProxyHandler(
+                {"http": run.build_args()["http_proxy"].replace(run.token, other.token)}))
+            with pytest.raises(urllib.error.HTTPError) as info:  # each run's proxy takes its own token only
+                stranger.open(run.wheelhouses[folder])
+            assert info.value.code == 407
 
 
 def test_index_credentials_never_cross_a_network_in_clear_text(tmp_path: Path, write_matrix: MatrixWriter,

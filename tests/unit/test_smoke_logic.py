@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from imagebuilder.smoke import suite
@@ -209,3 +211,54 @@ def test_a_training_benchmark_that_broke_or_ran_eagerly_fails() -> None:
     assert broken["status"] == "fail" and "rank 1: CUDA out of memory" in broken["reason"]
     eager = suite.train_record([_rank(0, counters={"frames": 0, "graphs": 0})], 1)
     assert eager["status"] == "fail" and "compiled nothing" in eager["reason"] and "metrics" not in eager
+
+
+def test_each_image_mounts_its_own_compile_cache_and_nothing_else_does(tmp_path: object) -> None:
+    """The suite's container of an image mounts that image's compile cache volume (named by its ID) with Inductor and
+    Triton pointed into it and its folder writable by the image's user; another image, a rebuilt one with the same
+    tags included, gets another volume. The driver's bind stays beside it on a GPU host."""
+    from imagebuilder.ports import RunResult
+    from imagebuilder.smoke.runner import COMPILE_PATH, run_smoke
+
+    class Engine:
+        def __init__(self, image_id: str) -> None:
+            self.image_id = image_id
+            self.seen: dict[str, Any] = {}
+
+        def has_nvidia_runtime(self) -> bool:
+            return False
+
+        def inspect(self, image: str) -> dict[str, object]:
+            return {"Id": self.image_id, "Config": {"Env": []}}
+
+        def run(self, image: str, command: list[str], **kwargs: Any) -> RunResult:
+            self.seen = kwargs
+            return RunResult(1, "", {}, 0.0)
+
+    volumes = []
+    for image_id in ("sha256:" + "a" * 64, "sha256:" + "b" * 64):
+        engine = Engine(image_id)
+        run_smoke(engine, "repo:tag", {"accelerator": "cpu"}, timeout=60, shm_size="1g",  # type: ignore[arg-type]
+                  gpus="devices", driver_dir=str(tmp_path), devices=("/dev/nvidia0",))
+        binds = engine.seen["host_config"]["binds"]
+        (volume,) = [name for name, bind in binds.items() if bind["bind"] == COMPILE_PATH]
+        assert binds[volume]["mode"] == "rw" and binds[str(tmp_path)]["mode"] == "ro"  # (the driver's, read-only)
+        assert volume == "imagebuilder-compile-" + image_id.removeprefix("sha256:")
+        env = engine.seen["env"]
+        assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(COMPILE_PATH + "/")
+        assert env["TRITON_CACHE_DIR"].startswith(COMPILE_PATH + "/")
+        assert engine.seen["files"][f"{COMPILE_PATH}/image"] == image_id.encode()
+        volumes.append(volume)
+    assert volumes[0] != volumes[1]
+
+
+def test_the_suite_leaves_the_precompiled_headers_out_of_the_cache(tmp_path: object) -> None:
+    from pathlib import Path
+
+    cache = Path(str(tmp_path))
+    (cache / "precompiled_headers").mkdir()
+    (cache / "precompiled_headers" / "x.h.gch").write_bytes(b"0" * 10)
+    (cache / "fxgraph").mkdir()
+    suite.drop_precompiled_headers(str(cache))
+    suite.drop_precompiled_headers("")  # (no cache: nothing to do)
+    assert sorted(p.name for p in cache.iterdir()) == ["fxgraph"]
