@@ -65,6 +65,8 @@ class Engine(Protocol):
 
     def remove_containers(self, label: str) -> int: ...
 
+    def prune_volumes(self, prefix: str) -> int: ...
+
 
 class Registry(Protocol):
     """One registry host's HTTP API: manifests, blobs, tags, and pointing a tag at a manifest."""

@@ -384,6 +384,25 @@ class DockerEngine:
                     removed += 1
         return removed
 
+    def prune_volumes(self, prefix: str) -> int:
+        """Remove the volumes named `prefix` + an image ID (its hex) whose image is no longer on this engine and that
+        no container uses (a smoke run's compile cache, once its image is gone): how many were removed."""
+        removed = 0
+        try:
+            found = (self.api.volumes(filters={"name": prefix}) or {}).get("Volumes") or []
+        except docker.errors.APIError:
+            return 0
+        for volume in found:
+            name = str(volume.get("Name") or "")
+            if not name.startswith(prefix) or self.image_id("sha256:" + name[len(prefix):]) is not None:
+                continue
+            try:
+                self.api.remove_volume(name)
+            except docker.errors.APIError:  # in use (a run of its image has it), or just removed by another run
+                continue
+            removed += 1
+        return removed
+
 
 _TRANSIENT = re.compile(
     r"connection (reset|refused|aborted)|broken pipe|timed? ?out|timeout|temporar|unexpected eof|\beof\b|"
@@ -649,4 +668,7 @@ class NoEngine:
         return 0
 
     def remove_containers(self, label: str) -> int:
+        return 0
+
+    def prune_volumes(self, prefix: str) -> int:
         return 0

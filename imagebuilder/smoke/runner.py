@@ -313,6 +313,7 @@ def run_smoke(engine: Engine, image: str, expect: dict[str, Any], *, timeout: fl
     gpu_config, gpu_env = gpu_options(mode, found, driver_dir, image_env)
     visible = narrowing(image_env, env or {})
     cache_binds, cache_env, cache_files = compile_cache(str(inspected["Id"])) if inspected.get("Id") else ({}, {}, {})
+    engine.prune_volumes(COMPILE_VOLUME)  # the compile caches of images no longer on the engine
     host_config: dict[str, Any] = {
         "shm_size": shm_size, "network_mode": "none",
         # A fresh, executable /tmp: some images have none, and Inductor/Triton build and load code there.

@@ -1486,8 +1486,8 @@ def fsdp_records(got: list[dict[str, Any]], backend: str, world: int, duration: 
     counts = [r["compile"] for r in got]
     c_status, c_reason = compile_verdict(counts)
     total = {k: sum(int(c.get(k, 0)) for c in counts)
-             for k in ("frames", "frames_tried", "graphs", "aot_graphs", "inductor_graphs", "inductor_calls",
-                       "graph_breaks", "recompiles")}
+             for k in ("frames", "frames_tried", "graphs", "aot_graphs", "inductor_graphs", "inductor_cache_hits",
+                       "inductor_calls", "graph_breaks", "recompiles")}
     compiled = record(f"fsdp.compiled_graphs_{dev}", c_status, value=total, reason=c_reason,
                       expected="every rank: >= 1 frame, graph and AOT graph compiled, by Inductor, whose code ran; "
                                "no frame fell back to eager", per_rank=counts, duration=0.0)

@@ -183,6 +183,53 @@ def test_smoke_command_reports_json(engine: DockerEngine, cpu_chain: Chain, cli:
     assert engine.managed_containers(SESSION) == []  # every smoke container was removed
 
 
+def test_a_suite_run_again_on_the_same_image_loads_what_it_compiled(engine: DockerEngine, cpu_chain: Chain,
+                                                                    cli: Callable[..., CliRun]) -> None:
+    """The chain's leaf ran its whole suite when the chain was verified, its FSDP step compiled by Inductor. Its
+    FSDP check run again loads the graphs from that image's compile cache (a volume named by its ID) and still
+    passes its compile check; an image built on it (another ID) gets a volume of its own, which goes once that image
+    is gone."""
+    from imagebuilder.smoke.runner import COMPILE_VOLUME
+
+    task = cpu_chain.image(engine, "task")
+    volume = COMPILE_VOLUME + str(engine.image_id(task)).removeprefix("sha256:")
+
+    def fsdp() -> dict[str, Any]:
+        run = cli("smoke", task, "--only", "fsdp")
+        assert run.code == 0, run.text[-3000:]
+        graphs = {c["name"]: c for c in json.loads(run.out)["checks"]}["fsdp.compiled_graphs_cpu"]
+        assert graphs["status"] == "pass", graphs
+        return dict(graphs["value"])
+
+    got = fsdp()
+    if got["inductor_cache_hits"] == 0:  # (the volume went with the image, if a test removed it: warm it once)
+        got = fsdp()
+    assert got["inductor_cache_hits"] == got["inductor_graphs"] >= 1, got
+    assert volume in {v["Name"] for v in engine.api.volumes()["Volumes"]}
+
+    on_top = engine.build(_context(f"FROM {task}\nLABEL io.imagebuilder.itest=compile-cache\n"), network="none",
+                          sink=lambda line: None)
+    other = COMPILE_VOLUME + on_top.removeprefix("sha256:")
+    assert cli("smoke", on_top, "--only", "health").code == 0
+    assert other in {v["Name"] for v in engine.api.volumes()["Volumes"]}
+    engine.remove_image(on_top)
+    assert cli("smoke", task, "--only", "health").code == 0  # any run prunes the caches of images gone
+    names = {v["Name"] for v in engine.api.volumes()["Volumes"]}
+    assert other not in names and volume in names
+
+
+def _context(dockerfile: str) -> bytes:
+    import io
+    import tarfile
+
+    data, text = io.BytesIO(), dockerfile.encode()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+    return data.getvalue()
+
+
 def test_build_error_fails_that_node_with_its_log(
         engine: DockerEngine, wheelhouse: Path, base_image: str, repository: str, tmp_path: Path,
         cli: Callable[..., CliRun]) -> None:

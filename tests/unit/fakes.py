@@ -360,6 +360,9 @@ class FakeEngine:
     def remove_containers(self, label: str) -> int:
         return 0
 
+    def prune_volumes(self, prefix: str) -> int:
+        return 0
+
 
 @dataclass
 class FakeDisplay:

@@ -41,6 +41,9 @@ class _Engine:
     def inspect(self, image: str) -> dict[str, Any]:
         return {"Config": {"Env": []}}
 
+    def prune_volumes(self, prefix: str) -> int:
+        return 0
+
     def run(self, image: str, command: list[str], **kwargs: Any) -> RunResult:
         self.files = dict(kwargs["files"])
         return RunResult(1, "", {}, 0.0)

@@ -231,6 +231,10 @@ def test_each_image_mounts_its_own_compile_cache_and_nothing_else_does(tmp_path:
         def inspect(self, image: str) -> dict[str, object]:
             return {"Id": self.image_id, "Config": {"Env": []}}
 
+        def prune_volumes(self, prefix: str) -> int:
+            self.pruned = prefix
+            return 0
+
         def run(self, image: str, command: list[str], **kwargs: Any) -> RunResult:
             self.seen = kwargs
             return RunResult(1, "", {}, 0.0)
@@ -248,6 +252,7 @@ def test_each_image_mounts_its_own_compile_cache_and_nothing_else_does(tmp_path:
         assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(COMPILE_PATH + "/")
         assert env["TRITON_CACHE_DIR"].startswith(COMPILE_PATH + "/")
         assert engine.seen["files"][f"{COMPILE_PATH}/image"] == image_id.encode()
+        assert engine.pruned == "imagebuilder-compile-"  # (the volumes of images gone from the engine)
         volumes.append(volume)
     assert volumes[0] != volumes[1]
 
