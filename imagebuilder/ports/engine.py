@@ -394,12 +394,15 @@ class DockerEngine:
             return 0
         for volume in found:
             name = str(volume.get("Name") or "")
-            if not name.startswith(prefix) or self.image_id("sha256:" + name[len(prefix):]) is not None:
+            image = name[len(prefix):]
+            if not name.startswith(prefix) or not re.fullmatch(r"[0-9a-f]{64}", image):  # (not one of ours)
                 continue
             try:
+                if self.image_id("sha256:" + image) is not None:
+                    continue
                 self.api.remove_volume(name)
-            except docker.errors.APIError:  # in use (a run of its image has it), or just removed by another run
-                continue
+            except (docker.errors.APIError, EngineError):  # in use (a run of its image has it), just removed by
+                continue  # another run, or the engine would not say: kept, and the run goes on
             removed += 1
         return removed
 
