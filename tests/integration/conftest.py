@@ -251,6 +251,19 @@ def base_image(engine: DockerEngine) -> str:
     return "debian:bookworm"
 
 
+def dockerfile_context(dockerfile: str) -> bytes:
+    """A build context of one file, the Dockerfile: what `engine.build` takes for a thin image a test makes."""
+    import io
+    import tarfile
+
+    data, text = io.BytesIO(), dockerfile.encode()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+    return data.getvalue()
+
+
 def registry_tags(registry: str, repository: str, *, cache: bool = False) -> list[str]:
     """The repository's public tags; key tags (`cache-<key12>`) and pass records (`sha256-<hex>.pass-<spec16>`)
     too with cache=True."""

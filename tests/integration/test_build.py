@@ -27,6 +27,7 @@ from .conftest import (
     CliRun,
     Processes,
     cpu_matrix,
+    dockerfile_context,
     registry_tags,
     report,
     running_containers,
@@ -207,8 +208,8 @@ def test_a_suite_run_again_on_the_same_image_loads_what_it_compiled(engine: Dock
     assert got["inductor_cache_hits"] == got["inductor_graphs"] >= 1, got
     assert volume in {v["Name"] for v in engine.api.volumes()["Volumes"]}
 
-    on_top = engine.build(_context(f"FROM {task}\nLABEL io.imagebuilder.itest=compile-cache\n"), network="none",
-                          sink=lambda line: None)
+    on_top = engine.build(dockerfile_context(f"FROM {task}\nLABEL io.imagebuilder.itest=compile-cache\n"),
+                          network="none", sink=lambda line: None)
     other = COMPILE_VOLUME + on_top.removeprefix("sha256:")
     assert cli("smoke", on_top, "--only", "health").code == 0
     assert other in {v["Name"] for v in engine.api.volumes()["Volumes"]}
@@ -216,18 +217,6 @@ def test_a_suite_run_again_on_the_same_image_loads_what_it_compiled(engine: Dock
     assert cli("smoke", task, "--only", "health").code == 0  # any run prunes the caches of images gone
     names = {v["Name"] for v in engine.api.volumes()["Volumes"]}
     assert other not in names and volume in names
-
-
-def _context(dockerfile: str) -> bytes:
-    import io
-    import tarfile
-
-    data, text = io.BytesIO(), dockerfile.encode()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(text)
-        tar.addfile(info, io.BytesIO(text))
-    return data.getvalue()
 
 
 def test_build_error_fails_that_node_with_its_log(

@@ -7,11 +7,9 @@ and the wheels are unpacked and committed once. No CUDA library is in any image 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import pytest
 
 from imagebuilder.ports.engine import DockerEngine
 
-from .conftest import ROOT, CliRun, itest_matrix, registry_tags, report, wait_until
+from .conftest import ROOT, CliRun, dockerfile_context, itest_matrix, registry_tags, report, wait_until
 
 pytestmark = pytest.mark.cuda
 
@@ -37,13 +35,8 @@ def _cuda_base(engine: DockerEngine, base_image: str) -> None:
     backs up, then left the chain's line for them when a later test built the stock `base`, reinstalling torch and
     pushing a new torch layer (about 80 s of one test or another, by order; seen in CI's runs)."""
     if engine.image_id(CUDA_BASE) is None:
-        dockerfile = f"FROM {base_image}\nLABEL io.imagebuilder.itest=cuda-base\n".encode()
-        data = io.BytesIO()
-        with tarfile.open(fileobj=data, mode="w") as tar:
-            info = tarfile.TarInfo("Dockerfile")
-            info.size = len(dockerfile)
-            tar.addfile(info, io.BytesIO(dockerfile))
-        engine.tag(engine.build(data.getvalue(), network="none", sink=lambda line: None), CUDA_BASE)
+        dockerfile = f"FROM {base_image}\nLABEL io.imagebuilder.itest=cuda-base\n"
+        engine.tag(engine.build(dockerfile_context(dockerfile), network="none", sink=lambda line: None), CUDA_BASE)
 
 
 @pytest.fixture(scope="module")

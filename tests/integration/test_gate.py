@@ -12,11 +12,9 @@ import base64
 import dataclasses
 import hashlib
 import http.client
-import io
 import json
 import re
 import subprocess
-import tarfile
 import threading
 import urllib.error
 import urllib.request
@@ -39,6 +37,7 @@ from .conftest import (
     REGISTRY,
     CliRun,
     cpu_matrix,
+    dockerfile_context,
     job_key,
     public_key,
     registry_tags,
@@ -138,12 +137,7 @@ def build_on(engine: DockerEngine, base: str, labels: dict[str, str], marker: st
     """A thin image on `base` with these labels: what another build (of the same key) would be."""
     dockerfile = f"FROM {base}\nRUN echo {marker} > /tmp/{marker}\nLABEL " + " ".join(
         f"{k}={json.dumps(v)}" for k, v in labels.items()) + "\n"
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(dockerfile.encode())
-        tar.addfile(info, io.BytesIO(dockerfile.encode()))
-    return engine.build(data.getvalue(), network="none", sink=lambda line: None)
+    return engine.build(dockerfile_context(dockerfile), network="none", sink=lambda line: None)
 
 
 @pytest.fixture(scope="module")

@@ -6,20 +6,18 @@ suite, nothing pushed but the test's own base images: well under a minute."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
-import tarfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from imagebuilder.ports.engine import DockerEngine
 
-from .conftest import REGISTRY, ROOT, CliRun, itest_matrix, report
+from .conftest import REGISTRY, ROOT, CliRun, dockerfile_context, itest_matrix, report
 
 PYTHON_BASE = ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
                "&& rm -rf /var/lib/apt/lists/*\n")
@@ -27,13 +25,7 @@ PYTHON_BASE = ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y -
 
 def image(engine: DockerEngine, dockerfile: str, name: str) -> str:
     """Build a one-file context on the engine, tag it `name` and push it to the test registry: its image ID."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        data = dockerfile.encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    built = engine.build(out.getvalue(), network="host", sink=lambda line: None)
+    built = engine.build(dockerfile_context(dockerfile), network="host", sink=lambda line: None)
     engine.tag(built, name)
     engine.push(name)
     return built
