@@ -31,10 +31,11 @@ EXECUTOR_ACCOUNT = "imagebuilder-executor"  # Argo's executor's service account:
 
 def template_name(kind: str, runner: CiRunner) -> str:
     """`<kind>-<runner label>`, lowercase; where the label holds what Argo refuses in a name (`.`, `_`: MIG
-    profiles, `cpu_large`), those become `-` and a hash of the label keeps it apart from others."""
-    raw = f"{kind}-{runner.label}".lower()
-    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")
-    if name != raw:
+    profiles, `cpu_large`) or an upper-case letter, those become `-` (or lower case) and a hash of the label keeps
+    it apart from others (`cpu_large` from `cpu-large`, `CPU-Large` from `cpu-large`)."""
+    raw = f"{kind}-{runner.label}"
+    name = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
+    if name != raw:  # (a label changed by lowercasing too: `CPU-Large` and `cpu-large` are two runners)
         name = f"{name[:MAX_NAME - 9]}-{hashlib.sha256(runner.label.encode()).hexdigest()[:8]}"
     return name
 

@@ -18,8 +18,9 @@ from .settings import Document, Emitter, Settings
 
 
 def graph_documents(graph: Graph, settings: Settings) -> list[Document]:
-    """`--format graph`: the graph itself (what `imagebuilder execute` runs)."""
-    return [(None, graph.to_json())]
+    """`--format graph`: the graph itself (what `imagebuilder execute` runs), every command given the global
+    options the plan was made with (`--max-entries`, `--compat`, `--offline`), as every engine's are."""
+    return [(None, graph.with_options(tuple(settings.global_args)).to_json())]
 
 
 ENGINES: dict[str, Emitter] = {  # every format `plan --format` emits: one emitter each

@@ -22,7 +22,7 @@ import yaml
 
 from imagebuilder.cli import main
 from imagebuilder.emit import argo, buildkite, formats, github, kubejobs, pods, roles
-from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, Graph
+from imagebuilder.emit.graph import PUBLISH, STAGE, VERIFY, CiRunner, Graph
 from imagebuilder.emit.settings import Settings
 from imagebuilder.errors import InputError
 
@@ -197,7 +197,7 @@ def test_argo_of_600_nodes(big: Graph) -> None:
     assert len(names) == len(set(names)) == len(big.jobs)
     for task in tasks:
         assert set(task.get("dependencies") or ()) <= set(names) and task["template"] in templates
-    gpu = templates["verify-gpu-nvidia-h100-80gb-hbm3-x8"]
+    gpu = templates[argo.template_name("verify", CiRunner("gpu", "NVIDIA-H100-80GB-HBM3", 8))]
     assert gpu["container"]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert gpu["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert templates["stage-cpu"]["outputs"]["parameters"][0]["name"] == "digest"
@@ -369,7 +369,7 @@ def test_the_local_executor_holds_only_the_failed_leafs_entry(capsys: pytest.Cap
     graph = the_graph(capsys, monkeypatch, SMALL)
     failing = next(j for j in graph.jobs if j.kind == VERIFY)
     fake = tmp_path / "fake.py"  # a node command: writes the digest file a stage job names; fails the one verify
-    fake.write_text("import pathlib, sys\na = sys.argv[1:]\n"
+    fake.write_text("import pathlib, sys\na = [x for x in sys.argv[1:] if x != '--offline']\n"
                     "if '--digest-file' in a:\n    p = pathlib.Path(a[a.index('--digest-file') + 1])\n"
                     "    p.parent.mkdir(parents=True, exist_ok=True); p.write_text('sha256:' + '0' * 64)\n"
                     f"sys.exit(1 if {failing.node!r} in a and a[:2] == ['node', 'verify'] else 0)\n")
@@ -550,7 +550,7 @@ def test_no_pod_mounts_the_host_and_a_verify_pod_runs_the_leaf_image_itself(
         assert args[args.index("--digest") + 1] == DIGEST and prepare["args"][:2] == ["node", "prepare-suite"]
         assert pod["nodeSelector"] == ({"nvidia.com/gpu.product": runner.gpu} if runner.gpu
                                        else {"imagebuilder.dev/queue": runner.queue})
-    verify = templates["verify-gpu-nvidia-h100-80gb-hbm3-x2"]
+    verify = templates[argo.template_name("verify", CiRunner("gpu", "NVIDIA-H100-80GB-HBM3", 2))]
     assert verify["initContainers"][1]["image"] == "{{inputs.parameters.image}}"
     task = next(t for t in workflow["spec"]["templates"][0]["dag"]["tasks"] if t["template"] == verify["name"])
     params = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
@@ -608,8 +608,10 @@ def test_argo_names_follow_argos_validator_whatever_the_runner_label(tmp_path: P
         [t["name"] for t in workflow["spec"]["templates"][0]["dag"]["tasks"]]
     assert all(argo.NAME.fullmatch(n) and len(n) <= argo.MAX_NAME for n in names), names
     assert not argo.NAME.fullmatch("stage-cpu_large") and not argo.NAME.fullmatch("verify-gpu-x-mig-1g.5gb-x1")
-    from imagebuilder.emit.graph import CiRunner
     assert argo.template_name("stage", CiRunner("cpu_large")) != argo.template_name("stage", CiRunner("cpu-large"))
+    # two labels that differ only in case are two runners (two node selectors), so two templates
+    assert argo.template_name("stage", CiRunner("CPU-Large")) != argo.template_name("stage", CiRunner("cpu-large"))
+    assert argo.template_name("stage", CiRunner("cpu-large")) == "stage-cpu-large"  # (a valid label is kept)
     assert workflow["spec"]["templates"][0]["dag"]["failFast"] is False  # D-A1: one failed leaf stops nothing else
 
 
@@ -629,6 +631,57 @@ def test_an_argo_workflow_past_the_size_limit_is_refused_and_one_under_it_is_not
                  SMALL, "--format", "argo", "--tool-image", TOOL])
     captured = capsys.readouterr()
     assert code == 2 and "must stay under 1000" in captured.err and captured.out == ""
+
+
+def test_the_graph_that_execute_runs_carries_the_plans_global_options(tmp_path: Path) -> None:
+    """`--format graph` of a plan made with `--max-entries` other than the default (and `--offline`): every job's
+    command, as the local executor runs it, is given the options first (without them, each `node stage` of a
+    matrix past the default bound exits 2 on it)."""
+    from click.testing import CliRunner
+
+    from imagebuilder.cli import cli
+    from imagebuilder.emit import local
+
+    path = big_matrix(tmp_path)
+    result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "2000",
+                                      "plan", "--matrix", str(path), "--format", "graph"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output[-2000:]
+    graph = Graph.of_json(json.loads(result.stdout))
+    assert graph.jobs and all(j.argv[:3] == ("--offline", "--max-entries", "2000") for j in graph.jobs)
+    executor = local.Executor(graph, ("imagebuilder",), {}, lambda line: None, None, state=tmp_path / "state")
+    first = executor.argv(graph.jobs[0])
+    assert first is not None and first[:5] == ["imagebuilder", "--offline", "--max-entries", "2000", "node"]
+
+
+def test_a_plan_past_etcds_limit_is_refused_and_its_parts_are_emitted(tmp_path: Path) -> None:
+    """D-A4 on a real plan, no limit moved: 1,400 entries (700 base images x {cpu, cu126}) make a Workflow of
+    ~2.9 MB, refused naming its size; the refusal's own recipe (`plan --only GLOB` per part) makes parts that are
+    emitted, each under MAX_BYTES."""
+    from click.testing import CliRunner
+
+    from imagebuilder.cli import cli
+
+    text = big_matrix(tmp_path).read_text(encoding="utf-8").replace("range(100)", "")
+    bases = ", ".join(f"registry.example/os-{i}:1" for i in range(700))
+    path = tmp_path / "huge.yaml"
+    path.write_text(re.sub(r"base_image: \[.*\]", f"base_image: [{bases}]", text), encoding="utf-8")
+
+    def graph(*only: str) -> Graph:
+        result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries",
+                                          "2000", "plan", "--matrix", str(path), "--format", "graph", *only],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output[-2000:]
+        return Graph.of_json(json.loads(result.stdout))
+
+    whole = graph()
+    assert sum(j.kind == VERIFY for j in whole.jobs) == 1400
+    with pytest.raises(InputError, match=r"would be \d{7} bytes \(7001 tasks\)") as refused:
+        argo.workflow(whole, image=TOOL)
+    assert "--only" in (refused.value.hint or "")
+    part = graph("--only", "*-os-1??-1/*")  # (a seventh of the bases)
+    doc = argo.workflow(part, image=TOOL)
+    assert sum(t["template"].startswith("verify") for t in doc["spec"]["templates"][0]["dag"]["tasks"]) == 200
+    assert len(json.dumps(doc, separators=(",", ":")).encode()) <= argo.MAX_BYTES
 
 
 def test_buildkite_parts_carry_the_global_options_and_a_later_part_is_the_same_graphs(
@@ -679,7 +732,7 @@ def test_two_executors_at_once_run_a_failing_job_once_and_a_later_run_tries_it_a
     graph = the_graph(capsys, monkeypatch, SMALL)
     failing = next(j for j in graph.jobs if j.kind == VERIFY)
     fake = tmp_path / "fake.py"  # as above, and each run of a job is counted in runs/
-    fake.write_text("import pathlib, sys, time, uuid\na = sys.argv[1:]\n"
+    fake.write_text("import pathlib, sys, time, uuid\na = [x for x in sys.argv[1:] if x != '--offline']\n"
                     "pathlib.Path('runs').mkdir(exist_ok=True)\n"
                     "name = '-'.join(a[:2]) + '-' + a[-1].replace('/', '_') + '-' + uuid.uuid4().hex\n"
                     "(pathlib.Path('runs') / name).write_text('')\n"
