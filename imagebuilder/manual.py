@@ -25,8 +25,10 @@ from .report.document import node_json
 from .smoke import judge, runner
 
 HEAD = "<!-- Made by `python -m imagebuilder.manual docs/reference` from the code: do not edit by hand. -->\n\n"
-NOTHING_TO_DO = ("with `--exit-code-nothing-to-do` (`node stage`, `node verify`, `publish`; `execute` passes it): "
-                 "its work was done already and it says `nothing to do`; without the flag such a command exits 0")
+NOTHING_TO_DO_FLAG = "--exit-code-nothing-to-do"
+NOTHING_TO_DO = ("with `" + NOTHING_TO_DO_FLAG + "` ({commands}; `execute` passes it to each node command): its work "
+                 "was done already (or, for `outdated`, nothing moved) and it says `nothing to do`; without the flag "
+                 "such a command exits 0")
 SIGNALS = ((130, "SIGINT (Ctrl-C): containers removed, nothing more tagged or pushed, reports written"),
            (143, "SIGTERM (a cancelled CI job): the same as SIGINT"))
 
@@ -62,7 +64,10 @@ def commands_page(group: click.Group) -> str:
         if rows:
             out.append("\n")
     out.append("## Exit codes\n\n| code | when | error classes (`imagebuilder/errors.py`) |\n|---|---|---|\n")
-    codes = [(0, "everything asked for passed", ""), (errors.NOTHING_TO_DO, _cell(NOTHING_TO_DO), "")]
+    flagged = [" ".join(path[1:]) for path, command in _walk(group, ("imagebuilder",))
+               if any(NOTHING_TO_DO_FLAG in p.opts for p in command.params)]
+    nothing = NOTHING_TO_DO.format(commands=", ".join(f"`{name}`" for name in flagged))
+    codes = [(0, "everything asked for passed", ""), (errors.NOTHING_TO_DO, _cell(nothing), "")]
     for code, classes in _error_classes().items():
         when = "; ".join(_cell(_first_sentence(c.__doc__ or "")) for c in classes)
         codes.append((code, when, ", ".join(f"`{c.__name__}`" for c in classes)))

@@ -54,7 +54,7 @@ def undecided(plan: plan_mod.Plan) -> plan_mod.Plan:
 
 def document(plan: plan_mod.Plan, fmt: str, how: Formatting, registries: Registries | None) -> str | None:
     """The plan as `fmt` says, ending in a newline; None for tree and table. `registries`: the decided plan's
-    (None without an engine; k8s-jobs, which pins each leaf's staged digest, needs them)."""
+    (None without an engine; an engine whose documents pin each leaf's staged digest, k8s-jobs, needs them)."""
     if fmt == "json":
         return json.dumps([n.to_json() for n in plan.nodes], indent=2) + "\n"
     labels = how.labels()
@@ -82,8 +82,9 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
     from ..emit.settings import Settings
     from ..run.handoff import staged_digests
 
-    if fmt == "k8s-jobs" and registries is None:
-        raise InputError("--format k8s-jobs pins each leaf's staged digest: it needs the engine and registry")
+    pins = formats.ENGINES[fmt].pins_staged_digests
+    if pins and registries is None:
+        raise InputError(f"--format {fmt} pins each leaf's staged digest: it needs the engine and registry")
     args = ("--matrix", str(how.matrix_file), *(("--registry", how.registry) if how.registry else ()),
             *(("--only", how.only) if how.only else ()))
     settings = Settings(cpu_runner=labels["cpu"], gpu_runner=labels["gpu"], plan_args=args,
@@ -91,7 +92,7 @@ def _emitted(plan: plan_mod.Plan, fmt: str, how: Formatting, labels: dict[str, t
                         base_ids=base_ids(plan, how.base_ids),
                         bases=tuple(sorted({n.base_image for n in plan.nodes if n.parent is None and n.base_image})),
                         tool_image=how.tool_image, kueue_queue=how.kueue_queue,
-                        digests=staged_digests(plan, registries) if fmt == "k8s-jobs" and registries else {})
+                        digests=staged_digests(plan, registries) if pins and registries else {})
     docs = formats.documents(fmt, graph(plan, str(how.matrix_file), registry=how.registry, only=how.only), settings)
     if how.part is not None and how.part > len(docs):
         raise InputError(f"--part {how.part}: --format {fmt} makes {len(docs)} document(s) for this plan")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -23,19 +24,28 @@ def graph_documents(graph: Graph, settings: Settings) -> list[Document]:
     return [(None, graph.with_options(tuple(settings.global_args)).to_json())]
 
 
-ENGINES: dict[str, Emitter] = {  # every format `plan --format` emits: one emitter each
-    "graph": graph_documents,
-    "github-actions": github.documents,
-    "buildkite": buildkite.documents,
-    "argo": argo.documents,
-    "k8s-jobs": kubejobs.documents,
+@dataclass(frozen=True)
+class Engine:
+    """One format `plan --format` emits: its emitter, and what it needs of the plan beyond the graph."""
+
+    emit: Emitter
+    pins_staged_digests: bool = False  # its documents name each leaf's staged digest (the engine and registry asked)
+    json: bool = False  # its one document is JSON (else YAML documents)
+
+
+ENGINES: dict[str, Engine] = {  # every format `plan --format` emits: one engine each
+    "graph": Engine(graph_documents, json=True),
+    "github-actions": Engine(github.documents),
+    "buildkite": Engine(buildkite.documents),
+    "argo": Engine(argo.documents),
+    "k8s-jobs": Engine(kubejobs.documents, pins_staged_digests=True),
 }
 FORMATS = EMIT_FORMATS  # ENGINES' names, declared where the help reads them (a test holds the two equal)
 
 
 def documents(fmt: str, graph: Graph, settings: Settings) -> list[Document]:
     """(the file it goes in, or None; the document) for each document of the format."""
-    return ENGINES[fmt](graph, settings)
+    return ENGINES[fmt].emit(graph, settings)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -46,7 +56,7 @@ class _Dumper(yaml.SafeDumper):
 
 
 def text(fmt: str, docs: Sequence[tuple[str | None, Any]]) -> str:
-    if fmt == "graph":
+    if ENGINES[fmt].json:
         return json.dumps(docs[0][1], indent=2) + "\n"
     out = []
     for name, doc in docs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..ledger import BuildStatus, NodeRecord, PublishStatus
+from ..smoke.runner import Runner
 from .document import log_link
 
 _MARK = {"staged": "📦 staged (untested: no tag)",
@@ -89,8 +90,8 @@ def summary_markdown(results: list[NodeRecord], folder: Path) -> str:
 def _performance_rows(r: NodeRecord) -> list[str]:
     """The node's metrics against its baseline (the first of its lineage: its values only)."""
     perf = r.performance or {}
-    runner = perf.get("runner") or {}
-    where = _md(f"{runner.get('count')}x {' + '.join(runner.get('models') or []) or runner.get('kind')}")
+    runner = Runner.from_json(perf.get("runner"))  # (the finding's JSON form, as report.json holds it)
+    where = _md(runner.short() if runner is not None else "-")
     rows = perf.get("rows") or [{"metric": m.get("name"), "unit": m.get("unit"), "value": m.get("value")}
                                 for m in perf.get("metrics") or []]
     out = []

@@ -174,6 +174,10 @@ class Runner:
             return f"{self.count}x {what}{link}, driver {self.driver or 'unknown'}"
         return f"CPU {what} x{self.count}"
 
+    def short(self) -> str:
+        """`2x NVIDIA H200` (a GPU runner), `1x AMD EPYC` (a CPU one): the count and the models, as a table cell."""
+        return f"{self.count}x {' + '.join(self.models) or self.kind}"
+
     def noise_key(self) -> str:
         """The key of this runner's measured noise (`data/perf_noise.json`): `cpu`, or the GPUs' count and models
         (`gpu/2x NVIDIA H200`): what makes a metric as precise as it is, not the driver or the link."""

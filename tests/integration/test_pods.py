@@ -1,6 +1,7 @@
 """A verify pod as Kubernetes runs it, on the real engine and registry: `plan --format k8s-jobs` for a small CPU
 matrix (the session chain's layers under a repository of this test's own, staged with a build key), then each
-container of the emitted pod in order, as a kubelet would start it (`Kubelet`): the tool image's init step, the
+container of the emitted pod in order (and of the `plan --format argo` Workflow's verify template, its parameters
+filled as Argo fills them), as a kubelet would start it (`Kubelet`): the tool image's init step, the
 leaf image's suite command and environment, the judge. Only the pod's own volumes are mounted (emptyDirs, the
 trust ConfigMap); the keys are `secretKeyRef`s; each container runs with the user, the dropped capabilities and
 no-new-privileges its securityContext names. The pass the judge writes is admitted by `imagebuilder check` with
@@ -14,6 +15,8 @@ imagebuilder and this repository's matrix and layers"."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import uuid
 from importlib import metadata
@@ -246,4 +249,29 @@ def test_a_verify_pod_runs_the_leaf_image_itself_and_its_pass_counts_with_the_re
                "--trust-key", f"build={keys / 'hosted' / 'signing.pub'}"]
     refused = run_cli("check", *swapped, "--policy", "build", "--policy", "pass", leaf)
     assert refused.code == 1, refused.text[-3000:]
+
+    # The same leaf's verify as Argo runs it: the Workflow's verify template, its parameters filled as Argo fills
+    # them (the stage task's digest output parameter), each container in order; its judge passes the leaf too.
+    planned = run_cli(*trust, "plan", "--matrix", str(matrix), "--format", "argo", "--tool-image", tool)
+    assert planned.code == 0, planned.text[-3000:]
+    assert "hostPath" not in planned.out and "docker.sock" not in planned.out and "privileged" not in planned.out
+    (workflow,) = yaml.safe_load_all(planned.out)
+    templates = {t["name"]: t for t in workflow["spec"]["templates"]}
+    (task,) = [t for t in templates["plan"]["dag"]["tasks"] if t["template"].startswith("verify-")]
+    given = {p["name"]: re.sub(r"\{\{tasks\.[-a-z0-9]+\.outputs\.parameters\.digest\}\}", digest, p["value"])
+             for p in task["arguments"]["parameters"]}
+    assert given == {"node": pod["containers"][0]["args"][-1], "image": leaf, "digest": digest}
+    filled = json.loads(re.sub(r"\{\{inputs\.parameters\.([a-z]+)\}\}", lambda m: given[m.group(1)],
+                               json.dumps(templates[task["template"]])))
+    argo_pod = {"initContainers": filled["initContainers"], "containers": [filled["container"]],
+                "volumes": filled["volumes"]}
+    assert [c["image"] for c in [*argo_pod["initContainers"], *argo_pod["containers"]]] == [tool, leaf, tool]
+    assert filled["automountServiceAccountToken"] is False
+    ran = Kubelet(engine, tmp_path / "argo", secrets, trusted).run(argo_pod)
+    assert ran["prepare"][0] == 0 and ran["suite"][0] == 0, ran
+    assert ran["judge"][0] == 0, ran["judge"][1][-4000:]
+    report = json.loads((tmp_path / "argo" / "volumes" / "work" / "report" / "report.json").read_text("utf-8"))
+    assert any(n.get("pass_record") for n in report["nodes"]), report["nodes"]
+    admitted = run_cli("check", *trust, "--policy", "build", "--policy", "pass", leaf)
+    assert admitted.code == 0, admitted.text[-3000:]
 
