@@ -5,6 +5,7 @@ the Kubernetes client's models) and within its limits."""
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import json
 import os
@@ -182,6 +183,40 @@ def test_buildkite_of_600_nodes(big: Graph) -> None:
             keys.append(step["key"])
     assert parts[0]["steps"][-1]["command"].endswith("--part 2 | buildkite-agent pipeline upload")
     assert {s["agents"]["queue"] for p in parts for s in p["steps"]} == {"cpu", "gpu-NVIDIA-H100-80GB-HBM3-x8"}
+
+
+@functools.cache
+def argo_strict_schema() -> dict[str, Any]:
+    """Argo's Workflow schema, strict: the JSON Schema of Hera's models of it (generated from Argo's own OpenAPI
+    schema), with `additionalProperties: false` on every object that declares its properties, so a key Argo does
+    not know (`dependancies`) is an error, not a field the controller drops."""
+    from hera.workflows.models import Workflow
+
+    def strict(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                node.setdefault("additionalProperties", False)
+            for value in node.values():
+                strict(value)
+        elif isinstance(node, list):
+            for value in node:
+                strict(value)
+
+    schema = Workflow.model_json_schema(by_alias=True)
+    strict(schema)
+    return schema
+
+
+def test_argo_documents_pass_argos_strict_schema_and_a_misspelt_key_does_not(big: Graph) -> None:
+    """The golden Workflow and the 600-node one against Argo's strict schema; the same with one task's
+    `dependencies` misspelt is refused (Argo's controller would drop the key and run the task at once)."""
+    validator = jsonschema.Draft202012Validator(argo_strict_schema())
+    golden = yaml.safe_load((ROOT / "tests" / "golden" / "engines" / "argo.yaml").read_text(encoding="utf-8"))
+    for doc in (golden, argo.workflow(big, image=TOOL)):
+        assert [e.message[:200] for e in validator.iter_errors(doc)] == []
+    task = next(t for t in golden["spec"]["templates"][0]["dag"]["tasks"] if "dependencies" in t)
+    task["dependancies"] = task.pop("dependencies")
+    assert not validator.is_valid(golden)
 
 
 def test_argo_of_600_nodes(big: Graph) -> None:
