@@ -48,7 +48,7 @@ def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, na
 @matrix_option
 @strict_option
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON ({lock, bases: [...], "
-              "wheelhouses: [...]}).")
+              "wheelhouses: [...], releases: [...]}).")
 @nothing_to_do_option
 @click.pass_obj
 def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothing_to_do_code: bool) -> int:
@@ -56,7 +56,9 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
     a registry gave) and the exact nodes taking it would rebuild. `moved`, `current`, or `unknown` when it could not
     be asked (no engine, no answer, or --offline, which asks no registry): never taken as current. The same for each
     wheelhouse file: its bytes now against its pin, a new file and a gone one. Changes nothing: `imagebuilder lock
-    --update NAME` takes a move. Nothing to do: every base and every wheelhouse file current."""
+    --update NAME` takes a move. And each release the matrix pins (torch; NCCL and cuDNN, as torch or an override
+    pins them): `newer` when its index serves a later patch release of it (the matrix's to take, not the lock's),
+    with what taking it would rebuild. Nothing to do: every base and every wheelhouse file current."""
     from ..commands import lock as lock_cmd
     from ..ports.registry import Registries
 
@@ -67,16 +69,12 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
         engine = None
     registries = Registries.of_engine(engine.insecure_registries if engine else tuple, ctx.registry_trust,
                                       scope=ctx.registry_hosts) if ctx.check_index else None
-    drift = lock_cmd.outdated(plan, engine, registries)
-    files = lock_cmd.wheel_drift(plan)
+    found = lock_cmd.Outdated(plan.locked or "", lock_cmd.outdated(plan, engine, registries),
+                              lock_cmd.wheel_drift(plan), lock_cmd.releases(plan, ctx.versions() if ctx.check_index
+                                                                            else None))
     if as_json:
-        click.echo(json.dumps({"lock": plan.locked, "bases": [d.to_json() for d in drift],
-                               "wheelhouses": [f.to_json() for f in files]}, indent=2))
+        click.echo(json.dumps(found.to_json(), indent=2))
     else:
-        for line in [*lock_cmd.lines(drift, plan.locked or ""), *lock_cmd.wheel_lines(files)]:
+        for line in found.lines():
             ctx.out.print(line, highlight=False, soft_wrap=True, markup=False)
-    current = all(d.status == lock_cmd.CURRENT for d in drift) and all(f.status == lock_cmd.CURRENT for f in files)
-    if current and not as_json:
-        ctx.out.print("nothing to do: every locked base image " + ("and wheelhouse file " if files else "") +
-                      "is current", highlight=False)
-    return NOTHING_TO_DO if current and nothing_to_do_code else 0
+    return NOTHING_TO_DO if found.current and nothing_to_do_code else 0

@@ -170,6 +170,7 @@ def execute_command(ctx: Context, graph_file: Any, events_file: Path | None) -> 
         graph = Graph.of_json(json.load(graph_file))
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(f"{graph_file.name}: not a graph of `plan --format graph` ({exc})") from None
+    graph.check_options(ctx.global_args(), graph_file.name)
     env = {**os.environ, "IMAGEBUILDER_CACHE_DIR": str(ctx.cache_dir),
            **({"DOCKER_HOST": ctx.engine_url} if ctx.engine_url else {}),
            **({"IMAGEBUILDER_TRUST_KEYS": " ".join(map(str, ctx.trust_keys))} if ctx.trust_keys else {}),

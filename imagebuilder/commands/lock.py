@@ -7,12 +7,16 @@ What cannot be asked (no engine, `--offline`, a registry that does not answer) i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from ..errors import EngineError, ImageBuilderError, InputError, Where, did_you_mean
 from ..input import lock as lock_mod
+from ..input.entry import Entry
 from ..input.lock import Lock, LockedBase, LockedEntry, LockedWheelhouse
 from ..plan import bases, wheels
 from ..plan.plan import Base, Plan
@@ -323,3 +327,136 @@ def lines(drift: tuple[Drift, ...], lock_file: str) -> list[str]:
         elif d.status == UNKNOWN:
             out.append(f"         not known to be current; if it moved, {len(d.nodes)} node(s) rebuild")
     return out
+
+
+NEWER = "newer"
+# The releases a matrix pins that an index may have patched: torch (the entry's `torch`), and NCCL and cuDNN as
+# torch's pins or an entry's overrides name them (their wheel's name, prefix -> the entry field that scopes them)
+RELEASED_FIELDS = (("nvidia-nccl-", "nccl"), ("nvidia-cudnn-", "cudnn"))
+Versions = Callable[[str, str], "list[str] | None"]  # (index URL, project) -> its versions, None: it has none
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release the matrix pins (torch, an NCCL or cuDNN wheel), against what its index serves now: `current` (no
+    later patch release of its major.minor), `newer` (the later ones, oldest first), or `unknown` (the index was not
+    asked or did not answer, and why). A newer release is the matrix's to take (its `torch` axis, an override), not
+    the lock's; `nodes`: what taking it would rebuild, the nodes of the entries that pin it whose chains read it."""
+
+    project: str
+    pinned: str
+    index: str
+    status: str
+    newer: tuple[str, ...]
+    why: str
+    nodes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"project": self.project, "pinned": self.pinned, "index": self.index, "status": self.status,
+                "newer": list(self.newer), "why": self.why, "rebuilds": list(self.nodes)}
+
+
+def pinned_releases(plan: Plan) -> dict[tuple[str, str, str], str]:
+    """(project, pinned version, index URL) -> the entry field that scopes it, for every release the plan's
+    entries pin that an index could patch."""
+    out: dict[tuple[str, str, str], str] = {}
+    for entry in {n.entry.id: n.entry for n in plan.nodes}.values():
+        index = entry.build.torch_index_url
+        out[("torch", entry.torch, index)] = "torch"
+        for text in (*entry.cuda_libs, *(f"{wheel}=={version}" for wheel, version in entry.overrides)):
+            name, _, version = text.partition("==")
+            field = next((f for prefix, f in RELEASED_FIELDS if name.startswith(prefix)), None)
+            if field is not None and version:
+                out[(name, version.split(";")[0].strip(), index)] = field
+    return out
+
+
+def releases(plan: Plan, versions: Versions | None) -> tuple[Release, ...]:
+    """Each pinned release (`pinned_releases`) against its index's versions (`versions` None: `--offline`, not
+    asked), sorted by project and version."""
+    out = []
+    for (project, pinned, index), field in sorted(pinned_releases(plan).items()):
+        nodes = tuple(n.id for n in plan.nodes if _pins(n.entry, project, pinned)
+                      and (n.scope is None or field in n.scope))
+        if versions is None:
+            out.append(Release(project, pinned, index, UNKNOWN, (), "--offline: its index was not asked", nodes))
+            continue
+        try:
+            served = versions(index, project)
+        except ImageBuilderError as exc:  # (no answer is an answer: unknown)
+            out.append(Release(project, pinned, index, UNKNOWN, (), f"its index did not answer ({exc.message})",
+                               nodes))
+            continue
+        later = _patches(pinned, served or [])
+        out.append(Release(project, pinned, index, NEWER if later else CURRENT, later,
+                           "" if served else f"its index serves no {project}", nodes))
+    return tuple(out)
+
+
+def _pins(entry: Entry, project: str, pinned: str) -> bool:
+    if project == "torch":
+        return entry.torch == pinned
+    wanted = f"{project}=={pinned}"
+    return any(text.split(";")[0].strip() == wanted for text in entry.cuda_libs) or \
+        (project, pinned) in entry.overrides
+
+
+def _patches(pinned: str, served: list[str]) -> tuple[str, ...]:
+    """The releases of `served` after `pinned` with its major.minor, oldest first, as the index spells them (a
+    local label such as `+cu130` kept apart from the comparison; pre-releases and dev releases left out)."""
+    try:
+        base = Version(pinned)
+    except InvalidVersion:
+        return ()
+    later: dict[Version, str] = {}
+    for text in served:
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        public = Version(version.public)
+        if public.release[:2] == base.release[:2] and public > Version(base.public) and not public.is_prerelease:
+            later.setdefault(public, str(public))
+    return tuple(later[v] for v in sorted(later))
+
+
+def release_lines(found: tuple[Release, ...]) -> list[str]:
+    """`outdated`'s release lines: a count, then each newer or unknown release and what taking it rebuilds."""
+    if not found:
+        return []
+    newer = [r for r in found if r.status == NEWER]
+    unknown = [r for r in found if r.status == UNKNOWN]
+    out = [f"releases the matrix pins: {len(newer)} newer, {len(unknown)} unknown, "
+           f"{len(found) - len(newer) - len(unknown)} current"]
+    for r in newer:
+        out.append(f"{NEWER:<8} {r.project} {r.pinned} -> {', '.join(r.newer)} ({r.index}): the matrix's to take")
+        out.append(f"         rebuilds {len(r.nodes)} node(s): {', '.join(r.nodes) or 'none'}")
+    out += [f"{UNKNOWN:<8} {r.project} {r.pinned} ({r.index}): {r.why}" for r in unknown]
+    return out
+
+
+@dataclass(frozen=True)
+class Outdated:
+    """What `outdated` found: each locked base (`Drift`), each wheelhouse file (`WheelDrift`), each release the
+    matrix pins (`Release`). `current`: nothing for `lock --update` to take (every base and file known current)."""
+
+    lock: str
+    bases: tuple[Drift, ...]
+    files: tuple[WheelDrift, ...]
+    releases: tuple[Release, ...] = ()
+
+    @property
+    def current(self) -> bool:
+        return all(d.status == CURRENT for d in self.bases) and all(f.status == CURRENT for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lock": self.lock or None, "bases": [d.to_json() for d in self.bases],
+                "wheelhouses": [f.to_json() for f in self.files], "releases": [r.to_json() for r in self.releases]}
+
+    def lines(self) -> list[str]:
+        """For a person: the bases, the wheelhouse files, the releases; `nothing to do` when the lock is current."""
+        out = [*lines(self.bases, self.lock), *wheel_lines(self.files), *release_lines(self.releases)]
+        if self.current:
+            out.append("nothing to do: every locked base image " + ("and wheelhouse file " if self.files else "")
+                       + "is current")
+        return out

@@ -35,7 +35,7 @@ def template_name(kind: str, runner: CiRunner) -> str:
     it apart from others (`cpu_large` from `cpu-large`, `CPU-Large` from `cpu-large`)."""
     raw = f"{kind}-{runner.label}"
     name = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")
-    if name != raw:  # (a label changed by lowercasing too: `CPU-Large` and `cpu-large` are two runners)
+    if name != raw or len(name) > MAX_NAME:  # (changed by lowercasing too: `CPU-Large` and `cpu-large` are two)
         name = f"{name[:MAX_NAME - 9]}-{hashlib.sha256(runner.label.encode()).hexdigest()[:8]}"
     return name
 

@@ -30,11 +30,11 @@ class Engine:
 
     emit: Emitter
     pins_staged_digests: bool = False  # its documents name each leaf's staged digest (the engine and registry asked)
-    json: bool = False  # its one document is JSON (else YAML documents)
+    as_json: bool = False  # its one document is JSON (else YAML documents)
 
 
 ENGINES: dict[str, Engine] = {  # every format `plan --format` emits: one engine each
-    "graph": Engine(graph_documents, json=True),
+    "graph": Engine(graph_documents, as_json=True),
     "github-actions": Engine(github.documents),
     "buildkite": Engine(buildkite.documents),
     "argo": Engine(argo.documents),
@@ -56,7 +56,7 @@ class _Dumper(yaml.SafeDumper):
 
 
 def text(fmt: str, docs: Sequence[tuple[str | None, Any]]) -> str:
-    if ENGINES[fmt].json:
+    if ENGINES[fmt].as_json:
         return json.dumps(docs[0][1], indent=2) + "\n"
     out = []
     for name, doc in docs:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..declarations import schema
+from ..errors import InputError
 from ..plan import keys
 from ..plan.plan import Node, Plan
 
 STAGE, VERIFY, PUBLISH = "stage", "verify", "publish"
+COMMAND_WORDS = ("node", PUBLISH)  # the first word of every job's command, after the global options
 ID_LENGTH = 63  # the tightest engine: Kubernetes names and label values (Argo task names, Job names)
 
 
@@ -79,6 +83,21 @@ class Graph:
         if not options:
             return self
         return Graph(tuple(dataclasses.replace(j, argv=(*options, *j.argv)) for j in self.jobs), self.matrix)
+
+    def options(self) -> tuple[str, ...]:
+        """The global options its commands were given (`with_options`): what precedes the first command's word."""
+        argv = self.jobs[0].argv if self.jobs else ()
+        return tuple(itertools.takewhile(lambda arg: arg not in COMMAND_WORDS, argv))
+
+    def check_options(self, given: tuple[str, ...], source: str) -> None:
+        """An input error when `given` (a runner's own global options) are not the ones the graph's commands carry:
+        they run with the plan's, so another `--compat` or `--max-entries` would be silently dropped."""
+        planned = self.options()
+        if given and given != planned:
+            raise InputError(f"{source} was planned with {shlex.join(planned) or 'no global options'}, and this "
+                             f"command was given {shlex.join(given)}: its jobs run with the plan's options",
+                             hint="make the graph again with these options (`imagebuilder OPTIONS plan --format "
+                                  "graph`), or run it without them")
 
     def job(self, job_id: str) -> Job:
         return next(j for j in self.jobs if j.id == job_id)

@@ -16,8 +16,9 @@ NOISE_FACTOR x the worst shortfall of a clean run from the median of the others 
 spread (1.4826 x MAD): the smallest slowdown one run can be told apart from clean runs by. Its threshold is the MDR
 rounded up to half a percent, at least `MIN_THRESHOLD`; a metric whose threshold comes out above `MAX_THRESHOLD`
 is too noisy to gate: it is recorded and shown, never judged. A metric with no measured noise on its runner is
-judged by the loosest threshold measured for it on another runner of the same kind (said in the finding), and one
-measured nowhere is not judged. Pure."""
+judged by the loosest threshold measured for it on another count of the same GPU models (8x H200 by 1x and 2x
+H200), else on any other runner of the same kind (said in the finding), and one measured nowhere is not judged.
+Pure."""
 
 from __future__ import annotations
 
@@ -117,15 +118,18 @@ class Thresholds:
         return cls.from_noise(json.loads(path.read_text(encoding="utf-8")), "imagebuilder/data/perf_noise.json")
 
     def limit(self, runner: Runner, metric: str) -> Limit | None:
-        """The metric's limit on this runner: measured on it, else the loosest measured on another runner of its
-        kind; None: no noise measured for it anywhere of its kind."""
+        """The metric's limit on this runner: measured on it, else the loosest measured on another count of its
+        GPU models (8x H200 by 1x and 2x H200: the same chips, the same power and clocks), else the loosest
+        measured on any runner of its kind; None: no noise measured for it anywhere of its kind."""
         key = runner.noise_key()
         own = (self.table.get(key) or {}).get(metric)
         if own is not None:
             return own
         others = [limits[metric] for k, limits in sorted(self.table.items())
                   if metric in limits and k.split("/", 1)[0] == runner.kind]
-        return max(others, key=lambda lim: lim.threshold, default=None)
+        models = key.partition("x ")[2] if runner.kind == "gpu" else None
+        mine = [lim for lim in others if models and lim.measured_on.partition("x ")[2] == models]
+        return max(mine or others, key=lambda lim: lim.threshold, default=None)
 
     def of(self, runner: Runner, metric: str) -> float | None:
         """The metric's threshold on this runner; None: not gated (no noise measured, or too noisy)."""

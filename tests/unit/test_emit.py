@@ -647,6 +647,9 @@ def test_argo_names_follow_argos_validator_whatever_the_runner_label(tmp_path: P
     # two labels that differ only in case are two runners (two node selectors), so two templates
     assert argo.template_name("stage", CiRunner("CPU-Large")) != argo.template_name("stage", CiRunner("cpu-large"))
     assert argo.template_name("stage", CiRunner("cpu-large")) == "stage-cpu-large"  # (a valid label is kept)
+    long = CiRunner("q" * 63, "g" * 63, 8)  # (the grammar's longest queue and model: a name of 137 characters)
+    assert len(argo.template_name("verify", long)) <= argo.MAX_NAME and argo.NAME.fullmatch(
+        argo.template_name("verify", long))
     assert workflow["spec"]["templates"][0]["dag"]["failFast"] is False  # D-A1: one failed leaf stops nothing else
 
 
@@ -686,6 +689,16 @@ def test_the_graph_that_execute_runs_carries_the_plans_global_options(tmp_path: 
     executor = local.Executor(graph, ("imagebuilder",), {}, lambda line: None, None, state=tmp_path / "state")
     first = executor.argv(graph.jobs[0])
     assert first is not None and first[:5] == ["imagebuilder", "--offline", "--max-entries", "2000", "node"]
+    # `execute` given other global options than the plan's is refused (its jobs would silently run with the
+    # plan's: a command line's option beats the environment's); given none, or the same, it runs
+    assert graph.options() == ("--offline", "--max-entries", "2000")
+    graph.check_options((), "g.json")
+    graph.check_options(("--offline", "--max-entries", "2000"), "g.json")
+    with pytest.raises(InputError, match=re.escape("g.json was planned with --offline --max-entries 2000, and this "
+                                                   "command was given --offline --compat new.json")):
+        graph.check_options(("--offline", "--compat", "new.json"), "g.json")
+    (tmp_path / "g.json").write_text(json.dumps(graph.to_json()), encoding="utf-8")
+    assert main(["--offline", "--max-entries", "1500", "execute", str(tmp_path / "g.json")]) == 2
 
 
 def test_a_plan_past_etcds_limit_is_refused_and_its_parts_are_emitted(tmp_path: Path) -> None:

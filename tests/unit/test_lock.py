@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from imagebuilder.commands import lock as lock_cmd
-from imagebuilder.errors import EngineError, InputError
+from imagebuilder.errors import EngineError, IndexUnavailable, InputError
 from imagebuilder.evidence.signing import Keys
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import lock as lock_mod
@@ -325,6 +325,7 @@ def test_outdated_exits_3_only_when_every_base_is_known_current(matrix: Path, ta
     assert said["lock"] == str(local.with_name("local.lock.yaml"))
     plan = load(local, table)
     assert [(b["name"], b["status"], b["rebuilds"]) for b in said["bases"]] == [(B, "moved", on(plan, B))]
+    assert {(r["project"], r["status"]) for r in said["releases"]} == {("torch", "unknown")}  # (--offline)
 
 
 def run_stage(plan: Plan, engine: FakeEngine, folder: Path) -> dict[str, NodeRecord]:
@@ -705,3 +706,51 @@ def test_plan_without_an_engine_keys_a_locked_wheelhouse_as_a_run_does(housed: P
     unlocked = keys_of(bases.resolve(load(housed, table, locked=False), engine))
     assert [n for n in run if run[n] != unlocked[n]] == [n.id for n in locked.nodes
                                                           if n.entry.build.wheelhouse is not None]
+
+
+# -- releases the matrix pins ----------------------------------------------------------------------------------------
+
+def test_outdated_names_a_later_patch_release_of_torch_with_the_nodes_taking_it_rebuilds(
+        matrix: Path, table: CompatTable, write_matrix: MatrixWriter) -> None:
+    """torch 2.6.0 with 2.6.1 served is `newer` (the pre-release and the next minor are not patches of it; a local
+    label is one release), with exactly the nodes of its entries, on both bases; 2.7.1 with nothing later is
+    `current`; --offline (no versions asked) and an index that does not answer are `unknown`, never current.
+    NCCL and cuDNN, as torch pins them for a CUDA entry, are asked of the same index: a later NCCL patch rebuilds
+    the CUDA entry's nodes from its CUDA libraries up, and not the CPU entry's."""
+    plan = load(matrix, table, locked=False)
+    served = {"torch": ["2.5.1", "2.6.0", "2.6.1+cpu", "2.6.1", "2.6.2rc1", "2.7.0", "2.7.1", "2.8.0"]}
+    asked: list[tuple[str, str]] = []
+
+    def versions(index: str, project: str) -> list[str] | None:
+        asked.append((index, project))
+        return served.get(project)
+
+    found = {r.pinned: r for r in lock_cmd.releases(plan, versions)}
+    assert set(found) == {"2.6.0", "2.7.1"} and {p for _, p in asked} == {"torch"}
+    old = {n.id for n in plan.nodes if n.entry.torch == "2.6.0"}
+    assert len(old) == 6  # (base, business, task) x two base images
+    assert (found["2.6.0"].status, found["2.6.0"].newer, set(found["2.6.0"].nodes)) == ("newer", ("2.6.1",), old)
+    assert (found["2.7.1"].status, found["2.7.1"].newer) == ("current", ())
+    assert all(r.status == "unknown" and "--offline" in r.why for r in lock_cmd.releases(plan, None))
+
+    def silent(index: str, project: str) -> list[str] | None:
+        raise IndexUnavailable(f"cannot fetch {index}/{project}/")
+
+    said = {(r.status, r.why[:24]) for r in lock_cmd.releases(plan, silent)}
+    assert said == {("unknown", "its index did not answer")}
+    text = "\n".join(lock_cmd.release_lines(lock_cmd.releases(plan, versions)))
+    assert "newer    torch 2.6.0 -> 2.6.1" in text and "rebuilds 6 node(s)" in text and "1 newer, 0 unknown" in text
+
+    cuda = write_matrix(MATRIX.replace("accelerator: [cpu]", "accelerator: [cpu, cu126]")
+                        .replace("layers: [base, business, task]",
+                                 'layers: [os, {layer: cuda, when: {accelerator: "cu*"}}, torch, task]')
+                        .replace("torch: [2.6.0, 2.7.1]", "torch: [2.7.1]").replace(f", base_image: ['{A}', '{B}']",
+                                                                                       ""), name="cuda.yaml")
+    plan = load(cuda, table, locked=False)
+    served["nvidia-nccl-cu12"] = ["2.26.2", "2.26.5", "2.27.3"]
+    found = {r.project: r for r in lock_cmd.releases(plan, versions)}
+    assert (found["nvidia-nccl-cu12"].status, found["nvidia-nccl-cu12"].newer) == ("newer", ("2.26.5",))
+    entry = "2.7.1-cu126-py3.11-runtime"
+    assert set(found["nvidia-nccl-cu12"].nodes) == {f"{entry}/cuda", f"{entry}/torch", f"{entry}/task"}
+    assert set(found["torch"].nodes) >= {f"{entry}/torch", f"{entry}/task"}  # (the OS and CUDA nodes read no torch)
+    assert not {n for n in found["torch"].nodes if n.endswith(("/os", "/cuda"))}

@@ -77,6 +77,16 @@ def test_each_gpu_kind_has_its_own_thresholds_and_an_unmeasured_one_the_loosest(
     row = judge({"m": metric(80.0, "m")}, a100, history, PINS, table).rows[0]
     assert row.regressed and row.measured_on == "gpu/2x NVIDIA H200"
     assert "threshold 10 %, MDR 10 %, measured on gpu/2x NVIDIA H200" in row.text()
+    # Another count of measured chips is judged by those chips' noise, not another model's looser one: 8x H200 by
+    # the H200s (10 %), and with the H200s' 2 % only, not by a noisier H100 (seen failing: 30 % from the H100)
+    h100 = Runner("gpu", ("NVIDIA H100 80GB HBM3",), 1)
+    eight = Runner("gpu", ("NVIDIA H200",), 8)
+    noisy = Thresholds.from_noise({"kinds": {
+        one.noise_key(): {"metrics": {"m": {"values": [100.0, 99.5, 100.0, 100.2]}}},
+        h100.noise_key(): {"metrics": {"m": {"values": [100.0, 85.0, 100.0, 100.0]}}}}})
+    found = noisy.limit(eight, "m")
+    assert found is not None and (found.threshold, found.measured_on) == (0.02, "gpu/1x NVIDIA H200")
+    assert table.of(eight, "m") == 0.1 and noisy.of(a100, "m") == 0.3  # (no A100 measured: the loosest of all)
 
 
 # Measured, and over issue 47's bar: (noise key, metric) -> why (docs/concepts/gpu-runners.md says it too)
