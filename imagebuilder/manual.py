@@ -21,11 +21,11 @@ import yaml
 
 from . import errors, ledger
 from .declarations import schema
+from .emit.local import NOTHING_TO_DO_FLAG
 from .report.document import node_json
 from .smoke import judge, runner
 
 HEAD = "<!-- Made by `python -m imagebuilder.manual docs/reference` from the code: do not edit by hand. -->\n\n"
-NOTHING_TO_DO_FLAG = "--exit-code-nothing-to-do"
 NOTHING_TO_DO = ("with `" + NOTHING_TO_DO_FLAG + "` ({commands}; `execute` passes it to each node command): its work "
                  "was done already (or, for `outdated`, nothing moved) and it says `nothing to do`; without the flag "
                  "such a command exits 0")

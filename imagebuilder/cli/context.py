@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..declarations.schema import MAX_ENTRIES
-from ..errors import EngineUnavailable, IndexUnavailable, InputError
+from ..errors import EngineUnavailable, InputError
 
 if TYPE_CHECKING:  # the rest is imported where it is used: `--help` loads none of it (issue 52)
     from rich.console import Console
@@ -100,18 +99,6 @@ class Context:
         from ..input import compat_refresh
 
         return compat_refresh.project_versions(index_url, project, timeout=20)
-
-    def versions(self) -> Callable[[str, str], list[str] | None]:
-        """`index_versions`, where an index that does not answer is `IndexUnavailable` (an answer `outdated` reads
-        as unknown)."""
-        def versions(index_url: str, project: str) -> list[str] | None:
-            from ..input import compat_refresh
-
-            try:
-                return self.index_versions(index_url, project)
-            except compat_refresh.IndexUnreachable as exc:
-                raise IndexUnavailable(str(exc)) from None
-        return versions
 
     def engine(self) -> DockerEngine:
         if self._engine is None:

@@ -70,7 +70,7 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
     registries = Registries.of_engine(engine.insecure_registries if engine else tuple, ctx.registry_trust,
                                       scope=ctx.registry_hosts) if ctx.check_index else None
     found = lock_cmd.Outdated(plan.locked or "", lock_cmd.outdated(plan, engine, registries),
-                              lock_cmd.wheel_drift(plan), lock_cmd.releases(plan, ctx.versions() if ctx.check_index
+                              lock_cmd.wheel_drift(plan), lock_cmd.releases(plan, ctx.index_versions if ctx.check_index
                                                                             else None))
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2))

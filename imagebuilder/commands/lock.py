@@ -16,8 +16,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import EngineError, ImageBuilderError, InputError, Where, did_you_mean
 from ..input import lock as lock_mod
-from ..input.entry import Entry
 from ..input.lock import Lock, LockedBase, LockedEntry, LockedWheelhouse
+from ..input.pkg_index import IndexUnreachable
 from ..plan import bases, wheels
 from ..plan.plan import Base, Plan
 from ..ports import Engine
@@ -333,7 +333,8 @@ NEWER = "newer"
 # The releases a matrix pins that an index may have patched: torch (the entry's `torch`), and NCCL and cuDNN as
 # torch's pins or an entry's overrides name them (their wheel's name, prefix -> the entry field that scopes them)
 RELEASED_FIELDS = (("nvidia-nccl-", "nccl"), ("nvidia-cudnn-", "cudnn"))
-Versions = Callable[[str, str], "list[str] | None"]  # (index URL, project) -> its versions, None: it has none
+Versions = Callable[[str, str], "list[str] | None"]  # (index URL, project) -> its versions, None: it has none;
+# raises IndexUnreachable when the index does not answer (`input.pkg_index.project_versions`)
 
 
 @dataclass(frozen=True)
@@ -356,18 +357,18 @@ class Release:
                 "newer": list(self.newer), "why": self.why, "rebuilds": list(self.nodes)}
 
 
-def pinned_releases(plan: Plan) -> dict[tuple[str, str, str], str]:
-    """(project, pinned version, index URL) -> the entry field that scopes it, for every release the plan's
-    entries pin that an index could patch."""
-    out: dict[tuple[str, str, str], str] = {}
+def pinned_releases(plan: Plan) -> dict[tuple[str, str, str], tuple[str, set[str]]]:
+    """(project, pinned version, index URL) -> (the entry field that scopes it, the entries that pin it), for every
+    release the plan's entries pin that an index could patch."""
+    out: dict[tuple[str, str, str], tuple[str, set[str]]] = {}
     for entry in {n.entry.id: n.entry for n in plan.nodes}.values():
         index = entry.build.torch_index_url
-        out[("torch", entry.torch, index)] = "torch"
+        out.setdefault(("torch", entry.torch, index), ("torch", set()))[1].add(entry.id)
         for text in (*entry.cuda_libs, *(f"{wheel}=={version}" for wheel, version in entry.overrides)):
             name, _, version = text.partition("==")
             field = next((f for prefix, f in RELEASED_FIELDS if name.startswith(prefix)), None)
             if field is not None and version:
-                out[(name, version.split(";")[0].strip(), index)] = field
+                out.setdefault((name, version.split(";")[0].strip(), index), (field, set()))[1].add(entry.id)
     return out
 
 
@@ -375,30 +376,20 @@ def releases(plan: Plan, versions: Versions | None) -> tuple[Release, ...]:
     """Each pinned release (`pinned_releases`) against its index's versions (`versions` None: `--offline`, not
     asked), sorted by project and version."""
     out = []
-    for (project, pinned, index), field in sorted(pinned_releases(plan).items()):
-        nodes = tuple(n.id for n in plan.nodes if _pins(n.entry, project, pinned)
-                      and (n.scope is None or field in n.scope))
+    for (project, pinned, index), (field, entries) in sorted(pinned_releases(plan).items()):
+        nodes = tuple(n.id for n in plan.nodes if n.entry.id in entries and (n.scope is None or field in n.scope))
         if versions is None:
             out.append(Release(project, pinned, index, UNKNOWN, (), "--offline: its index was not asked", nodes))
             continue
         try:
             served = versions(index, project)
-        except ImageBuilderError as exc:  # (no answer is an answer: unknown)
-            out.append(Release(project, pinned, index, UNKNOWN, (), f"its index did not answer ({exc.message})",
-                               nodes))
+        except IndexUnreachable as exc:  # (no answer is an answer: unknown)
+            out.append(Release(project, pinned, index, UNKNOWN, (), f"its index did not answer ({exc})", nodes))
             continue
         later = _patches(pinned, served or [])
         out.append(Release(project, pinned, index, NEWER if later else CURRENT, later,
                            "" if served else f"its index serves no {project}", nodes))
     return tuple(out)
-
-
-def _pins(entry: Entry, project: str, pinned: str) -> bool:
-    if project == "torch":
-        return entry.torch == pinned
-    wanted = f"{project}=={pinned}"
-    return any(text.split(";")[0].strip() == wanted for text in entry.cuda_libs) or \
-        (project, pinned) in entry.overrides
 
 
 def _patches(pinned: str, served: list[str]) -> tuple[str, ...]:

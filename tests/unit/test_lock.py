@@ -14,12 +14,13 @@ import pytest
 from rich.console import Console
 
 from imagebuilder.commands import lock as lock_cmd
-from imagebuilder.errors import EngineError, IndexUnavailable, InputError
+from imagebuilder.errors import EngineError, InputError
 from imagebuilder.evidence.signing import Keys
 from imagebuilder.evidence.spec import Specs
 from imagebuilder.input import lock as lock_mod
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
+from imagebuilder.input.pkg_index import IndexUnreachable
 from imagebuilder.ledger import BuildStatus, NodeRecord
 from imagebuilder.plan import bases, wheels
 from imagebuilder.plan import cache as cache_mod
@@ -733,8 +734,8 @@ def test_outdated_names_a_later_patch_release_of_torch_with_the_nodes_taking_it_
     assert (found["2.7.1"].status, found["2.7.1"].newer) == ("current", ())
     assert all(r.status == "unknown" and "--offline" in r.why for r in lock_cmd.releases(plan, None))
 
-    def silent(index: str, project: str) -> list[str] | None:
-        raise IndexUnavailable(f"cannot fetch {index}/{project}/")
+    def silent(index: str, project: str) -> list[str] | None:  # (as `pkg_index.project_versions` fails)
+        raise IndexUnreachable(f"cannot fetch {index}/{project}/: gaierror")
 
     said = {(r.status, r.why[:24]) for r in lock_cmd.releases(plan, silent)}
     assert said == {("unknown", "its index did not answer")}
