@@ -133,17 +133,22 @@ def big_matrix(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def big(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+def planned_graph(path: Path, max_entries: int, *args: str) -> Graph:
+    """`imagebuilder --offline --max-entries N plan --matrix PATH --format graph ARGS`, with no engine."""
     from click.testing import CliRunner
 
     from imagebuilder.cli import cli
 
-    path = big_matrix(tmp_path_factory.mktemp("big"))
-    result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "1000",
-                                      "plan", "--matrix", str(path), "--format", "graph"], catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries",
+                                      str(max_entries), "plan", "--matrix", str(path), "--format", "graph", *args],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output[-2000:]
-    graph = Graph.of_json(json.loads(result.stdout))
+    return Graph.of_json(json.loads(result.stdout))
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Graph:
+    graph = planned_graph(big_matrix(tmp_path_factory.mktemp("big")), 1000)
     assert sum(j.kind == STAGE for j in graph.jobs) == 600 and sum(j.kind == VERIFY for j in graph.jobs) == 200
     return graph
 
@@ -675,16 +680,9 @@ def test_the_graph_that_execute_runs_carries_the_plans_global_options(tmp_path: 
     """`--format graph` of a plan made with `--max-entries` other than the default (and `--offline`): every job's
     command, as the local executor runs it, is given the options first (without them, each `node stage` of a
     matrix past the default bound exits 2 on it)."""
-    from click.testing import CliRunner
-
-    from imagebuilder.cli import cli
     from imagebuilder.emit import local
 
-    path = big_matrix(tmp_path)
-    result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries", "2000",
-                                      "plan", "--matrix", str(path), "--format", "graph"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output[-2000:]
-    graph = Graph.of_json(json.loads(result.stdout))
+    graph = planned_graph(big_matrix(tmp_path), 2000)
     assert graph.jobs and all(j.argv[:3] == ("--offline", "--max-entries", "2000") for j in graph.jobs)
     executor = local.Executor(graph, ("imagebuilder",), {}, lambda line: None, None, state=tmp_path / "state")
     first = executor.argv(graph.jobs[0])
@@ -705,28 +703,17 @@ def test_a_plan_past_etcds_limit_is_refused_and_its_parts_are_emitted(tmp_path: 
     """D-A4 on a real plan, no limit moved: 1,400 entries (700 base images x {cpu, cu126}) make a Workflow of
     ~2.9 MB, refused naming its size; the refusal's own recipe (`plan --only GLOB` per part) makes parts that are
     emitted, each under MAX_BYTES."""
-    from click.testing import CliRunner
-
-    from imagebuilder.cli import cli
-
-    text = big_matrix(tmp_path).read_text(encoding="utf-8").replace("range(100)", "")
+    text = big_matrix(tmp_path).read_text(encoding="utf-8")
     bases = ", ".join(f"registry.example/os-{i}:1" for i in range(700))
     path = tmp_path / "huge.yaml"
     path.write_text(re.sub(r"base_image: \[.*\]", f"base_image: [{bases}]", text), encoding="utf-8")
 
-    def graph(*only: str) -> Graph:
-        result = CliRunner().invoke(cli, ["--offline", "--engine", "unix:///nonexistent.sock", "--max-entries",
-                                          "2000", "plan", "--matrix", str(path), "--format", "graph", *only],
-                                    catch_exceptions=False)
-        assert result.exit_code == 0, result.output[-2000:]
-        return Graph.of_json(json.loads(result.stdout))
-
-    whole = graph()
+    whole = planned_graph(path, 2000)
     assert sum(j.kind == VERIFY for j in whole.jobs) == 1400
     with pytest.raises(InputError, match=r"would be \d{7} bytes \(7001 tasks\)") as refused:
         argo.workflow(whole, image=TOOL)
     assert "--only" in (refused.value.hint or "")
-    part = graph("--only", "*-os-1??-1/*")  # (a seventh of the bases)
+    part = planned_graph(path, 2000, "--only", "*-os-1??-1/*")  # (a seventh of the bases)
     doc = argo.workflow(part, image=TOOL)
     assert sum(t["template"].startswith("verify") for t in doc["spec"]["templates"][0]["dag"]["tasks"]) == 200
     assert len(json.dumps(doc, separators=(",", ":")).encode()) <= argo.MAX_BYTES
