@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the rest is imported where it is used: `--help` loads none 
     from ..ports import Engine
     from ..ports.engine import DockerEngine
     from ..ports.registry import Registries, Registry
+    from ..ports.resolver import Resolver
     from ..ports.tls import RegistryTrust
 
 
@@ -109,6 +110,12 @@ class Context:
                 self._engine.run_labels.update(self.container_labels)
         return self._engine
 
+    def resolver(self) -> Resolver:
+        """What resolves a pip install for `imagebuilder lock` (`ports/resolver.py`): uv."""
+        from ..ports.resolver import UvResolver
+
+        return UvResolver()
+
     def known_bases(self, engine: Engine) -> dict[str, str]:
         """--base-image-id's IDs, for a command without an engine (an engine resolves its own bases)."""
         from ..ports.engine import NoEngine
@@ -158,11 +165,13 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
                                      index_versions=ctx.index_versions if ctx.check_index else None))
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    plan = plan_mod.make(matrix, renderer or Renderer())
-    if locked:  # (its bases, then its wheelhouses: each file the file it pins, before anything runs)
-        lock = lock_mod.read(lock_mod.beside(matrix_file))
+    lock = lock_mod.read(lock_mod.beside(matrix_file)) if locked else None
+    # (an install the lock pins renders as its wheels alone: `plan/installs.py`)
+    plan = plan_mod.make(matrix, renderer or Renderer({i.key: i for i in ((lock.installs or ()) if lock else ())}))
+    if locked:  # (its bases, then its wheelhouses: each file the file it pins, then its installs, before anything runs)
         taken = {n.entry.build.wheelhouse for n in plan.only(only).nodes} if only else None
         plan = wheels.locked(bases.locked(plan, lock), lock, check=wheel_files, hashed=taken)
+        plan = wheels.installs_locked(plan, lock)
     return matrix, plan.only(only)
 
 

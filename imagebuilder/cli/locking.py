@@ -34,12 +34,14 @@ def lock_command(ctx: Context, matrix_file: Path, strict: bool, update: bool, na
                          "--update")
     _, plan = load_plan(ctx, matrix_file, strict=strict, locked=False)
     done = lock_cmd.lock(plan, matrix_file, ctx.engine(), update=names if update else None,
-                         offline=not ctx.check_index)
+                         offline=not ctx.check_index, resolver=ctx.resolver())
     for change in done.changes:  # (names from registries and folders: printed as they are, never as markup)
         ctx.out.print(change.line(), highlight=False, soft_wrap=True, markup=False)
     said = "wrote" if done.changed else "unchanged:"
     files = sum(len(w.files) for w in done.lock.wheelhouses)
+    installs = done.lock.installs or ()
     ctx.out.print(f"{said} {done.lock.file} ({len(done.lock.bases)} base image(s), {files} wheelhouse file(s), "
+                  f"{len(installs)} install(s) of {sum(len(i.wheels) for i in installs)} wheel(s), "
                   f"{len(done.lock.entries)} entries)", highlight=False, soft_wrap=True)
     return 0
 

@@ -16,12 +16,14 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import EngineError, ImageBuilderError, InputError, Where, did_you_mean
 from ..input import lock as lock_mod
-from ..input.lock import Lock, LockedBase, LockedEntry, LockedWheelhouse
+from ..input.lock import Lock, LockedBase, LockedEntry, LockedInstall, LockedWheel, LockedWheelhouse
 from ..input.pkg_index import IndexUnreachable
 from ..plan import bases, wheels
-from ..plan.plan import Base, Plan
+from ..plan.installs import PLATFORM, WHEELHOUSE_SOURCE, Install
+from ..plan.plan import Base, Node, Plan
 from ..ports import Engine
 from ..ports.registry import Registries
+from ..ports.resolver import Ask, ResolveFailed, Resolver
 
 CURRENT, MOVED, UNKNOWN = "current", "moved", "unknown"
 
@@ -72,17 +74,46 @@ class WheelChange:
 
 
 @dataclass(frozen=True)
+class InstallChange:
+    """What `lock` did to one pip install (`plan/installs.py`): pinned it anew (`was` None), kept it, resolved it again
+    to other wheels, or dropped it (`now` None: no node makes it now); `nodes`: the nodes that make it; `rebuilds`: the
+    nodes whose keys the new wheels change (those and every node above them)."""
+
+    key: str
+    said: str
+    was: LockedInstall | None
+    now: LockedInstall | None
+    nodes: tuple[str, ...] = ()
+    rebuilds: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        head = f"install {self.key} ({self.said})"
+        if self.now is None:
+            return f"dropped  {head} (no node makes it now)"
+        wheels_ = ", ".join(f"{w.name}=={w.version}" for w in self.now.wheels[:6]) + (
+            f" and {len(self.now.wheels) - 6} more" if len(self.now.wheels) > 6 else "")
+        if self.was is None:
+            return f"pinned   {head}: {len(self.now.wheels)} wheel(s): {wheels_ or 'none (its requirements are met)'}"
+        if self.was.wheels == self.now.wheels:
+            return f"kept     {head}: {len(self.now.wheels)} wheel(s)"
+        was = {(w.name, w.version, w.sha256) for w in self.was.wheels}
+        moved = ", ".join(f"{w.name}=={w.version}" for w in self.now.wheels if (w.name, w.version, w.sha256) not in was)
+        return (f"updated  {head}: {moved or 'wheels dropped'}; rebuilds {len(self.rebuilds)} node(s): "
+                f"{', '.join(self.rebuilds) or 'none'}")
+
+
+@dataclass(frozen=True)
 class Locking:
-    """What `lock` wrote: the lock, each base's and each wheelhouse file's change, and whether the file's bytes
-    changed."""
+    """What `lock` wrote: the lock, each base's, each wheelhouse file's and each install's change, and whether the
+    file's bytes changed."""
 
     lock: Lock
-    changes: tuple[Change | WheelChange, ...]
+    changes: tuple[Change | WheelChange | InstallChange, ...]
     changed: bool
 
 
 def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ...] | None,
-         offline: bool) -> Locking:
+         offline: bool, resolver: Resolver | None = None) -> Locking:
     """Write the lock file of `matrix_file` for `plan` (the whole matrix, as loaded without its lock). A base the lock
     pins already is kept; one it does not pin is pinned as the engine has it (pulled when it has none). `update`:
     re-resolve these bases (empty: every base): an image a registry gave is pulled again by its name first (not
@@ -100,34 +131,132 @@ def lock(plan: Plan, matrix_file: Path, engine: Engine, *, update: tuple[str, ..
     folders = sorted({e.build.wheelhouse for e in plan.entries() if e.build.wheelhouse})
     files = {name for folder in folders for name in wheels.served_files(folder)} | {
         name for house in (old.wheelhouses if old else ()) for name, _ in house.files}
-    wanted = set(names) | files if update == () else set(update or ())
-    stranger = sorted(wanted - set(names) - files)
+    distributions = {w.name for i in ((old.installs or ()) if old else ()) for w in i.wheels}
+    wanted = set(names) | files | distributions if update == () else set(update or ())
+    stranger = sorted(wanted - set(names) - files - distributions)
     if stranger:
         listed = f"its base images: {', '.join(names)}" + (f"; its wheelhouses' files: {', '.join(sorted(files))}"
                                                            if files else "")
-        raise InputError(f"lock --update {stranger[0]}: the matrix names no base image or wheelhouse file "
-                         f"{stranger[0]!r}", where=_where(plan),
-                         hint=did_you_mean(stranger[0], [*names, *files]) or listed)
+        raise InputError(f"lock --update {stranger[0]}: the matrix names no base image, wheelhouse file or locked "
+                         f"wheel {stranger[0]!r}", where=_where(plan),
+                         hint=did_you_mean(stranger[0], [*names, *files, *distributions]) or listed)
     was = {b.name: b for b in (old.bases if old else ())}
     now = {name: (was[name] if name in was and name not in wanted else
                   _pin(engine, name, refresh=name in wanted and not offline)) for name in names}
     before = plan.with_bases(tuple(Base(b.name, b.id) for b in was.values() if b.name in now))
-    changes: list[Change | WheelChange] = [Change(name, was.get(name), now[name],
+    changes: list[Change | WheelChange | InstallChange] = [Change(name, was.get(name), now[name],
                       bases.rebuilds(before, name, now[name].id) if name in was and was[name] != now[name] else ())
                for name in names]
     changes += [Change(name, was[name], None) for name in sorted(set(was) - set(now))]
     houses = tuple(_house(path, folder, old, wanted) for folder in folders)
     for folder, house in zip(folders, houses, strict=True):
         changes += _wheel_changes(plan, old, house, folder)
+    installs, install_changes = pin_installs(plan, old, houses, resolver, wanted=wanted, offline=offline,
+                                             home=Lock(path))
+    changes += install_changes
     home = Lock(path)
     new = Lock(path, tuple(now.values()), tuple(LockedEntry(e.id, e.base_image, home.path_in(e.build.wheelhouse)
                                                             if e.build.wheelhouse else None) for e in plan.entries()),
-               (), houses)
+               (), houses, installs)
     text = new.text(matrix_file.name)
     changed = not path.exists() or path.read_text(encoding="utf-8") != text
     if changed:
         lock_mod.write(new, matrix_file.name)
     return Locking(new, tuple(changes), changed)
+
+
+def pin_installs(plan: Plan, old: Lock | None, houses: tuple[LockedWheelhouse, ...], resolver: Resolver | None, *,
+                 wanted: set[str], offline: bool, home: Lock) -> tuple[tuple[LockedInstall, ...],
+                                                                      list[InstallChange]]:
+    """Every pip install the plan's nodes make, pinned (`plan/installs.py`), in plan order (a node's chain first). One
+    the old lock pins is kept, unless it must be resolved again: `wanted` names a wheel it locks, it took a wheelhouse
+    file whose pin is new, or an install below it in a chain was resolved again (what it adds follows what is below
+    it). Resolving asks `resolver` for the install's requirements, constrained by the entry's pins and by every wheel
+    the chain below it installs into the venv, and keeps the wheels it adds. `offline`: uv asks no network (its cache,
+    the wheelhouse and a file:// index answer)."""
+    before = {i.key: i for i in ((old.installs or ()) if old else ())}
+    pins = {Path(h.path): dict(h.files) for h in houses}
+    done: dict[str, LockedInstall] = {}
+    again: set[str] = set()  # the installs resolved anew in this run
+    makers: dict[str, list[str]] = {}
+    said: dict[str, str] = {}
+    prior: dict[str, dict[str, str]] = {}  # node id -> name -> version: what its chain has installed
+    for node in plan.nodes:
+        have = dict(prior.get(node.parent, {})) if node.parent else {}
+        for install in node.rendered.installs:
+            makers.setdefault(install.key, []).append(node.id)
+            said.setdefault(install.key, install.said())
+            if install.key not in done:
+                kept = before.get(install.key)
+                folder = node.entry.build.wheelhouse
+                house = pins.get(Path(home.path_in(folder))) if folder else None
+                if kept is not None and not _stale(kept, wanted, again, install, house):
+                    done[install.key] = kept
+                else:
+                    done[install.key] = _resolve(node, install, have, resolver, offline=offline)
+                    if kept is None or kept.wheels != done[install.key].wheels:
+                        again.add(install.key)
+            have.update({w.name: w.version for w in done[install.key].wheels})
+        prior[node.id] = have
+    out: list[InstallChange] = []
+    for key, now in done.items():
+        was = before.get(key)
+        nodes = tuple(makers[key])
+        rebuilds = _above(plan, nodes) if key in again and was is not None else ()
+        out.append(InstallChange(key, said[key], was, now, nodes, rebuilds))
+    out += [InstallChange(key, "; ".join(str(v) for k, v in was.asked if k == "requirements"), was, None)
+            for key, was in sorted(before.items()) if key not in done]
+    return tuple(done.values()), out
+
+
+def _stale(kept: LockedInstall, wanted: set[str], again: set[str], install: Install,
+           house: dict[str, str] | None) -> bool:
+    """Whether a pinned install must be resolved again (see `pin_installs`)."""
+    if install.after in again or any(w.name in wanted for w in kept.wheels):
+        return True
+    return any(w.source == WHEELHOUSE_SOURCE and (house or {}).get(w.file) != f"sha256:{w.sha256}"
+               for w in kept.wheels)
+
+
+def _resolve(node: Node, install: Install, have: dict[str, str], resolver: Resolver | None, *,
+             offline: bool) -> LockedInstall:
+    """One install resolved: the wheels it adds to what its chain has (`have`)."""
+    if resolver is None:
+        raise InputError(f"node {node.id}: {install.said()} is not pinned by the lock, and nothing here resolves it",
+                         where=node.entry.where, hint="run `imagebuilder lock` (it resolves with uv)")
+    venv = install.kind == "venv"
+    constraints = (*install.constraints, *(f"{name}=={version}" for name, version in sorted(have.items()))) \
+        if venv else ()
+    folder = node.entry.build.wheelhouse
+    ask = Ask(install.requirements, install.index, install.python, PLATFORM, constraints, install.overrides, folder,
+              offline=offline)
+    try:
+        found = resolver.resolve(ask)
+    except ResolveFailed as exc:
+        raise InputError(f"node {node.id}: {install.said()} cannot be resolved: {exc}", where=node.entry.where,
+                         hint="check the requirements and that the index answers" + (
+                             " (--offline: uv's cache, the wheelhouse and file:// indexes only)" if offline else "")
+                         ) from None
+    adds = [r for r in found if not (venv and r.name in have)]
+    in_house = folder.resolve().as_uri() + "/" if folder else None
+    locked = tuple(LockedWheel(r.name, r.version, r.file,
+                               WHEELHOUSE_SOURCE if in_house and r.url.startswith(in_house) else r.url, r.sha256)
+                   for r in adds)
+    asked = tuple((k, v) for k, v in (("kind", install.kind), ("requirements", list(install.requirements)),
+                                      ("index", install.index), ("python", install.python), ("platform", PLATFORM),
+                                      ("constraints", list(install.constraints)),
+                                      ("overrides", list(install.overrides)), ("wheelhouse", install.wheelhouse),
+                                      ("after", install.after)) if v not in ((), [], None))
+    return LockedInstall(install.key, asked, tuple(sorted(locked, key=lambda w: w.name)))
+
+
+def _above(plan: Plan, nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """The nodes and every node built on them: what a change of what they install rebuilds."""
+    out = set(nodes)
+    for node in plan.nodes:  # (parents first)
+        if node.parent in out:
+            out.add(node.id)
+    return tuple(n.id for n in plan.nodes if n.id in out)
 
 
 def _house(path: Path, folder: Path, old: Lock | None, wanted: set[str]) -> LockedWheelhouse:

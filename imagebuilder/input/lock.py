@@ -30,14 +30,18 @@ import yaml
 from ..errors import InputError, unknown_key
 from .source import Document, load
 
-FORMAT = 2
-READS = ("1", "2")  # the versions this imagebuilder reads (1: no wheelhouses)
+FORMAT = 3
+READS = ("1", "2", "3")  # the versions this imagebuilder reads (1: no wheelhouses; 1 and 2: no installs)
 SUFFIX = ".lock.yaml"
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 FILE_HASH = IMAGE_ID  # a wheelhouse file's pin: sha256:<64 hex> of its bytes
 DIGEST_REF = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
 ANEW = "`imagebuilder lock --update` writes it anew (every base resolved again)"
-TOP = ("version", "bases", "wheelhouses", "entries")
+TOP = ("version", "bases", "wheelhouses", "installs", "entries")
+INSTALL_FIELDS = ("kind", "requirements", "index", "python", "platform", "constraints", "overrides", "wheelhouse",
+                  "after", "wheels")
+WHEEL_FIELDS = ("name", "version", "file", "source", "sha256")
+HEX64 = re.compile(r"[0-9a-f]{64}")
 SOURCES = ("registry", "local")  # registry: the ID and the manifest digest; local: the engine's image ID alone
 HEADER = ("# imagebuilder lock file for {matrix}: its inputs, pinned. Written by `imagebuilder lock`; review it and\n"
           "# commit it beside the matrix. `imagebuilder outdated` says what moved upstream and what that rebuilds;\n"
@@ -78,6 +82,35 @@ class LockedWheelhouse:
 
 
 @dataclass(frozen=True)
+class LockedWheel:
+    """A wheel an install adds, as the lock pins it: the distribution's name and version, the file's name, where it was
+    found (the index's URL of it, or `wheelhouse <name>`), and the sha256 of its bytes (hex)."""
+
+    name: str
+    version: str
+    file: str
+    source: str
+    sha256: str
+
+    def to_doc(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "file": self.file, "source": self.source,
+                "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class LockedInstall:
+    """One pip install of a node's template as the lock pins it (`plan/installs.py` names it by `key`): what it asks
+    (kept for the reader: the key already says it) and the wheels it adds, sorted by name."""
+
+    key: str
+    asked: tuple[tuple[str, Any], ...]  # kind, requirements, index, python, platform, ... as the document gives them
+    wheels: tuple[LockedWheel, ...] = ()
+
+    def to_doc(self) -> dict[str, Any]:
+        return {**dict(self.asked), "wheels": [w.to_doc() for w in self.wheels]}
+
+
+@dataclass(frozen=True)
 class LockedEntry:
     """An entry as the lock pins it: the base image it builds on, and the wheelhouse it takes wheels from (as
     `Lock.wheelhouses` names it; None: none). Wheels an index serves and OS packages: a later version."""
@@ -99,6 +132,10 @@ class Lock:
     entries: tuple[LockedEntry, ...] = ()
     lines: tuple[tuple[str, int], ...] = ()  # (dotted key, line) as read: where an error about a key points
     wheelhouses: tuple[LockedWheelhouse, ...] = ()
+    installs: tuple[LockedInstall, ...] | None = ()  # None: a lock of version 1 or 2, which pins no installs
+
+    def install(self, key: str) -> LockedInstall | None:
+        return next((i for i in self.installs or () if i.key == key), None)
 
     def base(self, name: str) -> LockedBase | None:
         return next((b for b in self.bases if b.name == name), None)
@@ -127,6 +164,8 @@ class Lock:
                "bases": {b.name: b.to_doc() for b in sorted(self.bases, key=lambda b: b.name)},
                **({"wheelhouses": {w.path: w.to_doc() for w in sorted(self.wheelhouses, key=lambda w: w.path)}}
                   if self.wheelhouses else {}),
+               **({"installs": {i.key: i.to_doc() for i in sorted(self.installs, key=lambda i: i.key)}}
+                  if self.installs else {}),
                "entries": {e.id: e.to_doc() for e in sorted(self.entries, key=lambda e: e.id)}}
         body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=200, allow_unicode=True)
         return HEADER.format(matrix=matrix_name) + body
@@ -158,6 +197,8 @@ def read(path: Path) -> Lock | None:
     bases = tuple(_base(doc, name, one) for name, one in _mapping(doc, "bases").items())
     entries = tuple(_entry(doc, name, one) for name, one in _mapping(doc, "entries").items())
     houses = tuple(_wheelhouse(doc, str(name), one) for name, one in _mapping(doc, "wheelhouses").items())
+    installs = (tuple(_install(doc, str(key), one) for key, one in _mapping(doc, "installs").items())
+                if str(value.get("version")) == str(FORMAT) else None)
     named = {b.name for b in bases}
     for entry in entries:
         if entry.base_image not in named:
@@ -168,8 +209,8 @@ def read(path: Path) -> Lock | None:
             raise InputError(f"entry {entry.id} takes wheels from {entry.wheelhouse!r}, which `wheelhouses` does not "
                              "pin", where=doc.where(("entries", entry.id, "wheelhouse")), hint=ANEW)
     lines = tuple((".".join(str(p) for p in path_), mark[0]) for path_, mark in doc.marks.items()
-                  if len(path_) == 2 or (len(path_) == 3 and path_[0] == "wheelhouses"))
-    return Lock(path, bases, entries, lines, houses)
+                  if len(path_) <= 2 or (len(path_) == 3 and path_[0] == "wheelhouses"))
+    return Lock(path, bases, entries, lines, houses, installs)
 
 
 def write(lock: Lock, matrix_name: str) -> None:
@@ -247,3 +288,27 @@ def _wheelhouse(doc: Document, name: str, value: Any) -> LockedWheelhouse:
             raise InputError(f"{file}: {pin!r} is not a file's hash (sha256:<64 hex>)",
                              where=doc.where((*path, file)), hint=ANEW)
     return LockedWheelhouse(name, tuple(sorted(value.items())))
+
+
+def _install(doc: Document, key: str, value: Any) -> LockedInstall:
+    path = ("installs", key)
+    if not re.fullmatch(r"[0-9a-f]{16}", key):
+        raise InputError(f"{key!r} is not an install's key (16 hex digits)", where=doc.where(path), hint=ANEW)
+    one = _fields(doc, path, value, INSTALL_FIELDS)
+    listed = one.get("wheels") or []
+    if not isinstance(listed, list):
+        raise InputError("wheels is a list of {name, version, file, source, sha256}",
+                         where=doc.where((*path, "wheels")), hint=ANEW)
+    found = []
+    for number, wheel in enumerate(listed):
+        where = doc.where((*path, "wheels", number))
+        if not isinstance(wheel, dict) or set(wheel) != set(WHEEL_FIELDS) or not all(
+                isinstance(wheel[f], str) and wheel[f] for f in WHEEL_FIELDS):
+            raise InputError(f"a wheel is a mapping of {', '.join(WHEEL_FIELDS)}, each a string", where=where,
+                             hint=ANEW)
+        if not HEX64.fullmatch(wheel["sha256"]):
+            raise InputError(f"{wheel['file']}: sha256 {wheel['sha256']!r} is not 64 hex digits", where=where,
+                             hint=ANEW)
+        found.append(LockedWheel(**{f: wheel[f] for f in WHEEL_FIELDS}))
+    asked = tuple((k, one[k]) for k in INSTALL_FIELDS if k in one and k != "wheels")
+    return LockedInstall(key, asked, tuple(sorted(found, key=lambda w: w.name)))

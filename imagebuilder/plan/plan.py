@@ -250,7 +250,8 @@ def make(matrix: Matrix, renderer: Renderer, today: str | None = None) -> Plan:
                     cover.setdefault(ref, []).append(node_id)
             refs[spec.name] = aliases[0] if aliases else refs_for_node[0]  # what children's FROM shows
             parent_image = entry.base_image if spec.parent is None else refs[spec.parent]
-            rendered = renderer.render(entry, layer, node_id, parent_image, root=spec.parent is None)
+            rendered = renderer.render(entry, layer, node_id, parent_image, root=spec.parent is None,
+                                       parent=None if spec.parent is None else f"{entry.id}/{spec.parent}")
             below = () if spec.parent is None else scopes[spec.parent]
             own = scope_of(renderer.reads(layer))
             scopes[spec.name] = None if below is None or own is None else tuple(sorted({*below, *own}))

@@ -25,7 +25,9 @@ from markupsafe import Markup
 from ..errors import InputError, Where
 from ..input import certs
 from ..input.layers import Layer, project_dir
+from ..input.lock import LockedInstall
 from ..input.matrix import Entry
+from .installs import KINDS, Install, file_text
 from .quoting import Marks, Unquotable, quote_word
 
 
@@ -89,13 +91,14 @@ class RenderedNode:
     executables: frozenset[str] = frozenset()  # context files that keep their executable bit
     parent_image: str = ""  # the reference the first FROM names
     templates: tuple[tuple[str, str], ...] = ()  # (template file, sha256) that produced the Dockerfile
+    installs: tuple[Install, ...] = ()  # the pip installs its template makes, in order (`plan/installs.py`)
 
     def for_parent(self, image_id: str) -> RenderedNode:
         """The text that is built: this one, with the parent's image ID written in for its reference (the
         only difference from the text the key covers, where the reference reads `<parent>`; the parent's
         key covers its image)."""
         text = self.dockerfile.replace(self.parent_image, image_id) if self.parent_image else self.dockerfile
-        return RenderedNode(text, self.files, self.executables, image_id, self.templates)
+        return RenderedNode(text, self.files, self.executables, image_id, self.templates, self.installs)
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,7 +125,10 @@ class RenderedNode:
 
 @dataclass
 class Renderer:
-    """Renders layer templates. Holds one Jinja environment per layer folder."""
+    """Renders layer templates. Holds one Jinja environment per layer folder. `locked`: the installs the lock beside
+    the matrix pins, by key (`plan/installs.py`): an install it pins takes only its wheels."""
+
+    locked: dict[str, LockedInstall] = field(default_factory=dict)
 
     _envs: dict[Path, jinja2.Environment] = field(default_factory=dict)
     _marks: dict[Path, Marks] = field(default_factory=dict)
@@ -132,7 +138,12 @@ class Renderer:
     _blobs: dict[Path, bytes] = field(default_factory=dict)
     _bundles: dict[Path, bytes] = field(default_factory=dict)  # CA bundle -> its certificate blocks
     _reads: dict[Path, tuple[str, ...] | None] = field(default_factory=dict)
-    _outputs: dict[tuple[Path, str], str] = field(default_factory=dict)
+    _outputs: dict[tuple[Path, str], tuple[str, tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...]]] = \
+        field(default_factory=dict)
+    # the installs of the render in progress, as its template asked them (kind, requirements, index, overrides)
+    _asked: list[tuple[str, tuple[str, ...], str, tuple[str, ...]]] = field(default_factory=list)
+    _asking: dict[str, Any] = field(default_factory=dict)  # what they share: the entry's index, Python, ...
+    _last: dict[str, str | None] = field(default_factory=dict)  # node id -> the key of its chain's last install
 
     def env(self, layer: Layer) -> jinja2.Environment:
         if layer.path not in self._envs:
@@ -150,9 +161,34 @@ class Renderer:
                 trim_blocks=True, lstrip_blocks=True, autoescape=True, finalize=marks.finalize,
             )
             env.filters.update(join=marks.join, shquote=marks.shquote, tojson=marks.tojson)
+            env.globals["imagebuilder_install"] = self.install
             self._envs[layer.path] = env
             self._marks[layer.path] = marks
         return self._envs[layer.path]
+
+    def install(self, kind: str, requirements: Any, index_url: Any, overrides: Any = ()) -> Markup:
+        """What `macros.j2` calls for each pip install it renders: the install recorded (`Install`), and the
+        requirements file it takes under the lock (`""`: the lock does not pin it, and it installs by version)."""
+        if kind not in KINDS:
+            raise InputError(f"imagebuilder_install: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if str(index_url) not in self._asking["indexes"]:
+            raise InputError(f"a pip install's index is {index_url!r}: a template installs from build.index_url or "
+                             "build.torch_index_url", hint="pass one of them to the macro")
+        over = (tuple(f"{name}=={version}" for name, version in sorted(overrides.items()))
+                if isinstance(overrides, dict) else tuple(str(o) for o in overrides or ()))
+        self._asked.append((kind, tuple(str(r) for r in requirements), str(index_url), over))
+        one = self.installs()[-1]
+        return Markup(f"{CONTEXT_DIR}/wheels-{len(self._asked)}.txt") if one.key in self.locked else Markup("")
+
+    def installs(self) -> tuple[Install, ...]:
+        """The installs of the render in progress, for its entry, each keyed after the one before it."""
+        asking, out = self._asking, list[Install]()
+        for kind, requirements, index, overrides in self._asked:
+            after = out[-1].key if out else asking["after"]
+            out.append(Install(kind, requirements, asking["indexes"][index], asking["python"],
+                               asking["constraints"] if kind == "venv" else (), overrides, asking["wheelhouse"],
+                               after))
+        return tuple(out)
 
     def context(self, entry: Entry, layer: Layer, node_id: str, parent_image: str) -> dict[str, Any]:
         versions = entry.versions()
@@ -188,11 +224,16 @@ class Renderer:
         names = self.reads(layer)
         if names is None:
             return self.quoted(layer, context)
-        memo_key = (layer.path, repr([(name, context.get(name)) for name in names]))
-        text = self._outputs.get(memo_key)
-        if text is None:
-            text = self._outputs[memo_key] = self.quoted(layer, {**context, "parent_image": PARENT})
-        return text.replace(PARENT, parent_image)
+        # (under a lock, whether an install is pinned, and so the text, follows its entry and the installs below it)
+        asking = repr(sorted(self._asking.items())) if self.locked else None
+        memo_key = (layer.path, repr([(name, context.get(name)) for name in names] + [asking]))
+        memo = self._outputs.get(memo_key)
+        if memo is None:
+            memo = self._outputs[memo_key] = (self.quoted(layer, {**context, "parent_image": PARENT}),
+                                              tuple(self._asked))
+        else:  # the same installs asked, keyed for this entry and after this node's chain (`installs`)
+            self._asked[:] = memo[1]
+        return memo[0].replace(PARENT, parent_image)
 
     def quoted(self, layer: Layer, context: dict[str, Any]) -> str:
         """The template rendered, every printed value quoted for where it stands (`quoting`)."""
@@ -276,8 +317,16 @@ class Renderer:
                 raise InputError(f"CA bundle {bundle} is not a CA bundle: {exc}") from None
         return self._bundles[bundle]
 
-    def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str, *, root: bool) -> RenderedNode:
-        """`root`: the node builds FROM the base image (it creates the image's user)."""
+    def render(self, entry: Entry, layer: Layer, node_id: str, parent_image: str, *, root: bool,
+               parent: str | None = None) -> RenderedNode:
+        """`root`: the node builds FROM the base image (it creates the image's user); `parent`: the node it builds on
+        (rendered before it: its installs come first in the chain)."""
+        self._asked = []
+        self._asking = {"indexes": {str(arg_ref(INDEX_ARG)): entry.build.index_url,
+                                    str(arg_ref(TORCH_INDEX_ARG)): entry.build.torch_index_url},
+                        "python": entry.python, "constraints": tuple(constraints(entry).splitlines()),
+                        "wheelhouse": entry.build.wheelhouse.name if entry.build.wheelhouse else None,
+                        "after": self._last.get(parent) if parent else None}
         try:
             text = self.render_text(layer, self.context(entry, layer, node_id, parent_image), parent_image)
         except jinja2.TemplateSyntaxError as exc:
@@ -301,13 +350,17 @@ class Renderer:
             files.append((f"{CONTEXT_DIR}/constraints.txt", constraints(entry).encode()))
         files += [(f"{CONTEXT_DIR}/{name}", self.blob(DATA / name)) for name in HELPERS
                   if f"{CONTEXT_DIR}/{name}" in text]
+        installs = self.installs()
+        self._last[node_id] = installs[-1].key if installs else self._asking["after"]
+        files += [(f"{CONTEXT_DIR}/wheels-{n}.txt", file_text(self.locked[one.key]).encode())
+                  for n, one in enumerate(installs, 1) if one.key in self.locked]
         if root:
             text += USER_STEP.format(**user)
             files.append((f"{CONTEXT_DIR}/add_user.sh", self.blob(DATA / "add_user.sh")))
         text += VERSIONS_STEP + FINAL_USER.format(**user)
         if entry.build.ca_bundle:
             files.append((f"{CONTEXT_DIR}/ca-bundle.pem", self.certificates(entry.build.ca_bundle)))
-        return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer))
+        return RenderedNode(text, tuple(files), executables, parent_image, self.template_sources(layer), installs)
 
 
 _ARG_LINE = re.compile(r"^[ \t]*ARG[ \t]+(.+)$", re.MULTILINE | re.IGNORECASE)
@@ -353,7 +406,8 @@ def with_labels(rendered: RenderedNode, labels: dict[str, str]) -> RenderedNode:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("\n", " ") + '"'
     body = " \\\n      ".join(f"{key}={quote(value)}" for key, value in sorted(labels.items()))
     text = rendered.dockerfile.rstrip("\n") + f"\nLABEL {body}\n"
-    return RenderedNode(text, rendered.files, rendered.executables, rendered.parent_image, rendered.templates)
+    return RenderedNode(text, rendered.files, rendered.executables, rendered.parent_image, rendered.templates,
+                        rendered.installs)
 
 
 def constraints(entry: Entry) -> str:

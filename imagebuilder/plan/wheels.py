@@ -9,8 +9,12 @@ plan then carries the pins (`Plan.wheelhouses`): each node's key names them (`ke
 only the pinned files, each link with its `#sha256=` (`run/loopback.py`), so pip itself refuses bytes that changed
 between this check and the build.
 
-`pins` reads a folder as `imagebuilder lock` writes it. Wheels an index serves are not pinned here (yet): the docs
-say so.
+`pins` reads a folder as `imagebuilder lock` writes it.
+
+The wheels an index serves are held by the lock's installs (`plan/installs.py`): `installs_locked` checks that the
+lock pins every install the plan's nodes make (one it does not: the matrix, a layer or a wheel below it changed since
+the lock was written, and the error says to run `imagebuilder lock`), and that each wheel an install took from a
+wheelhouse is the file the wheelhouse's pins name.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from pathlib import Path
 from ..errors import InputError, Where
 from ..input.lock import Lock
 from .bases import RUN_LOCK
+from .installs import WHEELHOUSE_SOURCE
 from .plan import PinnedWheelhouse, Plan
 
+RUN_INSTALLS = ("run `imagebuilder lock` to pin it (it resolves what the lock does not pin yet and keeps what it "
+                "does); review and commit {file}")
 UPDATE = ("if the change is meant, `imagebuilder lock --update {name}` takes it (the nodes that take wheels from "
           "this wheelhouse rebuild); review and commit {file}")
 
@@ -118,3 +125,33 @@ def _check(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: st
             raise InputError(f"wheelhouse {folder}: {wheel} ({file_hash(folder / wheel)}) is not in the lock file "
                              f"{file} (it is new since the lock was written; builds take only what the lock names)",
                              where=house, hint=UPDATE.format(name=wheel, file=file))
+
+
+def installs_locked(plan: Plan, lock: Lock | None) -> Plan:
+    """The plan as it is, once the lock pins every install its nodes make and each wheel an install took from a
+    wheelhouse is the file that wheelhouse's pins name (else an input error naming the node, the install and the lock
+    file). A lock of version 1 or 2 pins no installs (index wheels were not locked then): the plan installs by version,
+    as `docs/guide/locking.md` says, until `imagebuilder lock` writes this version."""
+    if lock is None or lock.installs is None:
+        return plan
+    file = str(lock.file)
+    where = Where(file, lock.line("installs"), key="installs")
+    for node in plan.nodes:
+        pinned = plan.pinned(node.entry.build.wheelhouse)
+        for install in node.rendered.installs:
+            locked_ = lock.install(install.key)
+            if locked_ is None:
+                raise InputError(f"node {node.id}: {install.said()} (install {install.key}) is not pinned by the "
+                                 f"lock file {file}: the matrix, a layer or a wheel below it changed since the lock "
+                                 "was written", where=where, hint=RUN_INSTALLS.format(file=file))
+            for wheel in locked_.wheels:
+                if wheel.source != WHEELHOUSE_SOURCE or pinned is None:
+                    continue
+                pin = dict(pinned.files).get(wheel.file)
+                if pin != f"sha256:{wheel.sha256}":
+                    raise InputError(f"node {node.id}: install {install.key} takes {wheel.file} "
+                                     f"(sha256:{wheel.sha256}) from the wheelhouse, which pins {pin or 'no such file'}",
+                                     where=Where(file, lock.line(f"installs.{install.key}"),
+                                                 key=f"installs.{install.key}"),
+                                     hint=RUN_INSTALLS.format(file=file))
+    return plan

@@ -23,6 +23,7 @@ from imagebuilder.plan.plan import Plan
 from imagebuilder.ports import LineSink, RunResult
 from imagebuilder.ports.reference import parse
 from imagebuilder.ports.registry import Registries
+from imagebuilder.ports.resolver import Ask, Resolved, ResolveFailed
 from imagebuilder.run.context import Images, RunContext
 from imagebuilder.run.logs import Logs
 from imagebuilder.secrets.scan import Scanner
@@ -386,6 +387,38 @@ class FakeDisplay:
 
     def show_log(self, node_id: str, path: str) -> None:
         pass
+
+
+@dataclass
+class FakeResolver:
+    """`ports.resolver.Resolver` from a table: each requirement `name==version` (or a bare name: `versions`' version)
+    resolves to one wheel, with the wheels `needs` says it requires (each at `versions`' version, or a constraint's);
+    a file's sha256 is that of `name-version` and `salt`. `asked`: every `Ask`, in order."""
+
+    needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    salt: str = ""
+    asked: list[Ask] = field(default_factory=list)
+
+    def resolve(self, ask: Ask) -> tuple[Resolved, ...]:
+        self.asked.append(ask)
+        pinned = dict(c.split("==", 1) for c in (*ask.constraints, *ask.overrides))
+        out: dict[str, str] = {}
+        pending = list(ask.requirements)
+        while pending:
+            name, _, version = pending.pop().partition("==")
+            if name in out:
+                continue
+            version = dict(o.split("==", 1) for o in ask.overrides).get(name) or version or pinned.get(name) \
+                or self.versions.get(name, "1.0")
+            if name in pinned and pinned[name].split("+")[0] != version.split("+")[0]:
+                raise ResolveFailed(f"{name}=={version} conflicts with the constraint {name}=={pinned[name]}")
+            out[name] = version
+            pending += self.needs.get(name, ())
+        return tuple(sorted(
+            (Resolved(name, version, f"{name}-{version}-py3-none-any.whl", f"{ask.index}/{name}-{version}.whl",
+                      hashlib.sha256(f"{name}-{version}{self.salt}".encode()).hexdigest())
+             for name, version in out.items()), key=lambda r: r.name))
 
 
 def registries(registry: FakeRegistry) -> Registries:

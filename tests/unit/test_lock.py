@@ -31,7 +31,7 @@ from imagebuilder.steps.run import RunOptions, execute
 from imagebuilder.steps.stage import Stage
 
 from ..conftest import MatrixWriter
-from .fakes import FakeEngine, FakeRegistry, registries
+from .fakes import FakeEngine, FakeRegistry, FakeResolver, registries
 
 A = "127.0.0.1:5000/bases/a:1"  # a registry's image: locked by ID and manifest digest
 B = "debian:bookworm"  # imported on the engine: locked by ID alone
@@ -63,17 +63,20 @@ def move(engine: FakeEngine, name: str, version: str, *, push: bool = True) -> s
 
 
 def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
-    """The plan as `load_plan` makes it: pinned by the lock beside the matrix (when `locked` and there is one)."""
-    plan = plan_mod.make(matrix_mod.load(path, table, env={}), Renderer())
+    """The plan as `load_plan` makes it: pinned by the lock beside the matrix (when `locked` and there is one), its
+    installs rendered as the lock pins them."""
+    pinned = lock_mod.read(lock_mod.beside(path)) if locked else None
+    renderer = Renderer({i.key: i for i in ((pinned.installs or ()) if pinned else ())})
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}), renderer)
     if not locked:
         return plan
-    pinned = lock_mod.read(lock_mod.beside(path))
-    return wheels.locked(bases.locked(plan, pinned), pinned)
+    return wheels.installs_locked(wheels.locked(bases.locked(plan, pinned), pinned), pinned)
 
 
 def lock(path: Path, table: CompatTable, engine: FakeEngine, update: tuple[str, ...] | None = None,
-         offline: bool = False) -> lock_cmd.Locking:
-    return lock_cmd.lock(load(path, table, locked=False), path, engine, update=update, offline=offline)
+         offline: bool = False, resolver: FakeResolver | None = None) -> lock_cmd.Locking:
+    return lock_cmd.lock(load(path, table, locked=False), path, engine, update=update, offline=offline,
+                         resolver=resolver or FakeResolver())
 
 
 def keys_of(plan: Plan) -> dict[str, str]:
@@ -110,14 +113,14 @@ def test_the_lock_pins_each_base_by_id_and_registry_digest_sorted_and_stable(mat
     assert b.id == engine.image_id(B) and b.digest is None and b.source == "local"  # imported: its ID alone
     assert {e.id: e.base_image for e in read.entries} == {e.id: e.base_image for e in load(matrix, table).entries()}
     assert [line.split(":")[0] for line in text.splitlines() if not line.startswith(("#", " "))] == \
-        ["version", "bases", "entries"]
+        ["version", "bases", "installs", "entries"]
     again = lock(matrix, table, engine)  # the same inputs write the same bytes (and say so)
     assert not again.changed and path.read_text() == text
-    assert [c.line().split()[0] for c in again.changes] == ["kept", "kept"]
+    assert {c.line().split()[0] for c in again.changes} == {"kept"}
 
 
 @pytest.mark.parametrize(("edit", "needle", "key"), [
-    (lambda t: t.replace("version: 2", "version: 3"), "lock file version '3': this imagebuilder reads versions 1, 2",
+    (lambda t: t.replace("version: 3", "version: 4"), "lock file version '4': this imagebuilder reads versions 1, 2, 3",
      "version"),
     (lambda t: t.replace("    source: local", "    source: local\n    sha: x"), "unknown key 'sha'",
      "bases.debian:bookworm.sha"),
@@ -186,11 +189,15 @@ def test_a_key_follows_the_lock_not_the_tag(matrix: Path, table: CompatTable) ->
     engine = world()
     unlocked = bases.resolve(load(matrix, table), engine)  # no lock file yet: the engine's images
     assert unlocked.locked is None and {b.name for b in unlocked.bases} == {A, B}
-    before = keys_of(unlocked)
+    unpinned = keys_of(unlocked)
     lock(matrix, table, engine)
-    assert keys_of(load(matrix, table)) == before  # adopting the lock rebuilds nothing (keys start from the same IDs)
+    # adopting the lock changes the keys of the nodes that pip-install (their installs take the lock's wheels alone,
+    # `plan/installs.py`) and of those above them: here every chain's root installs torch
+    before = keys_of(load(matrix, table))
+    assert all(before[n.id] != unpinned[n.id] for n in unlocked.nodes)
+    assert keys_of(bases.resolve(load(matrix, table, locked=False), engine)) == unpinned  # (no lock: as before)
     move(engine, B, "2", push=False)  # the tag moves upstream (here: on this engine); the lock does not
-    assert keys_of(bases.resolve(load(matrix, table, locked=False), engine)) != before  # without a lock: it would
+    assert keys_of(bases.resolve(load(matrix, table, locked=False), engine)) != unpinned  # without a lock: it would
     assert keys_of(load(matrix, table)) == before  # with the lock: no key changes
     lock(matrix, table, engine, update=(B,))  # the lock takes it: exactly B's nodes change
     after = keys_of(load(matrix, table))
@@ -291,6 +298,7 @@ def test_the_command_line_refuses_an_uncovered_matrix_with_exit_2(matrix: Path, 
 
     engine = world()
     monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "resolver", lambda self: FakeResolver())
     monkeypatch.setattr(cli.Context, "table", lambda self: table)
     assert cli.main(["--offline", "lock", "--matrix", str(matrix)]) == 0
     assert "wrote " + str(lock_mod.beside(matrix)) in capsys.readouterr().out
@@ -316,6 +324,7 @@ def test_outdated_exits_3_only_when_every_base_is_known_current(matrix: Path, ta
     local = matrix.with_name("local.yaml")
     local.write_text(matrix.read_text().replace(f"base_image: ['{A}', '{B}']", ""))  # B alone: asked on the engine
     monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "resolver", lambda self: FakeResolver())
     monkeypatch.setattr(cli.Context, "table", lambda self: table)
     assert cli.main(["--offline", "lock", "--matrix", str(local)]) == 0
     assert cli.main(["--offline", "outdated", "--matrix", str(local), "--exit-code-nothing-to-do"]) == 3
@@ -421,11 +430,11 @@ def test_a_lock_file_it_cannot_read_is_written_anew_only_by_update_of_every_base
     lock(matrix, table, engine)
     path = lock_mod.beside(matrix)
     good = path.read_text()
-    path.write_text(good.replace("version: 2", "version: 3"))
-    with pytest.raises(InputError, match="lock file version '3'") as caught:
+    path.write_text(good.replace("version: 3", "version: 4"))
+    with pytest.raises(InputError, match="lock file version '4'") as caught:
         lock(matrix, table, engine)  # keeping what it pins needs the file read
     assert caught.value.hint is not None and "`imagebuilder lock --update` writes it anew" in caught.value.hint
-    with pytest.raises(InputError, match="lock file version '3'"):
+    with pytest.raises(InputError, match="lock file version '4'"):
         lock(matrix, table, engine, update=(A,))
     assert lock(matrix, table, engine, update=()).changed and path.read_text() == good
 
@@ -459,7 +468,8 @@ def test_the_lock_pins_each_wheelhouse_file_by_sha256_and_each_entry_names_its_w
     assert read.wheelhouses[0].files == ((TORCH, sha(b"torch wheel")), (VISION, sha(b"vision wheel")))
     assert {e.id: e.wheelhouse for e in read.entries} == {
         e.id: ("wheels" if e.base_image == B else None) for e in load(housed, table, locked=False).entries()}
-    assert sorted(c.line().split()[0] for c in done.changes) == ["pinned"] * 4  # two bases, two files
+    assert sorted(c.line().split()[0] for c in done.changes if not isinstance(c, lock_cmd.InstallChange)) == \
+        ["pinned"] * 4  # two bases, two files
     assert f"{TORCH}: sha256:" in lock_mod.beside(housed).read_text()
     plan = load(housed, table)
     assert [(w.folder, w.files) for w in plan.wheelhouses] == [(housed.parent / "wheels", read.wheelhouses[0].files)]
@@ -505,7 +515,8 @@ def test_lock_keeps_a_pinned_file_until_update_names_it_and_exactly_the_wheelhou
     (folder / "new-1.0-py3-none-any.whl").write_bytes(b"new")
     (folder / ".DS_Store").write_bytes(b"hidden: never served, never pinned")
     again = lock(housed, table, engine)  # `lock` alone takes nothing of a pinned wheelhouse: new bytes, new files
-    assert [c.line().split()[0] for c in again.changes] == ["kept"] * 4 and not again.changed
+    assert [c.line().split()[0] for c in again.changes if not isinstance(c, lock_cmd.InstallChange)] == \
+        ["kept"] * 4 and not again.changed
     with pytest.raises(InputError, match="is not the file the lock pins"):
         load(housed, table)
     updated = lock(housed, table, engine, update=(TORCH,))
@@ -519,9 +530,10 @@ def test_lock_keeps_a_pinned_file_until_update_names_it_and_exactly_the_wheelhou
     assert change.line().startswith(f"updated  {TORCH} (wheelhouse wheels): ") and "rebuilds 6 node(s)" in change.line()
     after = keys_of(load(housed, table))
     assert [n for n in before if before[n] != after[n]] == takers  # the wheelhouse's nodes, and nothing else
-    with pytest.raises(InputError, match=r"names no base image or wheelhouse file 'torch\.whl'") as caught:
+    with pytest.raises(InputError, match=r"names no base image, wheelhouse file or locked wheel 'torch\.whl'") \
+            as caught:
         lock(housed, table, engine, update=("torch.whl",))
-    assert caught.value.hint is not None and TORCH in caught.value.hint
+    assert caught.value.hint == "did you mean 'torch'?"  # (the locked wheel: its name is the nearest)
 
 
 def test_a_locked_wheelhouse_serves_only_its_pinned_files_each_with_its_hash_for_pip(tmp_path: Path) -> None:
@@ -600,6 +612,7 @@ def test_outdated_names_each_moved_wheelhouse_file_and_the_nodes_it_rebuilds_whe
     engine = world()
     engine.add({"config": {"Labels": {"base": "b", "v": "1"}}}, B)
     monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "resolver", lambda self: FakeResolver())
     monkeypatch.setattr(cli.Context, "table", lambda self: table)
     assert cli.main(["--offline", "lock", "--matrix", str(housed)]) == 0
     assert "2 wheelhouse file(s)" in capsys.readouterr().out
@@ -630,6 +643,7 @@ def test_a_moved_wheelhouse_file_stops_only_the_runs_whose_nodes_take_it(
 
     engine = world()
     monkeypatch.setattr(cli.Context, "engine", lambda self: engine)
+    monkeypatch.setattr(cli.Context, "resolver", lambda self: FakeResolver())
     monkeypatch.setattr(cli.Context, "table", lambda self: table)
     assert cli.main(["--offline", "lock", "--matrix", str(housed)]) == 0
     (housed.parent / "wheels" / TORCH).write_bytes(b"torch WHEEL")
@@ -651,8 +665,8 @@ def test_plan_without_an_engine_keys_a_locked_matrix_from_the_lock(matrix: Path,
     from imagebuilder.commands import plan as plan_cmd
 
     engine = world()
-    with_engine = keys_of(bases.resolve(load(matrix, table, locked=False), engine))
     lock(matrix, table, engine)
+    with_engine = keys_of(bases.resolve(load(matrix, table), engine))
     shown = plan_cmd.undecided(load(matrix, table))  # (what `plan` shows when no engine answers)
     assert {n.id: n.key for n in shown.nodes} == with_engine and all(with_engine.values())
     assert {n.decision.reason for n in shown.nodes} == {"no engine to ask what is cached"}
@@ -705,8 +719,8 @@ def test_plan_without_an_engine_keys_a_locked_wheelhouse_as_a_run_does(housed: P
     run = keys_of(bases.resolve(locked, engine))  # (what a run keys: the lock's bases and pins)
     assert {n.id: n.key for n in plan_cmd.undecided(locked).nodes} == run
     unlocked = keys_of(bases.resolve(load(housed, table, locked=False), engine))
-    assert [n for n in run if run[n] != unlocked[n]] == [n.id for n in locked.nodes
-                                                          if n.entry.build.wheelhouse is not None]
+    # every node differs from its unlocked key: each chain's root pip-installs torch (the lock's wheels alone)
+    assert [n for n in run if run[n] != unlocked[n]] == [n.id for n in locked.nodes]
 
 
 # -- releases the matrix pins ----------------------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""Issue 48, the wheels an index serves: each pip install a node's template makes is pinned by the lock
+(`installs.<key>`: each wheel it adds by name, version, file, source and sha256), and under the lock it installs
+those files alone (`--no-deps --require-hashes -r`). On the in-memory ports: what `lock` resolves for a chain (a
+node's install adds only what the chain below it lacks), what it keeps and what `--update` resolves again (with the
+installs above it), the rendered text and context, and the refusal of an install the lock does not pin. For real: uv
+resolving from a wheelhouse and a file:// index, offline (the wheels' hashes are the files'), and pip refusing a file
+replaced on the index under its name, naming both hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from imagebuilder.commands import lock as lock_cmd
+from imagebuilder.errors import InputError
+from imagebuilder.input import lock as lock_mod
+from imagebuilder.input import matrix as matrix_mod
+from imagebuilder.input.compat import CompatTable
+from imagebuilder.plan import bases, wheels
+from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan.installs import PLATFORM
+from imagebuilder.plan.plan import Plan
+from imagebuilder.plan.render import Renderer
+from imagebuilder.ports.resolver import Ask, ResolveFailed, UvResolver
+
+from ..conftest import MatrixWriter
+from .fakes import FakeEngine, FakeRegistry, FakeResolver
+
+MATRIX = """
+version: 1
+base_image: debian:bookworm
+registry: 127.0.0.1:5000/ml
+repository: pytorch
+layers: [base, business, task]
+matrix: {torch: [2.6.0, 2.7.1], accelerator: [cpu], python: ['3.11']}
+"""
+NEEDS = {"torch": ("filelock", "sympy"), "sympy": ("mpmath",), "transformers": ("filelock", "tokenizers"),
+         "datasets": ("filelock", "pyarrow")}
+
+
+def engine() -> FakeEngine:
+    fake = FakeEngine(FakeRegistry())
+    fake.add({"config": {"Labels": {"base": "b"}}}, "debian:bookworm")
+    return fake
+
+
+def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
+    """As `load_plan` makes it: the lock's installs rendered as pinned, and checked."""
+    pinned = lock_mod.read(lock_mod.beside(path)) if locked else None
+    plan = plan_mod.make(matrix_mod.load(path, table, env={}),
+                         Renderer({i.key: i for i in ((pinned.installs or ()) if pinned else ())}))
+    return wheels.installs_locked(wheels.locked(bases.locked(plan, pinned), pinned), pinned) if locked else plan
+
+
+def lock(path: Path, table: CompatTable, resolver: FakeResolver, update: tuple[str, ...] | None = None
+         ) -> lock_cmd.Locking:
+    return lock_cmd.lock(load(path, table, locked=False), path, engine(), update=update, offline=False,
+                         resolver=resolver)
+
+
+@pytest.fixture
+def matrix(write_matrix: MatrixWriter) -> Path:
+    return write_matrix(MATRIX)
+
+
+@pytest.fixture
+def table() -> CompatTable:
+    return CompatTable.load()
+
+
+def test_each_install_adds_only_what_its_chain_lacks_and_is_pinned_by_name_version_file_source_and_hash(
+        matrix: Path, table: CompatTable) -> None:
+    resolver = FakeResolver(needs=NEEDS)
+    done = lock(matrix, table, resolver)
+    read = lock_mod.read(lock_mod.beside(matrix))
+    assert read is not None and read.installs is not None
+    plan = load(matrix, table)
+    base = plan.node("2.7.1-cpu-py3.11-runtime/base").rendered.installs
+    business = plan.node("2.7.1-cpu-py3.11-runtime/business").rendered.installs
+    assert len(base) == 1 and len(business) == 1 and business[0].after == base[0].key
+    torch = read.install(base[0].key)
+    above = read.install(business[0].key)
+    assert torch is not None and above is not None
+    assert [w.name for w in torch.wheels] == ["filelock", "mpmath", "sympy", "torch", "torchaudio", "torchvision"]
+    assert {w.name: w.version for w in torch.wheels}["torch"] == "2.7.1"
+    # the business layer's install adds what torch's did not: filelock is below it already
+    assert [w.name for w in above.wheels] == ["accelerate", "datasets", "pyarrow", "safetensors", "tokenizers",
+                                              "transformers"]
+    wheel = above.wheels[0]
+    assert (wheel.file, wheel.source, wheel.sha256) == ("accelerate-1.15.0-py3-none-any.whl",
+                                                        "https://pypi.org/simple/accelerate-1.15.0.whl",
+                                                        hashlib.sha256(b"accelerate-1.15.0").hexdigest())
+    # what business was resolved against: the entry's pins and every wheel its chain installed
+    asked = [a for a in resolver.asked if "transformers==5.23.0" in a.requirements]
+    assert [{"torch==2.6.0", "torch==2.7.1"} & set(a.constraints) for a in asked] == [{"torch==2.6.0"},
+                                                                                       {"torch==2.7.1"}]
+    assert all("mpmath==1.0" in a.constraints and (a.python, a.platform) == ("3.11", PLATFORM) for a in asked)
+    assert len(read.installs) == 4 and sum(isinstance(c, lock_cmd.InstallChange) for c in done.changes) == 4
+    text = lock_mod.beside(matrix).read_text()
+    assert f"installs:\n  {sorted(i.key for i in read.installs)[0]}:\n    kind: venv\n" in text
+    again = lock(matrix, table, FakeResolver(needs=NEEDS, salt="other bytes now"))  # what it pins is kept
+    assert not again.changed and {c.line().split()[0] for c in again.changes
+                                  if isinstance(c, lock_cmd.InstallChange)} == {"kept"}
+
+
+def test_under_the_lock_an_install_takes_its_wheels_alone_each_checked_by_its_hash(
+        matrix: Path, table: CompatTable) -> None:
+    unlocked = load(matrix, table, locked=False).node("2.7.1-cpu-py3.11-runtime/business").rendered
+    assert "--require-hashes" not in unlocked.dockerfile and "transformers==5.23.0" in unlocked.dockerfile
+    lock(matrix, table, FakeResolver(needs=NEEDS))
+    node = load(matrix, table).node("2.7.1-cpu-py3.11-runtime/business")
+    text = node.rendered.dockerfile
+    assert "COPY _imagebuilder/wheels-1.txt /tmp/imagebuilder-wheels.txt\n" in text
+    assert '--no-deps --require-hashes -r /tmp/imagebuilder-wheels.txt' in text
+    assert "transformers==5.23.0" not in text  # (the file names it, with its hash)
+    assert " && pip check " in text and "pip freeze --all" in text  # the environment still checked and recorded
+    files = dict(node.rendered.files)
+    sha = hashlib.sha256(b"transformers-5.23.0").hexdigest()
+    assert f"transformers==5.23.0 --hash=sha256:{sha}\n" in files["_imagebuilder/wheels-1.txt"].decode()
+    base = load(matrix, table).node("2.7.1-cpu-py3.11-runtime/base").rendered
+    assert "--require-hashes -r /tmp/imagebuilder-wheels.txt" in base.dockerfile
+    assert "torch==2.7.1 --hash=sha256:" in dict(base.files)["_imagebuilder/wheels-1.txt"].decode()
+
+
+def test_an_install_the_lock_does_not_pin_is_refused_before_anything_runs(
+        write_matrix: MatrixWriter, matrix: Path, table: CompatTable) -> None:
+    lock(matrix, table, FakeResolver(needs=NEEDS))
+    load(matrix, table)  # (pinned: it loads)
+    layers = matrix.parent / "layers"
+    (layers / "business").mkdir(parents=True)
+    (layers / "business" / "layer.yaml").write_text("description: a team's libraries\npip: [transformers==5.24.0]\n")
+    (layers / "business" / "Dockerfile.j2").write_text(
+        'FROM {{ parent_image }}\n{% import "macros.j2" as m %}\n{{ m.pip_install(build, layer.pip) }}\n')
+    matrix.write_text(matrix.read_text() + "layers_path: [layers]\n")  # (a layer's requirement moved)
+    with pytest.raises(InputError) as caught:
+        load(matrix, table)
+    said = str(caught.value)
+    assert "business: pip install transformers==5.24.0 from https://pypi.org/simple" in said
+    assert f"is not pinned by the lock file {lock_mod.beside(matrix)}" in said
+    assert caught.value.hint is not None and "run `imagebuilder lock`" in caught.value.hint
+    done = lock(matrix, table, FakeResolver(needs=NEEDS))  # `lock` pins it; the torch installs are kept
+    lines = [c.line() for c in done.changes if isinstance(c, lock_cmd.InstallChange)]
+    assert sum(line.startswith("pinned   ") for line in lines) == 2  # (one per torch: its chain differs)
+    assert sum(line.startswith("dropped  ") for line in lines) == 2
+    assert sum(line.startswith("kept") for line in lines) == 2
+    load(matrix, table)
+
+
+def test_update_of_a_wheel_resolves_its_installs_again_and_the_installs_above_them(
+        matrix: Path, table: CompatTable) -> None:
+    lock(matrix, table, FakeResolver(needs=NEEDS))
+    before = {n.id: n.key for n in bases.keyed(bases.resolve(load(matrix, table), engine())).nodes}
+    newer = FakeResolver(needs=NEEDS, versions={"mpmath": "1.4"})
+    done = lock(matrix, table, newer, update=("mpmath",))  # (only the torch installs lock it)
+    lines = [c.line() for c in done.changes if isinstance(c, lock_cmd.InstallChange)]
+    updated = [line for line in lines if line.startswith("updated  ")]
+    assert len(updated) == 2 and all("mpmath==1.4" in line for line in updated), lines
+    assert all("rebuilds 3 node(s)" in line for line in updated)  # base, business, task of its torch
+    # business was resolved again after them (what it adds follows what is below it), to the same wheels
+    assert sum("transformers==5.23.0" in a.requirements for a in newer.asked) == 2
+    after = {n.id: n.key for n in bases.keyed(bases.resolve(load(matrix, table), engine())).nodes}
+    assert [n for n in before if before[n] != after[n]] == list(before)  # every node is above a torch install
+
+
+def test_uv_resolves_for_the_images_python_from_a_wheelhouse_and_a_file_index_offline(tmp_path: Path) -> None:
+    house, index = tmp_path / "wheels", tmp_path / "simple"
+    alpha = wheel(house, "alpha", "1.0", requires=("beta>=2",))
+    beta = wheel(house, "beta", "2.0")
+    gamma = wheel(index / "gamma", "gamma", "3.0")
+    (index / "gamma" / "index.html").write_text(f'<a href="{gamma.name}#sha256={sha(gamma)}">{gamma.name}</a>\n')
+    found = UvResolver().resolve(Ask(("alpha==1.0", "gamma==3.0"), index.as_uri(), "3.11", PLATFORM,
+                                     find_links=house, offline=True))
+    assert [(r.name, r.version, r.file, r.sha256) for r in found] == [
+        ("alpha", "1.0", alpha.name, sha(alpha)), ("beta", "2.0", beta.name, sha(beta)),
+        ("gamma", "3.0", gamma.name, sha(gamma))]
+    assert found[0].url == alpha.as_uri() and found[2].url == gamma.as_uri()
+    with pytest.raises(ResolveFailed, match="beta"):  # a constraint no file meets: uv's own words
+        UvResolver().resolve(Ask(("alpha==1.0",), index.as_uri(), "3.11", PLATFORM, constraints=("beta==3.0",),
+                                 find_links=house, offline=True))
+
+
+def test_pip_refuses_a_file_the_index_replaced_under_its_name_naming_both_hashes(tmp_path: Path) -> None:
+    """The locked install's own options (`macros.j2`'s `locked_opts`), run by the real pip against a file:// index."""
+    index = tmp_path / "simple"
+    gamma = wheel(index / "gamma", "gamma", "3.0")
+    (index / "gamma" / "index.html").write_text(f'<a href="{gamma.name}">{gamma.name}</a>\n')
+    good = sha(gamma)
+    (tmp_path / "wheels.txt").write_text(f"gamma==3.0 --hash=sha256:{good}\n")
+
+    def install() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--index-url",
+                               index.as_uri(), "--no-deps", "--require-hashes", "-r", str(tmp_path / "wheels.txt"),
+                               "--target", str(tmp_path / "t"), "--disable-pip-version-check"],
+                              capture_output=True, text=True, check=False)
+
+    assert install().returncode == 0
+    wheel(index / "gamma", "gamma", "3.0", body="tampered")  # the same name, other bytes
+    refused = install()
+    assert refused.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.stderr
+    assert good in refused.stderr and sha(gamma) in refused.stderr and good != sha(gamma)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ...] = (), body: str = "") -> Path:
+    """A tiny pure-Python wheel (`name-version-py3-none-any.whl`) that pip and uv read as any other."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    files = {f"{name}/__init__.py": f"# {body}\n", f"{info}/METADATA": meta,
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},,\n" for p in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for p, text in {**files, f"{info}/RECORD": record}.items():
+            zf.writestr(zipfile.ZipInfo(p, (2020, 1, 1, 0, 0, 0)), text)
+    return path
