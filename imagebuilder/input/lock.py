@@ -9,11 +9,11 @@ registry has it) has an ID only: its `source` says `local`. The document is sort
 write the same bytes. A wheelhouse is named as the matrix's folder resolves, relative to the lock's folder when it
 lies under it.
 
-Version 3 adds `installs`: each pip install a template makes (`plan/installs.py`), by key, with each wheel it adds (name,
-version, file, source, sha256). Version 1 (bases and entries' bases only) is read as a lock that pins no wheelhouse,
-versions 1 and 2 as locks that pin no installs (`Lock.installs` None). Room for what later versions pin (OS packages):
-a later version adds keys, and a reader of this version refuses a file it does not understand (its `version`), never
-half-reads one.
+Version 3 adds `installs`: each pip install a template makes (`plan/installs.py`), by key, with each wheel it
+adds (name, version, file, source, sha256). Version 1 (bases and entries' bases only) is read as a lock that pins no
+wheelhouse, versions 1 and 2 as locks that pin no installs (`Lock.installs` None). Room for what later versions pin
+(OS packages): a later version adds keys, and a reader of this version refuses a file it does not understand (its
+`version`), never half-reads one.
 
 This module reads and writes the document; what an image name resolves to is `plan/bases.py`'s to say.
 """
