@@ -149,9 +149,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     from ..input import lock as lock_mod
     from ..input import lookups
     from ..input import matrix as matrix_mod
-    from ..plan import bases, wheels
-    from ..plan import plan as plan_mod
-    from ..plan.render import Renderer
+    from ..plan import pinned
 
     def load(facts: lookups.Facts | None) -> Matrix:
         return matrix_mod.load(matrix_file, ctx.table(), registry=registry, strict=strict,
@@ -166,13 +164,7 @@ def load_plan(ctx: Context, matrix_file: Path, registry: str | None = None, stri
     for warning in matrix.warnings:
         ctx.err.print(f"[yellow]warning:[/] {warning}", highlight=False)
     lock = lock_mod.read(lock_mod.beside(matrix_file)) if locked else None
-    # (an install the lock pins renders as its wheels alone: `plan/installs.py`)
-    plan = plan_mod.make(matrix, renderer or Renderer({i.key: i for i in ((lock.installs or ()) if lock else ())}))
-    if locked:  # (its bases, then its wheelhouses: each file the file it pins, then its installs, before anything runs)
-        taken = {n.entry.build.wheelhouse for n in plan.only(only).nodes} if only else None
-        plan = wheels.locked(bases.locked(plan, lock), lock, check=wheel_files, hashed=taken)
-        plan = wheels.installs_locked(plan, lock)
-    return matrix, plan.only(only)
+    return matrix, pinned.make(matrix, lock, renderer, check=wheel_files, only=only).only(only)
 
 
 def decide(ctx: Context, plan: Plan, *, rebuild: bool = False, builds: bool = True,

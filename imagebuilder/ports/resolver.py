@@ -108,12 +108,19 @@ class UvResolver:
 
 
 def wheels_of(doc: dict[str, Any]) -> tuple[Resolved, ...]:
-    """The wheels of a PEP 751 lock (`packages[].wheels[]`: uv writes one wheel a package for one platform)."""
+    """The wheels of a PEP 751 lock (`packages[].wheels[]`). Resolved for one platform, a package has exactly one
+    wheel: none (a source distribution alone, a VCS or directory package) or several (a lock for many platforms)
+    is refused, naming the package, rather than one of them chosen here."""
     found = []
     for package in doc.get("packages", []):
-        for wheel in package.get("wheels", [])[:1]:
-            url = str(wheel["url"])
-            name = wheel.get("name") or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-            found.append(Resolved(str(package["name"]), str(package["version"]), str(name), url,
-                                  str(wheel["hashes"]["sha256"])))
+        wheels = package.get("wheels") or []
+        if len(wheels) != 1:
+            said = "no wheel" if not wheels else f"{len(wheels)} wheels"
+            raise ResolveFailed(f"{package.get('name')} {package.get('version', '')}: the resolution gives {said} "
+                                "where one wheel for the image's platform was asked")
+        wheel = wheels[0]
+        url = str(wheel["url"])
+        name = wheel.get("name") or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        found.append(Resolved(str(package["name"]), str(package["version"]), str(name), url,
+                              str(wheel["hashes"]["sha256"])))
     return tuple(sorted(found, key=lambda r: r.name))

@@ -21,12 +21,10 @@ from imagebuilder.errors import InputError
 from imagebuilder.input import lock as lock_mod
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
-from imagebuilder.plan import bases, wheels
-from imagebuilder.plan import plan as plan_mod
+from imagebuilder.plan import bases, pinned
 from imagebuilder.plan.installs import PLATFORM
 from imagebuilder.plan.plan import Plan
-from imagebuilder.plan.render import Renderer
-from imagebuilder.ports.resolver import Ask, ResolveFailed, UvResolver
+from imagebuilder.ports.resolver import Ask, ResolveFailed, UvResolver, wheels_of
 
 from ..conftest import MatrixWriter
 from .fakes import FakeEngine, FakeRegistry, FakeResolver
@@ -51,10 +49,7 @@ def engine() -> FakeEngine:
 
 def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
     """As `load_plan` makes it: the lock's installs rendered as pinned, and checked."""
-    pinned = lock_mod.read(lock_mod.beside(path)) if locked else None
-    plan = plan_mod.make(matrix_mod.load(path, table, env={}),
-                         Renderer({i.key: i for i in ((pinned.installs or ()) if pinned else ())}))
-    return wheels.installs_locked(wheels.locked(bases.locked(plan, pinned), pinned), pinned) if locked else plan
+    return pinned.make(matrix_mod.load(path, table, env={}), lock_mod.read(lock_mod.beside(path)) if locked else None)
 
 
 def lock(path: Path, table: CompatTable, resolver: FakeResolver, update: tuple[str, ...] | None = None
@@ -182,6 +177,17 @@ def test_uv_resolves_for_the_images_python_from_a_wheelhouse_and_a_file_index_of
     with pytest.raises(ResolveFailed, match="beta"):  # a constraint no file meets: uv's own words
         UvResolver().resolve(Ask(("alpha==1.0",), index.as_uri(), "3.11", PLATFORM, constraints=("beta==3.0",),
                                  find_links=house, offline=True))
+
+
+def test_a_resolution_with_no_wheel_or_several_for_a_package_is_refused_never_one_picked() -> None:
+    one = {"url": "https://x/simple/a/a-1.0-py3-none-any.whl", "hashes": {"sha256": "0" * 64}}
+    other = {"url": "https://x/simple/a/a-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "hashes": {"sha256": "1" * 64}}
+    assert [r.file for r in wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": [one]}]})] == [
+        "a-1.0-py3-none-any.whl"]
+    with pytest.raises(ResolveFailed, match=r"a 1\.0: the resolution gives 2 wheels"):
+        wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": [one, other]}]})
+    with pytest.raises(ResolveFailed, match=r"b 2\.0: the resolution gives no wheel"):
+        wheels_of({"packages": [{"name": "b", "version": "2.0", "sdist": {"url": "https://x/b-2.0.tar.gz"}}]})
 
 
 def test_pip_refuses_a_file_the_index_replaced_under_its_name_naming_both_hashes(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.input.pkg_index import IndexUnreachable
 from imagebuilder.ledger import BuildStatus, NodeRecord
-from imagebuilder.plan import bases, wheels
+from imagebuilder.plan import bases, pinned, wheels
 from imagebuilder.plan import cache as cache_mod
 from imagebuilder.plan import plan as plan_mod
 from imagebuilder.plan.plan import Plan
@@ -65,12 +65,7 @@ def move(engine: FakeEngine, name: str, version: str, *, push: bool = True) -> s
 def load(path: Path, table: CompatTable, *, locked: bool = True) -> Plan:
     """The plan as `load_plan` makes it: pinned by the lock beside the matrix (when `locked` and there is one), its
     installs rendered as the lock pins them."""
-    pinned = lock_mod.read(lock_mod.beside(path)) if locked else None
-    renderer = Renderer({i.key: i for i in ((pinned.installs or ()) if pinned else ())})
-    plan = plan_mod.make(matrix_mod.load(path, table, env={}), renderer)
-    if not locked:
-        return plan
-    return wheels.installs_locked(wheels.locked(bases.locked(plan, pinned), pinned), pinned)
+    return pinned.make(matrix_mod.load(path, table, env={}), lock_mod.read(lock_mod.beside(path)) if locked else None)
 
 
 def lock(path: Path, table: CompatTable, engine: FakeEngine, update: tuple[str, ...] | None = None,
