@@ -12,13 +12,18 @@ Under the lock a node's installs take only those files: each call installs its o
 (`name==version --hash=sha256:…`, `--no-deps --require-hashes`), so pip itself refuses a file the index now serves
 under the same name with other bytes, naming both hashes, and installs nothing the lock does not name.
 `plan/wheels.py` checks, when the plan is loaded, that the lock pins every install the plan's nodes make; what an
-install resolves to is the lock command's to ask (`ports/resolver.py`). This module reads no index and no file.
+install resolves to is the lock command's to ask (`ports/resolver.py`). A layer's own install command (`raw_installs`:
+pip in any spelling, uv's pip, conda and its kin, outside the recorded installs) cannot be pinned, so under the lock it
+is refused there too. This module reads no index and no file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import re
+import shlex
 from dataclasses import dataclass
 
 from ..input.lock import LockedInstall
@@ -63,3 +68,115 @@ class Install:
 def file_text(locked: LockedInstall) -> str:
     """The requirements file an install takes under the lock: each wheel it adds, pinned by version and hash."""
     return "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in locked.wheels)
+
+
+# The shell commands that install packages the lock cannot see (outside `macros.j2`'s recorded installs): pip in any
+# spelling, `python -m pip`, uv's pip interface, conda and its kin, easy_install. One that checks hashes itself
+# (`--require-hashes`: pip and uv refuse any file whose hash a requirements file does not give) is pinned by them.
+_PIP = re.compile(r"pip(\d+(\.\d+)?)?")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_CONDA = ("conda", "mamba", "micromamba")
+_SHELLS = ("sh", "bash", "dash", "zsh")
+_PREFIXES = ("sudo", "env", "exec", "time", "nice", "nohup", "command", "do", "then", "else", "elif", "if",
+             "while", "until", "!", "{", "(")
+_INSTRUCTION = re.compile(r"\s*RUN\s", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RawInstall:
+    """A shell command of a rendered Dockerfile that installs packages outside the lock: the line its RUN
+    instruction starts on (1-based), that line's text and the command."""
+
+    line: int
+    text: str
+    command: str
+
+
+def raw_installs(dockerfile: str) -> tuple[RawInstall, ...]:
+    """Each command of the Dockerfile's RUN instructions (shell form, exec form, continuation lines and heredocs;
+    `sh -c '…'` read inside) that installs packages by a means the lock does not pin (above)."""
+    found: list[RawInstall] = []
+    for line, text, body in _runs(dockerfile):
+        found.extend(RawInstall(line, text, command) for command in _installers(body))
+    return tuple(found)
+
+
+def _runs(dockerfile: str) -> list[tuple[int, str, str]]:
+    """(first line, its text, the instruction's shell text) of each RUN instruction: `\\` continuations joined,
+    comment lines inside them dropped, heredoc bodies (`<<EOF` … `EOF`) appended."""
+    lines = dockerfile.splitlines()
+    runs: list[tuple[int, str, str]] = []
+    i = 0
+    while i < len(lines):
+        start, first = i, lines[i]
+        parts = [first]
+        while parts[-1].rstrip().endswith("\\") and i + 1 < len(lines):
+            i += 1
+            if not lines[i].lstrip().startswith("#"):
+                parts.append(lines[i])
+        i += 1
+        if not _INSTRUCTION.match(first):
+            continue
+        text = " ".join(p.rstrip().removesuffix("\\") for p in parts)
+        body = _INSTRUCTION.sub("", text, count=1).strip()
+        for word in re.findall(r"<<-?\s*[\"']?(\w+)[\"']?", body):  # heredocs, in order
+            heredoc = []
+            while i < len(lines) and lines[i].strip() != word:
+                heredoc.append(lines[i])
+                i += 1
+            i += 1
+            body += "\n" + "\n".join(heredoc)
+        if body.startswith("["):  # exec form: the argument list
+            with contextlib.suppress(ValueError):
+                body = " ".join(shlex.quote(str(a)) for a in json.loads(body))
+        runs.append((start + 1, first.strip(), body))
+    return runs
+
+
+def _installers(script: str, depth: int = 0) -> list[str]:
+    script = script.replace("\\\n", " ").replace("\n", " ; ")  # (a script's lines are commands of their own)
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:  # (an unbalanced quote: read as words)
+        words = script.split()
+    found: list[str] = []
+    command: list[str] = []
+    for word in [*words, ";"]:
+        if word and set(word) <= set(";&|()"):
+            command = _simple(command)
+            if command and _installs(command, depth, found):
+                found.append(" ".join(command))
+            command = []
+        else:
+            command.append(word)
+    return found
+
+
+def _simple(words: list[str]) -> list[str]:
+    """A command's words from its program on: keywords, wrappers and variable assignments before it dropped."""
+    while words and (words[0] in _PREFIXES or re.fullmatch(r"\w+=\S*", words[0])):
+        words = words[1:]
+    return words
+
+
+def _installs(words: list[str], depth: int, found: list[str]) -> bool:
+    """Whether this simple command installs outside the lock (a shell's `-c` script is read in `found`'s stead)."""
+    program, args = words[0].rsplit("/", 1)[-1], [w for w in words[1:] if not w.startswith("-")]
+    if program in _SHELLS and "-c" in words and depth < 3:
+        script = words[words.index("-c") + 1] if words.index("-c") + 1 < len(words) else ""
+        found.extend(_installers(script, depth + 1))
+        return False
+    hashed = "--require-hashes" in words
+    if _PIP.fullmatch(program):
+        return args[:1] == ["install"] and not hashed
+    if _PYTHON.fullmatch(program) and "-m" in words:
+        module = words[words.index("-m") + 1:]
+        return module[:1] == ["pip"] and [w for w in module[1:] if not w.startswith("-")][:1] == ["install"] \
+            and not hashed
+    if program == "uv":
+        return args[:2] in (["pip", "install"], ["pip", "sync"]) and not hashed
+    if program in _CONDA:
+        return args[:1] in (["install"], ["create"], ["update"])
+    return program == "easy_install"

@@ -26,13 +26,18 @@ from pathlib import Path
 from ..errors import InputError, Where
 from ..input.lock import Lock
 from .bases import RUN_LOCK
-from .installs import WHEELHOUSE_SOURCE
-from .plan import PinnedWheelhouse, Plan
+from .installs import WHEELHOUSE_SOURCE, raw_installs
+from .plan import Node, PinnedWheelhouse, Plan
 
 RUN_INSTALLS = ("run `imagebuilder lock` to pin it (it resolves what the lock does not pin yet and keeps what it "
                 "does); review and commit {file}")
 UPDATE = ("if the change is meant, `imagebuilder lock --update {name}` takes it (the nodes that take wheels from "
           "this wheelhouse rebuild); review and commit {file}")
+
+
+RAW_INSTALL = ("list it under the layer's `pip:` and install it with {{ m.pip_install(build, layer.pip) }} "
+               "(macros.j2), which the lock pins; a command that checks hashes itself (pip install --require-hashes "
+               "-r FILE) is taken as it is")
 
 
 def served(entry: Path) -> bool:
@@ -127,6 +132,22 @@ def _check(folder: Path, files: tuple[tuple[str, str], ...], file: str, name: st
                              where=house, hint=UPDATE.format(name=wheel, file=file))
 
 
+def _no_raw_installs(node: Node, file: str) -> None:
+    """A node's template installs nothing by a command the lock cannot pin (`installs.raw_installs`), else an input
+    error naming the layer's template, the line and the command."""
+    for raw in raw_installs(node.rendered.dockerfile):
+        template = node.layer.template
+        try:  # (the template's own line, where the rendered line is written there as it is)
+            lines = [n for n, text in enumerate(template.read_text(encoding="utf-8").splitlines(), 1)
+                     if text.strip() == raw.text]
+        except OSError:
+            lines = []
+        where = Where(str(template), lines[0]) if len(lines) == 1 else Where(str(template))
+        raise InputError(f"node {node.id}: its layer {node.layer.name!r} runs `{raw.command}` (rendered Dockerfile "
+                         f"line {raw.line}), an install the lock file {file} cannot pin: under the lock every "
+                         "package comes from a file it names by hash", where=where, hint=RAW_INSTALL)
+
+
 def installs_locked(plan: Plan, lock: Lock | None) -> Plan:
     """The plan as it is, once the lock pins every install its nodes make and each wheel an install took from a
     wheelhouse is the file that wheelhouse's pins name (else an input error naming the node, the install and the lock
@@ -154,4 +175,5 @@ def installs_locked(plan: Plan, lock: Lock | None) -> Plan:
                                      where=Where(file, lock.line(f"installs.{install.key}"),
                                                  key=f"installs.{install.key}"),
                                      hint=RUN_INSTALLS.format(file=file))
+        _no_raw_installs(node, file)  # (once its own are pinned, what the macros render checks hashes)
     return plan

@@ -22,7 +22,7 @@ from imagebuilder.input import lock as lock_mod
 from imagebuilder.input import matrix as matrix_mod
 from imagebuilder.input.compat import CompatTable
 from imagebuilder.plan import bases, pinned
-from imagebuilder.plan.installs import PLATFORM
+from imagebuilder.plan.installs import PLATFORM, raw_installs
 from imagebuilder.plan.plan import Plan
 from imagebuilder.ports.resolver import Ask, ResolveFailed, UvResolver, wheels_of
 
@@ -144,6 +144,52 @@ def test_an_install_the_lock_does_not_pin_is_refused_before_anything_runs(
     assert sum(line.startswith("dropped  ") for line in lines) == 2
     assert sum(line.startswith("kept") for line in lines) == 2
     load(matrix, table)
+
+
+RAW = '''FROM {{ parent_image }}
+# pip install in a comment installs nothing
+RUN echo "pip install, said" && pip freeze && pip check
+RUN pip install --no-deps --require-hashes -r /opt/team/hashed.txt
+RUN apt-get update \\
+ && pip install requests
+RUN ["python3", "-m", "pip", "install", "numpy"]
+RUN bash -c 'cd /tmp && PIP_NO_CACHE_DIR=1 /opt/venv/bin/pip3.11 install --user foo'
+RUN <<END
+set -e
+uv pip install bar
+END
+RUN if true; then micromamba install -y qux; fi; easy_install old
+'''
+
+
+def test_every_spelling_of_an_install_outside_the_macros_is_found_and_hashed_ones_are_not() -> None:
+    found = [(r.line, r.command) for r in raw_installs(RAW)]
+    assert found == [(5, "pip install requests"), (7, "python3 -m pip install numpy"),
+                     (8, "/opt/venv/bin/pip3.11 install --user foo"), (9, "uv pip install bar"),
+                     (13, "micromamba install -y qux"), (13, "easy_install old")]
+
+
+def test_a_team_layers_own_pip_install_is_refused_under_the_lock_naming_its_template_line_and_command(
+        matrix: Path, table: CompatTable) -> None:
+    """Issue 48: what a layer installs by its own `RUN pip install` the lock cannot pin (it is not recorded), so under
+    a lock of version 3 it stops the plan, naming the template, its line and the command; one that checks hashes
+    itself is taken, and without a lock (or with one of version 1 or 2) the template builds as it always did."""
+    lock(matrix, table, FakeResolver(needs=NEEDS))
+    layers = matrix.parent / "layers"
+    (layers / "business").mkdir(parents=True)
+    (layers / "business" / "layer.yaml").write_text("description: a team's libraries\n")
+    template = layers / "business" / "Dockerfile.j2"
+    template.write_text("FROM {{ parent_image }}\nRUN pip install --no-deps --require-hashes -r /opt/h.txt\n")
+    matrix.write_text(matrix.read_text() + "layers_path: [layers]\n")
+    load(matrix, table)  # (hashed by its own file: taken)
+    template.write_text("FROM {{ parent_image }}\nRUN apt-get update \\\n && pip install 'requests>=2'\n")
+    with pytest.raises(InputError) as caught:
+        load(matrix, table)
+    said = str(caught.value)
+    assert said.startswith(f"{template}:2: node ") and "its layer 'business' runs `pip install requests>=2`" in said
+    assert f"an install the lock file {lock_mod.beside(matrix)} cannot pin" in said, said
+    assert caught.value.hint is not None and "m.pip_install(build, layer.pip)" in caught.value.hint
+    assert load(matrix, table, locked=False)  # (no lock: as it always built)
 
 
 def test_update_of_a_wheel_resolves_its_installs_again_and_the_installs_above_them(
