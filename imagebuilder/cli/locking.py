@@ -57,11 +57,14 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
     """For each base image the lock file pins, what its name names now (on this engine; in its registry, for an image
     a registry gave) and the exact nodes taking it would rebuild. `moved`, `current`, or `unknown` when it could not
     be asked (no engine, no answer, or --offline, which asks no registry): never taken as current. The same for each
-    wheelhouse file: its bytes now against its pin, a new file and a gone one. Changes nothing: `imagebuilder lock
-    --update NAME` takes a move. And each release the matrix pins (torch; NCCL and cuDNN, as torch or an override
-    pins them): `newer` when its index serves a later patch release of it (the matrix's to take, not the lock's),
-    with what taking it would rebuild. Nothing to do: every base and every wheelhouse file current."""
+    wheelhouse file (its bytes now against its pin, a new file and a gone one) and each pip install the lock pins
+    (resolved again as `lock` would: a newer version, a file replaced under its version). Changes nothing:
+    `imagebuilder lock --update NAME` takes a move. And each release the matrix pins (torch; NCCL and cuDNN, as
+    torch or an override pins them): `newer` when its index serves a later patch release of it (the matrix's to
+    take, not the lock's), with what taking it would rebuild. Nothing to do: every base, wheelhouse file and install
+    current."""
     from ..commands import lock as lock_cmd
+    from ..input import lock as lock_mod
     from ..ports.registry import Registries
 
     _, plan = load_plan(ctx, matrix_file, strict=strict, wheel_files=False)
@@ -71,9 +74,11 @@ def outdated(ctx: Context, matrix_file: Path, strict: bool, as_json: bool, nothi
         engine = None
     registries = Registries.of_engine(engine.insecure_registries if engine else tuple, ctx.registry_trust,
                                       scope=ctx.registry_hosts) if ctx.check_index else None
+    lock = lock_mod.read(lock_mod.beside(matrix_file))
     found = lock_cmd.Outdated(plan.locked or "", lock_cmd.outdated(plan, engine, registries),
                               lock_cmd.wheel_drift(plan), lock_cmd.releases(plan, ctx.index_versions if ctx.check_index
-                                                                            else None))
+                                                                            else None),
+                              lock_cmd.install_drift(plan, lock, ctx.resolver(), offline=not ctx.check_index))
     if as_json:
         click.echo(json.dumps(found.to_json(), indent=2))
     else:

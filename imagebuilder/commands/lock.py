@@ -8,7 +8,7 @@ What cannot be asked (no engine, `--offline`, a registry that does not answer) i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -556,6 +556,128 @@ def release_lines(found: tuple[Release, ...]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class InstallDrift:
+    """One install the lock pins against what its index serves now, resolved as `lock` would (its requirements, the
+    entry's pins and the wheels the chain below it locks): `current` (the same files), `moved` (`now`: the wheels it
+    would take; each difference is a newer or older version, a file replaced under the same version, a wheel added or
+    no longer needed), `unknown` (`why`: not asked, or no answer). `rebuilds`: the nodes that make it and those above
+    them, what taking a move rebuilds."""
+
+    key: str
+    said: str
+    locked: LockedInstall
+    now: tuple[LockedWheel, ...] | None
+    nodes: tuple[str, ...]
+    above: tuple[str, ...]
+    why: str = ""
+
+    @property
+    def status(self) -> str:
+        return UNKNOWN if self.now is None else CURRENT if self.now == self.locked.wheels else MOVED
+
+    @property
+    def rebuilds(self) -> tuple[str, ...]:
+        return self.above if self.status == MOVED else ()
+
+    def changes(self) -> list[dict[str, str | None]]:
+        """Each wheel that differs: its name, what the lock pins (`version sha256:…`) and what is served now (none
+        when it was not asked)."""
+        if self.now is None:
+            return []
+        was = {w.name: w for w in self.locked.wheels}
+        now = {w.name: w for w in self.now or ()}
+        out: list[dict[str, str | None]] = []
+        for name in sorted(set(was) | set(now)):
+            a, b = was.get(name), now.get(name)
+            if a == b:
+                continue
+            kind = "added" if a is None else "gone" if b is None else "replaced" if a.version == b.version else (
+                "newer" if _newer(b.version, a.version) else "other")
+            out.append({"name": name, "change": kind, "locked": _said_wheel(a), "now": _said_wheel(b)})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"install": self.key, "said": self.said, "status": self.status, "why": self.why or None,
+                "changes": self.changes(), "nodes": list(self.nodes), "rebuilds": list(self.rebuilds)}
+
+
+def _said_wheel(wheel: LockedWheel | None) -> str | None:
+    return None if wheel is None else f"{wheel.version} sha256:{wheel.sha256}"
+
+
+def _newer(a: str, b: str) -> bool:
+    try:
+        return Version(a) > Version(b)
+    except InvalidVersion:
+        return a > b
+
+
+def install_drift(plan: Plan, lock: Lock | None, resolver: Resolver | None, *, offline: bool) -> tuple[InstallDrift,
+                                                                                                        ...]:
+    """Each install the plan's nodes make that `lock` pins, resolved again against its index now, in plan order. The
+    chain below an install counts as the lock pins it, so each install is judged on its own: one that cannot be
+    resolved is `unknown` and the others are still asked. `offline` (or no `resolver`) asks no network: an install
+    from a `file://` index or a wheelhouse alone is still resolved (uv offline); any other is `unknown`, never taken
+    as current from uv's cache."""
+    pinned = {i.key: i for i in ((lock.installs or ()) if lock else ())}
+    makers: dict[str, list[str]] = {}
+    first: dict[str, tuple[Node, Install, dict[str, str]]] = {}
+    prior: dict[str, dict[str, str]] = {}
+    for node in plan.nodes:
+        have = dict(prior.get(node.parent, {})) if node.parent else {}
+        for install in node.rendered.installs:
+            makers.setdefault(install.key, []).append(node.id)
+            locked = pinned.get(install.key)
+            if locked is None:  # (`wheels.installs_locked` refuses a plan with one the lock does not pin)
+                continue
+            first.setdefault(install.key, (node, install, dict(have)))
+            have.update({w.name: w.version for w in locked.wheels})
+        prior[node.id] = have
+    out: list[InstallDrift] = []
+    for key, (node, install, have) in first.items():
+        nodes = tuple(makers[key])
+        drift = InstallDrift(key, install.said(), pinned[key], None, nodes, _above(plan, nodes))
+        local = install.index.startswith("file:")
+        if resolver is None or (offline and not local):
+            why = "not asked (--offline)" if offline else "nothing here resolves it"
+            out.append(replace(drift, why=why))
+            continue
+        try:
+            now = _resolve(node, install, have, resolver, offline=offline).wheels
+        except InputError as exc:
+            out.append(replace(drift, why=f"no answer: {exc.args[0] if exc.args else exc}"))
+            continue
+        out.append(replace(drift, now=now))
+    return tuple(out)
+
+
+def install_lines(found: tuple[InstallDrift, ...]) -> list[str]:
+    """`outdated`'s install lines: a count, then each moved install's wheels and the nodes taking it rebuilds, and
+    each unknown one with why."""
+    if not found:
+        return []
+    counts = {s: sum(d.status == s for d in found) for s in (MOVED, UNKNOWN, CURRENT)}
+    out = ["installs: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    for d in found:
+        if d.status == CURRENT:
+            continue
+        out.append(f"{d.status:<8} install {d.key} ({d.said})" + (f"; {d.why}" if d.why else ""))
+        for c in d.changes():
+            out.append(f"         {c['change']:<8} {c['name']}: locked {_short(c['locked'])}, now {_short(c['now'])}")
+        if d.status == MOVED:
+            names = " ".join(sorted({str(c["name"]) for c in d.changes() if c["change"] != "gone"}))
+            out.append(f"         rebuilds {len(d.rebuilds)} node(s): {', '.join(d.rebuilds) or 'none'}"
+                       + (f"; take it: imagebuilder lock --update {names}" if names else ""))
+        else:
+            out.append(f"         not known to be current; if it moved, {len(d.above)} node(s) rebuild")
+    return out
+
+
+def _short(said: str | None) -> str:
+    return "none" if said is None else said[:len(said.split(" ")[0]) + 20]
+
+
+@dataclass(frozen=True)
 class Outdated:
     """What `outdated` found: each locked base (`Drift`), each wheelhouse file (`WheelDrift`), each release the
     matrix pins (`Release`). `current`: nothing for `lock --update` to take (every base and file known current)."""
@@ -564,19 +686,24 @@ class Outdated:
     bases: tuple[Drift, ...]
     files: tuple[WheelDrift, ...]
     releases: tuple[Release, ...] = ()
+    installs: tuple[InstallDrift, ...] = ()
 
     @property
     def current(self) -> bool:
-        return all(d.status == CURRENT for d in self.bases) and all(f.status == CURRENT for f in self.files)
+        return all(d.status == CURRENT for d in self.bases) and all(f.status == CURRENT for f in self.files) \
+            and all(i.status == CURRENT for i in self.installs)
 
     def to_json(self) -> dict[str, Any]:
         return {"lock": self.lock or None, "bases": [d.to_json() for d in self.bases],
-                "wheelhouses": [f.to_json() for f in self.files], "releases": [r.to_json() for r in self.releases]}
+                "wheelhouses": [f.to_json() for f in self.files], "installs": [i.to_json() for i in self.installs],
+                "releases": [r.to_json() for r in self.releases]}
 
     def lines(self) -> list[str]:
-        """For a person: the bases, the wheelhouse files, the releases; `nothing to do` when the lock is current."""
-        out = [*lines(self.bases, self.lock), *wheel_lines(self.files), *release_lines(self.releases)]
+        """For a person: the bases, the wheelhouse files, the installs, the releases; `nothing to do` when the lock
+        is current."""
+        out = [*lines(self.bases, self.lock), *wheel_lines(self.files), *install_lines(self.installs),
+               *release_lines(self.releases)]
         if self.current:
-            out.append("nothing to do: every locked base image " + ("and wheelhouse file " if self.files else "")
-                       + "is current")
+            what = ", ".join(w for w, there in (("wheelhouse file", self.files), ("install", self.installs)) if there)
+            out.append("nothing to do: every locked base image " + (f"and {what} " if what else "") + "is current")
         return out

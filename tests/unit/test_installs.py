@@ -24,7 +24,7 @@ from imagebuilder.input.compat import CompatTable
 from imagebuilder.plan import bases, pinned
 from imagebuilder.plan.installs import PLATFORM, raw_installs
 from imagebuilder.plan.plan import Plan
-from imagebuilder.ports.resolver import Ask, ResolveFailed, UvResolver, wheels_of
+from imagebuilder.ports.resolver import Ask, Resolved, ResolveFailed, UvResolver, wheels_of
 
 from ..conftest import MatrixWriter
 from .fakes import FakeEngine, FakeRegistry, FakeResolver
@@ -206,6 +206,49 @@ def test_update_of_a_wheel_resolves_its_installs_again_and_the_installs_above_th
     assert sum("transformers==5.23.0" in a.requirements for a in newer.asked) == 2
     after = {n.id: n.key for n in bases.keyed(bases.resolve(load(matrix, table), engine())).nodes}
     assert [n for n in before if before[n] != after[n]] == list(before)  # every node is above a torch install
+
+
+def test_outdated_resolves_each_locked_install_again_naming_what_moved_and_the_nodes_it_rebuilds(
+        matrix: Path, table: CompatTable) -> None:
+    """Issue 48's drift watcher for index wheels: each install judged against the chain the lock pins below it; a newer
+    dependency and a file replaced under its version are `moved` with the nodes taking them rebuilds and the command
+    that takes them; an index that does not answer, or --offline, is `unknown`, never current."""
+    lock(matrix, table, FakeResolver(needs=NEEDS))
+    plan, pinned_ = load(matrix, table), lock_mod.read(lock_mod.beside(matrix))
+
+    def drift(resolver: FakeResolver | None, offline: bool = False) -> dict[str, lock_cmd.InstallDrift]:
+        return {f"{d.nodes[0]}: {d.said.split(' from ')[0]}": d
+                for d in lock_cmd.install_drift(plan, pinned_, resolver, offline=offline)}
+
+    same = drift(FakeResolver(needs=NEEDS))
+    assert len(same) == 4 and {d.status for d in same.values()} == {"current"}
+    torch26 = "2.6.0-cpu-py3.11-runtime/base: pip install torch==2.6.0, torchvision==0.21.0, torchaudio==2.6.0"
+    newer = drift(FakeResolver(needs=NEEDS, versions={"mpmath": "1.4"}))
+    assert sorted(k for k, d in newer.items() if d.status == "moved") == sorted(
+        k for k in newer if ": pip install torch" in k)  # (only the torch installs pull mpmath)
+    moved = newer[torch26]
+    assert [(c["name"], c["change"], (c["now"] or "")[:3]) for c in moved.changes()] == [("mpmath", "newer", "1.4")]
+    assert moved.rebuilds == tuple(n.id for n in plan.nodes if n.entry.torch == "2.6.0")  # base, business, task
+    text = "\n".join(lock_cmd.install_lines(tuple(newer.values())))
+    assert "installs: 2 moved, 0 unknown, 2 current" in text and "newer    mpmath: locked 1.0 sha256:" in text
+    assert "rebuilds 3 node(s)" in text and "take it: imagebuilder lock --update mpmath" in text, text
+    replaced = drift(FakeResolver(needs=NEEDS, salt="re-uploaded"))[torch26]  # the same versions, other bytes
+    assert {c["change"] for c in replaced.changes()} == {"replaced"} and replaced.status == "moved"
+    assert {d.status for d in drift(None, offline=True).values()} == {"unknown"}
+    assert all(d.why == "not asked (--offline)" and not d.changes() for d in drift(None, offline=True).values())
+
+    class Silent(FakeResolver):
+        def resolve(self, ask: Ask) -> tuple[Resolved, ...]:
+            raise ResolveFailed("error sending request for url (https://pypi.org/simple/)")
+
+    silent = drift(Silent())
+    assert {d.status for d in silent.values()} == {"unknown"} and "no answer" in silent[torch26].why
+    found = lock_cmd.Outdated("matrix.lock.yaml", (), (), (), tuple(silent.values()))
+    assert not found.current and found.to_json()["installs"][0]["status"] == "unknown"
+    # `lock --update mpmath` takes it; then every install is current again
+    lock(matrix, table, FakeResolver(needs=NEEDS, versions={"mpmath": "1.4"}), update=("mpmath",))
+    plan, pinned_ = load(matrix, table), lock_mod.read(lock_mod.beside(matrix))
+    assert {d.status for d in drift(FakeResolver(needs=NEEDS, versions={"mpmath": "1.4"})).values()} == {"current"}
 
 
 def test_uv_resolves_for_the_images_python_from_a_wheelhouse_and_a_file_index_offline(tmp_path: Path) -> None:
