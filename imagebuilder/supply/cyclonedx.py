@@ -35,6 +35,7 @@ TOOL = "imagebuilder"
 PROPERTY = "imagebuilder:"  # the prefix of this tool's component properties
 LAYER, LAYER_DIGEST, PATH = f"{PROPERTY}layer", f"{PROPERTY}layer_digest", f"{PROPERTY}path"
 INSTALLER, SOURCE, ARCH = f"{PROPERTY}installer", f"{PROPERTY}source", f"{PROPERTY}arch"
+RECORD = f"{PROPERTY}record_sha256"  # a Python distribution's RECORD, hashed: the files it installed, each by sha256
 _KINDS = {"deb": "deb", "pypi": "python"}  # purl type -> Component.kind
 
 
@@ -65,7 +66,7 @@ def _licenses(values: tuple[str, ...]) -> list[License]:
 
 def _properties(component: Component) -> list[Property]:
     pairs = [(LAYER, component.layer), (LAYER_DIGEST, component.layer_digest), (PATH, component.path),
-             (INSTALLER, component.installer), (ARCH, component.arch)]
+             (INSTALLER, component.installer), (ARCH, component.arch), (RECORD, component.record)]
     if component.kind == "deb" and component.source:
         pairs.append((SOURCE, f"{component.source} {component.source_version or component.version}"))
     return [Property(name=name, value=value) for name, value in pairs if value]

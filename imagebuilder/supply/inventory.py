@@ -18,6 +18,7 @@ import email.parser
 import email.policy
 import errno
 import functools
+import hashlib
 import io
 import os
 import posixpath
@@ -34,7 +35,7 @@ from packaging.utils import canonicalize_name
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 OS_RELEASE = ("/etc/os-release", "/usr/lib/os-release")  # the first one there counts (os-release(5))
-FORMAT = 1  # of the JSON of LayerFacts and Inventory: another one is no cache hit
+FORMAT = 2  # of the JSON of LayerFacts and Inventory: another one is no cache hit (2: RECORD hashes)
 
 HEADER_LIMIT = 1 << 20  # the most read of a METADATA/PKG-INFO file: its headers (the body is its description)
 SMALL_LIMIT = 64 << 10  # INSTALLER, os-release
@@ -98,6 +99,7 @@ class Dist:
     license: str | None = None
     classifiers: tuple[str, ...] = ()  # the `License ::` ones
     installer: str | None = None
+    record: str | None = None  # the sha256 (hex) of its dist-info's RECORD: every file it installed, by hash
 
     @property
     def info_dir(self) -> str:
@@ -122,13 +124,13 @@ class Dist:
     def to_json(self) -> dict[str, Any]:
         return {"metadata": self.metadata, "name": self.name, "version": self.version,
                 "license_expression": self.license_expression, "license": self.license,
-                "classifiers": list(self.classifiers), "installer": self.installer}
+                "classifiers": list(self.classifiers), "installer": self.installer, "record": self.record}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Dist:
         return cls(str(doc["metadata"]), str(doc["name"]), str(doc["version"]), _opt(doc.get("license_expression")),
                    _opt(doc.get("license")), tuple(str(c) for c in doc.get("classifiers") or ()),
-                   _opt(doc.get("installer")))
+                   _opt(doc.get("installer")), _opt(doc.get("record")))
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,7 @@ class _LayerReader:
         self.statuses: dict[str, tuple[Deb, ...]] = {}  # dpkg status files (and those a hard link may name)
         self.metas: dict[str, _Meta] = {}  # by metadata file
         self.installers: dict[str, str] = {}  # by INSTALLER file
+        self.records: dict[str, str] = {}  # by RECORD file: its sha256
         self.os_release: dict[str, OsRelease] = {}
         self.whiteouts: set[str] = set()
         self.opaques: set[str] = set()
@@ -318,6 +321,8 @@ class _LayerReader:
             self.metas[path] = _meta(open_())
         elif base == "INSTALLER" and parent.endswith(".dist-info"):
             self.installers[path] = open_().read(SMALL_LIMIT).decode("utf-8", "replace").strip()
+        elif base == "RECORD" and parent.endswith(".dist-info") and size <= STATUS_LIMIT:
+            self.records[path] = _sha256(open_())
         elif path in OS_RELEASE:
             self.os_release[path] = _os_release(open_(), path)
 
@@ -357,6 +362,8 @@ class _LayerReader:
             self.metas[path] = self.metas[target]
         elif target in self.installers and posixpath.basename(path) == "INSTALLER":
             self.installers[path] = self.installers[target]
+        elif target in self.records and posixpath.basename(path) == "RECORD":
+            self.records[path] = self.records[target]
         elif target in self.os_release and path in OS_RELEASE:
             self.os_release[path] = replace(self.os_release[target], path=path)
 
@@ -370,10 +377,17 @@ class _LayerReader:
                 continue
             installer = self.installers.get(posixpath.join(info, "INSTALLER")) or None
             dists.append(Dist(path, name, version, meta.license_expression, meta.license, meta.classifiers,
-                              installer))
+                              installer, self.records.get(posixpath.join(info, "RECORD"))))
         return LayerFacts(self.statuses.get(DPKG_STATUS), tuple(sorted(dists, key=lambda d: d.metadata)),
                           tuple(self.os_release[p] for p in sorted(self.os_release)),
                           tuple(sorted(self.whiteouts)), tuple(sorted(self.opaques)))
+
+
+def _sha256(stream: IO[bytes]) -> str:
+    h = hashlib.sha256()
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def _contents(path: str) -> IO[bytes]:
@@ -399,7 +413,7 @@ def _wanted(path: str) -> bool:
     """Whether a file may say what is installed (the files `_LayerReader.file` reads)."""
     parent, base = posixpath.split(path)
     return (parent == _DPKG_DIR and base in _STATUS_NAMES) or _metadata_file(path) or path in OS_RELEASE or \
-        (base == "INSTALLER" and parent.endswith(".dist-info"))
+        (base in ("INSTALLER", "RECORD") and parent.endswith(".dist-info"))
 
 
 def read_folder(root: str) -> LayerFacts:
@@ -443,6 +457,7 @@ class Component:
     source_version: str | None = None  # deb: the source package's version
     licenses: tuple[str, ...] = ()
     installer: str | None = None  # python: the INSTALLER file (pip, uv, debian)
+    record: str | None = None  # python: the sha256 of its RECORD (the hash of every file it installed)
     distro: str | None = None  # deb: the image's distribution, `debian-12` (set by Inventory)
 
     @property
@@ -477,14 +492,14 @@ class Component:
         return {"kind": self.kind, "name": self.name, "version": self.version, "path": self.path,
                 "layer": self.layer, "layer_digest": self.layer_digest, "metadata": self.metadata, "arch": self.arch,
                 "source": self.source, "source_version": self.source_version, "licenses": list(self.licenses),
-                "installer": self.installer}
+                "installer": self.installer, "record": self.record}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Component:
         return cls(str(doc["kind"]), str(doc["name"]), str(doc["version"]), str(doc["path"]), str(doc["layer"]),
                    str(doc["layer_digest"]), str(doc["metadata"]), _opt(doc.get("arch")), _opt(doc.get("source")),
                    _opt(doc.get("source_version")), tuple(str(x) for x in doc.get("licenses") or ()),
-                   _opt(doc.get("installer")))
+                   _opt(doc.get("installer")), _opt(doc.get("record")))
 
 
 def _deb_component(deb: Deb, layer: str, layer_digest: str) -> Component:
@@ -494,7 +509,7 @@ def _deb_component(deb: Deb, layer: str, layer_digest: str) -> Component:
 
 def _python_component(dist: Dist, layer: str, layer_digest: str) -> Component:
     return Component("python", dist.name, dist.version, dist.site, layer, layer_digest, dist.metadata,
-                     licenses=dist.licenses, installer=dist.installer)
+                     licenses=dist.licenses, installer=dist.installer, record=dist.record)
 
 
 @dataclass(frozen=True)

@@ -388,3 +388,35 @@ def test_a_layer_folder_of_the_engines_storage_reads_as_its_tar(tmp_path: Path) 
     opaque folders included (the integration test compares the two on a real engine's layer with a whiteout)."""
     for i, entries in enumerate((BASE_LAYER, SECOND_LAYER, THIRD_LAYER)):
         assert read_folder(str(as_folder(entries, tmp_path / str(i)))) == read(entries), i
+
+
+def test_each_python_distribution_carries_the_hash_of_its_record_into_the_sbom(tmp_path: Path) -> None:
+    """Issue 48: two images installed from the same locked files list the same packages and hashes. The hash of a
+    distribution is its RECORD's (every file it installed, each by sha256, as the installer wrote it), read from the
+    layer as the tar and as the engine's folder alike, kept through JSON, and written as a component property."""
+    import hashlib
+
+    from imagebuilder.supply import cyclonedx
+
+    record = "x/__init__.py,sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\nx-1.0.dist-info/RECORD,,\n"
+    site = "opt/venv/lib/python3.11/site-packages"
+    entries: list[tuple[str, Content]] = [
+        (f"{site}/x-1.0.dist-info/METADATA", metadata("x", "1.0")), (f"{site}/x-1.0.dist-info/RECORD", record),
+        (f"{site}/y-2.0.dist-info/METADATA", metadata("y", "2.0")),  # (no RECORD: none said)
+        ("opt/b/x-1.0.dist-info/METADATA", Link(f"{site}/x-1.0.dist-info/METADATA")),
+        ("opt/b/x-1.0.dist-info/RECORD", Link(f"{site}/x-1.0.dist-info/RECORD"))]
+    facts = read(entries)
+    want = hashlib.sha256(record.encode()).hexdigest()
+    assert [(d.name, d.record) for d in facts.dists] == [("x", want), ("x", want), ("y", None)]
+    assert read_folder(str(as_folder(entries[:3], tmp_path / "f"))) == read(entries[:3])
+    assert LayerFacts.from_json(json.loads(json.dumps(facts.to_json()))) == facts
+    image = Inventory.empty().apply(facts, "team", D3)
+    assert Inventory.from_json(json.loads(json.dumps(image.to_json()))) == image
+    doc = cyclonedx.document(image, image="127.0.0.1:5000/ml/x:1", digest="sha256:" + "a" * 64, tool_version="t")
+    assert cyclonedx.validate(doc) is None
+    said = {(c["name"], p["value"]) for c in doc["components"] for p in c.get("properties") or ()
+            if p["name"] == cyclonedx.RECORD}
+    assert said == {("x", want)}
+    other = read([(f"{site}/x-1.0.dist-info/METADATA", metadata("x", "1.0")),
+                  (f"{site}/x-1.0.dist-info/RECORD", record.replace("47DEQ", "AAAAQ"))])
+    assert other.dists[0].record != want  # (one installed file of other bytes: another hash)
