@@ -88,8 +88,8 @@ class UvResolver:
             cmd += ["--override", str(listed("overrides.txt", ask.overrides))]
         if ask.find_links is not None:
             cmd += ["--find-links", str(ask.find_links)]
-        if ask.offline:
-            cmd += ["--offline"]
+        # Online, every index is asked anew (`--refresh`): an answer from uv's cache could call a moved file current.
+        cmd += ["--offline"] if ask.offline else ["--refresh"]
         return cmd
 
     def resolve(self, ask: Ask) -> tuple[Resolved, ...]:

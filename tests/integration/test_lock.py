@@ -6,18 +6,21 @@ suite, nothing pushed but the test's own base images: well under a minute."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from imagebuilder.ports.engine import DockerEngine
 
-from .conftest import REGISTRY, ROOT, CliRun, dockerfile_context, itest_matrix, report
+from .conftest import REGISTRY, ROOT, Chain, CliRun, dockerfile_context, itest_matrix, report
 
 PYTHON_BASE = ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y --no-install-recommends python3 "
                "&& rm -rf /var/lib/apt/lists/*\n")
@@ -203,3 +206,93 @@ def drift_on_act(folder: Path, files: list[str]) -> str:
     said = done.stdout + done.stderr
     assert done.returncode == 0, said[-6000:]
     return said
+
+
+def test_a_locked_install_builds_the_same_files_cold_and_refuses_an_index_file_replaced_under_its_name(
+        engine: DockerEngine, cpu_chain: Chain, tmp_path: Path, repository: str,
+        cli: Callable[..., CliRun]) -> None:
+    """Issue 48, index wheels: a team layer's pip install (macros.j2's pip_install) on the session's CPU torch image,
+    from an index served here over HTTP. `lock` pins its wheels by hash (uv, for real); a newer release on the index
+    is named by `outdated` with exactly the node it rebuilds, and the build still installs the locked files; a cold
+    rebuild (`--no-cache`: every step run again) installs the same files, so the two images' SBOM components (name,
+    version and RECORD hash) are the same; a file the index then serves under the same name with other bytes stops
+    the build, pip naming the file and both hashes."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from imagebuilder.supply.inventory import Inventory, read_folder
+
+    from ..unit.test_installs import sha, wheel
+
+    simple = tmp_path / "index" / "simple"
+    served: dict[str, list[Path]] = {"alpha": [wheel(simple / "alpha", "alpha", "1.0", requires=("beta>=2",))],
+                                     "beta": [wheel(simple / "beta", "beta", "2.0")]}
+
+    def listing() -> None:  # (PEP 503 pages, each file with its sha256)
+        for project, files in served.items():
+            (simple / project / "index.html").write_text("".join(
+                f'<a href="{f.name}#sha256={sha(f)}">{f.name}</a>\n' for f in files))
+
+    listing()
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "index")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        base = next(n for n in cpu_chain.report["nodes"] if n["node"].endswith("/base"))
+        torch_image = f"itest-lockpip-{uuid.uuid4().hex[:8]}:torch"
+        engine.tag(base["image"], torch_image)
+        (tmp_path / "layers" / "team").mkdir(parents=True)
+        (tmp_path / "layers" / "team" / "layer.yaml").write_text("description: a team's wheels\npip: [alpha==1.0]\n")
+        (tmp_path / "layers" / "team" / "Dockerfile.j2").write_text(
+            'FROM {{ parent_image }}\n{% import "macros.j2" as m %}\n{{ m.pip_install(build, layer.pip) }}\n')
+        matrix = itest_matrix(tmp_path, repository, layers="[team]", base=torch_image, body=f"""
+            layers_path: [layers]
+            build: {{index_url: '{index}'}}
+            matrix: {{torch: ["2.13.0"], accelerator: [cpu], python: ["3.11"]}}
+            """)
+
+        def build(folder: str, *extra: str) -> CliRun:
+            return cli("build", "--matrix", str(matrix), "--report", str(tmp_path / folder), "--no-push",
+                       "--no-smoke", *extra)
+
+        def pythons(image: str) -> list[tuple[str, str, str | None]]:
+            folders = engine.layer_folders(image)
+            assert folders, image
+            inventory = Inventory.empty()
+            for i, folder in enumerate(folders):
+                inventory = inventory.apply(read_folder(folder), str(i), str(i))
+            return sorted((c.canonical_name, c.version, c.record) for c in inventory.pythons())
+
+        run = cli("lock", "--matrix", str(matrix))
+        assert run.code == 0 and "2 wheel(s): alpha==1.0, beta==2.0" in run.out, run.text[-3000:]
+        locked = (tmp_path / "matrix.lock.yaml").read_text()
+        assert f"sha256: {sha(served['alpha'][0])}" in locked and f"{index}/alpha/alpha-1.0-py3-none-any.whl" in locked
+        served["beta"].append(wheel(simple / "beta", "beta", "2.1"))  # upstream: a newer beta
+        listing()
+        run = build("r1")
+        assert run.code == 0, run.text[-3000:]
+        first = {n["node"]: n for n in report(tmp_path / "r1")["nodes"]}
+        (node, built_), = first.items()
+        said = json.loads(cli("outdated", "--matrix", str(matrix), "--json").out)["installs"]
+        assert [(i["status"], [(c["name"], c["change"], (c["now"] or "")[:3]) for c in i["changes"]], i["rebuilds"])
+                for i in said] == [("moved", [("beta", "newer", "2.1")], [node])], said
+        cold = build("r2", "--no-cache")
+        assert cold.code == 0, cold.text[-3000:]
+        second = report(tmp_path / "r2")["nodes"][0]
+        assert second["build"] == "built" and second["image"] != built_["image"]  # (every step ran again)
+        mine = pythons(built_["image"])
+        assert ("alpha", "1.0") in {p[:2] for p in mine} and ("beta", "2.0") in {p[:2] for p in mine}  # (not 2.1)
+        assert all(record for name, _, record in mine if name in ("alpha", "beta"))
+        assert pythons(second["image"]) == mine  # the same packages, each of the same files
+        # The index now serves other bytes under alpha's name: pip refuses it, naming the file and both hashes.
+        was = sha(served["alpha"][0])
+        now = sha(wheel(simple / "alpha", "alpha", "1.0", requires=("beta>=2",), body="tampered"))
+        listing()
+        refused = build("r3", "--no-cache")
+        assert refused.code != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.text, refused.text[-3000:]
+        assert "alpha" in refused.text and was in refused.text and now in refused.text, refused.text[-3000:]
+    finally:
+        server.shutdown()

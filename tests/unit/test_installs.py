@@ -279,6 +279,38 @@ def test_a_resolution_with_no_wheel_or_several_for_a_package_is_refused_never_on
         wheels_of({"packages": [{"name": "b", "version": "2.0", "sdist": {"url": "https://x/b-2.0.tar.gz"}}]})
 
 
+def test_uv_asks_an_http_index_anew_each_time_never_answering_from_its_cache(tmp_path: Path) -> None:
+    """`outdated` and `lock --update` must see what the index serves now: a release added since the last answer is
+    found (uv's cache would call the old one current: seen, `outdated` said current for a newer beta)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from typing import Any
+
+    simple = tmp_path / "simple"
+    files = [wheel(simple / "beta", "beta", "2.0")]
+
+    def listing() -> None:
+        (simple / "beta" / "index.html").write_text("".join(f'<a href="{f.name}#sha256={sha(f)}">{f.name}</a>\n'
+                                                            for f in files))
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            pass
+
+    listing()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ask = Ask(("beta>=2",), f"http://127.0.0.1:{server.server_address[1]}/simple", "3.11", PLATFORM)
+        assert [r.version for r in UvResolver().resolve(ask)] == ["2.0"]
+        files.append(wheel(simple / "beta", "beta", "2.1"))
+        listing()
+        assert [r.version for r in UvResolver().resolve(ask)] == ["2.1"]
+    finally:
+        server.shutdown()
+
+
 def test_pip_refuses_a_file_the_index_replaced_under_its_name_naming_both_hashes(tmp_path: Path) -> None:
     """The locked install's own options (`macros.j2`'s `locked_opts`), run by the real pip against a file:// index."""
     index = tmp_path / "simple"
