@@ -573,7 +573,7 @@ class InstallDrift:
 
     @property
     def status(self) -> str:
-        return UNKNOWN if self.now is None else CURRENT if self.now == self.locked.wheels else MOVED
+        return UNKNOWN if self.now is None else CURRENT if not self.changes() else MOVED
 
     @property
     def rebuilds(self) -> tuple[str, ...]:
@@ -587,9 +587,9 @@ class InstallDrift:
         was = {w.name: w for w in self.locked.wheels}
         now = {w.name: w for w in self.now or ()}
         out: list[dict[str, str | None]] = []
-        for name in sorted(set(was) | set(now)):
+        for name in sorted(set(was) | set(now)):  # (by name, version and bytes: a file's URL may move with a mirror)
             a, b = was.get(name), now.get(name)
-            if a == b:
+            if a is not None and b is not None and (a.version, a.sha256) == (b.version, b.sha256):
                 continue
             kind = "added" if a is None else "gone" if b is None else "replaced" if a.version == b.version else (
                 "newer" if _newer(b.version, a.version) else "other")
@@ -665,9 +665,10 @@ def install_lines(found: tuple[InstallDrift, ...]) -> list[str]:
         for c in d.changes():
             out.append(f"         {c['change']:<8} {c['name']}: locked {_short(c['locked'])}, now {_short(c['now'])}")
         if d.status == MOVED:
-            names = " ".join(sorted({str(c["name"]) for c in d.changes() if c["change"] != "gone"}))
-            out.append(f"         rebuilds {len(d.rebuilds)} node(s): {', '.join(d.rebuilds) or 'none'}"
-                       + (f"; take it: imagebuilder lock --update {names}" if names else ""))
+            # (`lock --update` takes a wheel the lock names: a new dependency comes with the one that pulls it)
+            names = " ".join(sorted({str(c["name"]) for c in d.changes() if c["locked"] is not None}))
+            out.append(f"         rebuilds {len(d.rebuilds)} node(s): {', '.join(d.rebuilds) or 'none'}; take it: "
+                       f"imagebuilder lock --update {names or ' '.join(sorted(w.name for w in d.locked.wheels))}")
         else:
             out.append(f"         not known to be current; if it moved, {len(d.above)} node(s) rebuild")
     return out

@@ -80,6 +80,8 @@ _SHELLS = ("sh", "bash", "dash", "zsh")
 _PREFIXES = ("sudo", "env", "exec", "time", "nice", "nohup", "command", "do", "then", "else", "elif", "if",
              "while", "until", "!", "{", "(")
 _INSTRUCTION = re.compile(r"\s*RUN\s", re.IGNORECASE)
+_FLAGS = re.compile(r"^(--[a-z-]+=\S+\s+)+")
+_HEREDOC = re.compile(r"(?<![<\S])<<-?[\"']?([A-Za-z_][\w.-]*)[\"']?")  # a word starting `<<` (not `<<<`)
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ def _runs(dockerfile: str) -> list[tuple[int, str, str]]:
         if not _INSTRUCTION.match(first):
             continue
         text = " ".join(p.rstrip().removesuffix("\\") for p in parts)
-        body = _INSTRUCTION.sub("", text, count=1).strip()
-        for word in re.findall(r"<<-?\s*[\"']?(\w+)[\"']?", body):  # heredocs, in order
+        body = _FLAGS.sub("", _INSTRUCTION.sub("", text, count=1).strip())  # (RUN --mount=… --network=… first)
+        for word in _HEREDOC.findall(body):  # heredocs, in order
             heredoc = []
             while i < len(lines) and lines[i].strip() != word:
                 heredoc.append(lines[i])
@@ -134,8 +136,10 @@ def _runs(dockerfile: str) -> list[tuple[int, str, str]]:
 
 
 def _installers(script: str, depth: int = 0) -> list[str]:
-    script = script.replace("\\\n", " ").replace("\n", " ; ")  # (a script's lines are commands of their own)
+    lines = (line for line in script.replace("\\\n", " ").splitlines() if not line.lstrip().startswith("#"))
+    script = " ; ".join(re.sub(r"(^|\s)#.*", "", line) for line in lines)  # (its lines are commands of their own)
     lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()")
+    lexer.commenters = ""  # (comments are gone; a `#` inside a word is the word's: `${V#v}`, `http://x/#y`)
     lexer.whitespace_split = True
     try:
         words = list(lexer)
@@ -164,9 +168,9 @@ def _simple(words: list[str]) -> list[str]:
 def _installs(words: list[str], depth: int, found: list[str]) -> bool:
     """Whether this simple command installs outside the lock (a shell's `-c` script is read in `found`'s stead)."""
     program, args = words[0].rsplit("/", 1)[-1], [w for w in words[1:] if not w.startswith("-")]
-    if program in _SHELLS and "-c" in words and depth < 3:
-        script = words[words.index("-c") + 1] if words.index("-c") + 1 < len(words) else ""
-        found.extend(_installers(script, depth + 1))
+    flag = next((i for i, w in enumerate(words[1:], 1) if re.fullmatch(r"-[a-z]*c[a-z]*", w)), None)
+    if program in _SHELLS and flag is not None and depth < 3:  # (`sh -c`, `bash -lc`, `sh -ec`: its script)
+        found.extend(_installers(words[flag + 1] if flag + 1 < len(words) else "", depth + 1))
         return False
     hashed = "--require-hashes" in words
     if _PIP.fullmatch(program):

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -104,23 +107,54 @@ class UvResolver:
             if done.returncode != 0:
                 said = [line for line in done.stderr.splitlines() if line.strip()]
                 raise ResolveFailed(" ".join(said[-6:]) or f"uv exited {done.returncode}")
-            return wheels_of(tomllib.loads((folder / "pylock.toml").read_text(encoding="utf-8")))
+            return wheels_of(tomllib.loads((folder / "pylock.toml").read_text(encoding="utf-8")), ask.python,
+                             ask.platform)
 
 
-def wheels_of(doc: dict[str, Any]) -> tuple[Resolved, ...]:
-    """The wheels of a PEP 751 lock (`packages[].wheels[]`). Resolved for one platform, a package has exactly one
-    wheel: none (a source distribution alone, a VCS or directory package) or several (a lock for many platforms)
-    is refused, naming the package, rather than one of them chosen here."""
+def tags(python: str, platform: str) -> dict[Tag, int]:
+    """The wheel tags pip accepts for CPython `python` on `platform` (`x86_64-manylinux_2_28`), most preferred first
+    (its rank): the manylinux tags from that glibc down to 2.17 and the legacy aliases, then `linux`."""
+    arch, _, libc = platform.partition("-")
+    major, minor = (int(x) for x in libc.removeprefix("manylinux_").split("_")[:2])
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # (PEP 600's aliases, where pip puts them)
+    plats = []
+    for m in range(minor, 4, -1):
+        plats += [f"manylinux_{major}_{m}_{arch}", *([f"{legacy[m]}_{arch}"] if major == 2 and m in legacy else [])]
+    plats.append(f"linux_{arch}")
+    version = tuple(int(x) for x in python.split(".")[:2])
+    ordered = [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
+    return {t: i for i, t in enumerate(dict.fromkeys(ordered))}
+
+
+def wheels_of(doc: dict[str, Any], python: str = "3.11", platform: str = "x86_64-manylinux_2_28"
+              ) -> tuple[Resolved, ...]:
+    """The wheels of a PEP 751 lock (`packages[].wheels[]`), one per package: of the wheels uv lists as compatible
+    with `platform` (a py3-none-any wheel beside manylinux builds, say), the one pip would install there, by its tag
+    priority (`tags`). A package with no wheel (a source distribution alone, a VCS or directory package) is refused,
+    naming it."""
+    order = tags(python, platform)
     found = []
     for package in doc.get("packages", []):
         wheels = package.get("wheels") or []
-        if len(wheels) != 1:
-            said = "no wheel" if not wheels else f"{len(wheels)} wheels"
-            raise ResolveFailed(f"{package.get('name')} {package.get('version', '')}: the resolution gives {said} "
+        if not wheels:
+            raise ResolveFailed(f"{package.get('name')} {package.get('version', '')}: the resolution gives no wheel "
                                 "where one wheel for the image's platform was asked")
-        wheel = wheels[0]
-        url = str(wheel["url"])
-        name = wheel.get("name") or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        found.append(Resolved(str(package["name"]), str(package["version"]), str(name), url,
+
+        def file_of(wheel: dict[str, Any]) -> str:
+            url = str(wheel["url"])
+            return str(wheel.get("name") or urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1]))
+
+        def rank(wheel: dict[str, Any]) -> int:
+            try:
+                found_tags = parse_wheel_filename(file_of(wheel))[3]
+            except InvalidWheelFilename:
+                return len(order)
+            return min((order.get(t, len(order)) for t in found_tags), default=len(order))
+
+        wheel = min(wheels, key=rank)
+        if rank(wheel) == len(order):
+            raise ResolveFailed(f"{package.get('name')} {package.get('version', '')}: no wheel of the resolution is "
+                                f"for Python {python} on {platform}")
+        found.append(Resolved(str(package["name"]), str(package["version"]), file_of(wheel), str(wheel["url"]),
                               str(wheel["hashes"]["sha256"])))
     return tuple(sorted(found, key=lambda r: r.name))

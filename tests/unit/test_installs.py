@@ -159,6 +159,14 @@ set -e
 uv pip install bar
 END
 RUN if true; then micromamba install -y qux; fi; easy_install old
+RUN --mount=type=cache,target=/root/.cache/pip pip install -r requirements.txt
+RUN <<END
+#!/bin/bash
+# the team's wheels
+pip install heredoc-after-comments
+END
+RUN V=${X#v} && curl -fsS http://x/#frag && echo $((1<<2)) && bash -lc 'pip install nested'
+RUN pip download --dest /tmp/w wheels-only && pip install --no-deps --require-hashes -r /tmp/hashed.txt
 '''
 
 
@@ -166,7 +174,9 @@ def test_every_spelling_of_an_install_outside_the_macros_is_found_and_hashed_one
     found = [(r.line, r.command) for r in raw_installs(RAW)]
     assert found == [(5, "pip install requests"), (7, "python3 -m pip install numpy"),
                      (8, "/opt/venv/bin/pip3.11 install --user foo"), (9, "uv pip install bar"),
-                     (13, "micromamba install -y qux"), (13, "easy_install old")]
+                     (13, "micromamba install -y qux"), (13, "easy_install old"),
+                     (14, "pip install -r requirements.txt"), (15, "pip install heredoc-after-comments"),
+                     (20, "pip install nested")]
 
 
 def test_a_team_layers_own_pip_install_is_refused_under_the_lock_naming_its_template_line_and_command(
@@ -268,13 +278,24 @@ def test_uv_resolves_for_the_images_python_from_a_wheelhouse_and_a_file_index_of
                                  find_links=house, offline=True))
 
 
-def test_a_resolution_with_no_wheel_or_several_for_a_package_is_refused_never_one_picked() -> None:
-    one = {"url": "https://x/simple/a/a-1.0-py3-none-any.whl", "hashes": {"sha256": "0" * 64}}
-    other = {"url": "https://x/simple/a/a-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "hashes": {"sha256": "1" * 64}}
-    assert [r.file for r in wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": [one]}]})] == [
-        "a-1.0-py3-none-any.whl"]
-    with pytest.raises(ResolveFailed, match=r"a 1\.0: the resolution gives 2 wheels"):
-        wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": [one, other]}]})
+def test_of_several_compatible_wheels_the_one_pip_would_install_is_locked_and_none_is_refused() -> None:
+    """uv lists every wheel compatible with the platform (seen: a py3-none-any wheel beside manylinux2014 and
+    manylinux_2_28 builds); the lock takes the one pip installs there, by its tag priority."""
+    def w(file: str, digit: str) -> dict[str, object]:
+        return {"url": f"https://x/simple/a/{file}", "hashes": {"sha256": digit * 64}}
+
+    listed = [w("a-1.0-py3-none-any.whl", "0"), w("a-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+                                                   "1"), w("a-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "2")]
+    for order in (listed, listed[::-1]):
+        (got,) = wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": order}]}, "3.11",
+                           "x86_64-manylinux_2_28")
+        assert (got.file, got.sha256) == ("a-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "2" * 64)
+    (older,) = wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": listed}]}, "3.11",
+                         "x86_64-manylinux_2_17")  # (an older glibc: the 2_28 build is not for it)
+    assert older.sha256 == "1" * 64
+    with pytest.raises(ResolveFailed, match=r"a 1\.0: no wheel of the resolution is for Python 3\.11"):
+        wheels_of({"packages": [{"name": "a", "version": "1.0", "wheels": [w("a-1.0-cp312-cp312-win_amd64.whl",
+                                                                              "3")]}]})
     with pytest.raises(ResolveFailed, match=r"b 2\.0: the resolution gives no wheel"):
         wheels_of({"packages": [{"name": "b", "version": "2.0", "sdist": {"url": "https://x/b-2.0.tar.gz"}}]})
 
