@@ -6,17 +6,14 @@ suite, nothing pushed but the test's own base images: well under a minute."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import shutil
 import subprocess
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from imagebuilder.ports.engine import DockerEngine
 
@@ -217,30 +214,17 @@ def test_a_locked_install_builds_the_same_files_cold_and_refuses_an_index_file_r
     rebuild (`--no-cache`: every step run again) installs the same files, so the two images' SBOM components (name,
     version and RECORD hash) are the same; a file the index then serves under the same name with other bytes stops
     the build, pip naming the file and both hashes."""
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     from imagebuilder.supply.inventory import Inventory, read_folder
 
-    from ..unit.test_installs import sha, wheel
+    from ..unit.test_installs import page, served, sha, wheel
 
     simple = tmp_path / "index" / "simple"
-    served: dict[str, list[Path]] = {"alpha": [wheel(simple / "alpha", "alpha", "1.0", requires=("beta>=2",))],
-                                     "beta": [wheel(simple / "beta", "beta", "2.0")]}
-
-    def listing() -> None:  # (PEP 503 pages, each file with its sha256)
-        for project, files in served.items():
-            (simple / project / "index.html").write_text("".join(
-                f'<a href="{f.name}#sha256={sha(f)}">{f.name}</a>\n' for f in files))
-
-    listing()
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "index")))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    pinned = {"alpha": wheel(simple / "alpha", "alpha", "1.0", requires=("beta>=2",)),
+              "beta": wheel(simple / "beta", "beta", "2.0")}
+    for project in pinned:
+        page(simple / project)
+    with served(tmp_path / "index") as url:
+        index = f"{url}/simple"
         base = next(n for n in cpu_chain.report["nodes"] if n["node"].endswith("/base"))
         torch_image = f"itest-lockpip-{uuid.uuid4().hex[:8]}:torch"
         engine.tag(base["image"], torch_image)
@@ -269,9 +253,9 @@ def test_a_locked_install_builds_the_same_files_cold_and_refuses_an_index_file_r
         run = cli("lock", "--matrix", str(matrix))
         assert run.code == 0 and "2 wheel(s): alpha==1.0, beta==2.0" in run.out, run.text[-3000:]
         locked = (tmp_path / "matrix.lock.yaml").read_text()
-        assert f"sha256: {sha(served['alpha'][0])}" in locked and f"{index}/alpha/alpha-1.0-py3-none-any.whl" in locked
-        served["beta"].append(wheel(simple / "beta", "beta", "2.1"))  # upstream: a newer beta
-        listing()
+        assert f"sha256: {sha(pinned['alpha'])}" in locked and f"{index}/alpha/alpha-1.0-py3-none-any.whl" in locked
+        wheel(simple / "beta", "beta", "2.1")  # upstream: a newer beta
+        page(simple / "beta")
         run = build("r1")
         assert run.code == 0, run.text[-3000:]
         first = {n["node"]: n for n in report(tmp_path / "r1")["nodes"]}
@@ -288,11 +272,9 @@ def test_a_locked_install_builds_the_same_files_cold_and_refuses_an_index_file_r
         assert all(record for name, _, record in mine if name in ("alpha", "beta"))
         assert pythons(second["image"]) == mine  # the same packages, each of the same files
         # The index now serves other bytes under alpha's name: pip refuses it, naming the file and both hashes.
-        was = sha(served["alpha"][0])
+        was = sha(pinned["alpha"])
         now = sha(wheel(simple / "alpha", "alpha", "1.0", requires=("beta>=2",), body="tampered"))
-        listing()
+        page(simple / "alpha")
         refused = build("r3", "--no-cache")
         assert refused.code != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.text, refused.text[-3000:]
         assert "alpha" in refused.text and was in refused.text and now in refused.text, refused.text[-3000:]
-    finally:
-        server.shutdown()

@@ -8,11 +8,17 @@ replaced on the index under its name, naming both hashes."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import subprocess
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -266,7 +272,7 @@ def test_uv_resolves_for_the_images_python_from_a_wheelhouse_and_a_file_index_of
     alpha = wheel(house, "alpha", "1.0", requires=("beta>=2",))
     beta = wheel(house, "beta", "2.0")
     gamma = wheel(index / "gamma", "gamma", "3.0")
-    (index / "gamma" / "index.html").write_text(f'<a href="{gamma.name}#sha256={sha(gamma)}">{gamma.name}</a>\n')
+    page(index / "gamma")
     found = UvResolver().resolve(Ask(("alpha==1.0", "gamma==3.0"), index.as_uri(), "3.11", PLATFORM,
                                      find_links=house, offline=True))
     assert [(r.name, r.version, r.file, r.sha256) for r in found] == [
@@ -303,33 +309,15 @@ def test_of_several_compatible_wheels_the_one_pip_would_install_is_locked_and_no
 def test_uv_asks_an_http_index_anew_each_time_never_answering_from_its_cache(tmp_path: Path) -> None:
     """`outdated` and `lock --update` must see what the index serves now: a release added since the last answer is
     found (uv's cache would call the old one current: seen, `outdated` said current for a newer beta)."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-    from typing import Any
-
     simple = tmp_path / "simple"
-    files = [wheel(simple / "beta", "beta", "2.0")]
-
-    def listing() -> None:
-        (simple / "beta" / "index.html").write_text("".join(f'<a href="{f.name}#sha256={sha(f)}">{f.name}</a>\n'
-                                                            for f in files))
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-            pass
-
-    listing()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        ask = Ask(("beta>=2",), f"http://127.0.0.1:{server.server_address[1]}/simple", "3.11", PLATFORM)
+    wheel(simple / "beta", "beta", "2.0")
+    page(simple / "beta")
+    with served(tmp_path) as url:
+        ask = Ask(("beta>=2",), f"{url}/simple", "3.11", PLATFORM)
         assert [r.version for r in UvResolver().resolve(ask)] == ["2.0"]
-        files.append(wheel(simple / "beta", "beta", "2.1"))
-        listing()
+        wheel(simple / "beta", "beta", "2.1")
+        page(simple / "beta")
         assert [r.version for r in UvResolver().resolve(ask)] == ["2.1"]
-    finally:
-        server.shutdown()
 
 
 def test_pip_refuses_a_file_the_index_replaced_under_its_name_naming_both_hashes(tmp_path: Path) -> None:
@@ -351,6 +339,29 @@ def test_pip_refuses_a_file_the_index_replaced_under_its_name_naming_both_hashes
     refused = install()
     assert refused.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.stderr
     assert good in refused.stderr and sha(gamma) in refused.stderr and good != sha(gamma)
+
+
+def page(project: Path) -> None:
+    """PEP 503's page of a project's folder of an index: each wheel in it, with its sha256 (written again after a
+    file changes)."""
+    (project / "index.html").write_text("".join(f'<a href="{f.name}#sha256={sha(f)}">{f.name}</a>\n'
+                                                for f in sorted(project.glob("*.whl"))))
+
+
+@contextlib.contextmanager
+def served(root: Path) -> Iterator[str]:
+    """`root` served over HTTP on loopback, as an index is (its URL), until the block ends."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def sha(path: Path) -> str:
